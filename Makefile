@@ -1,0 +1,25 @@
+# AdTally — the two commands: `make run` and `make test`.
+SHELL := /bin/bash
+SWIFT ?= swift
+
+.PHONY: deps build build-release run test bench-ingest
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(SWIFT) build
+
+build-release: deps
+	$(SWIFT) build -c release --product adtally
+
+## run: install what is missing, build, and serve on 127.0.0.1:8080 with the
+## embedded PostgreSQL in .adtally/ (or DATABASE_URL when set).
+run: build-release
+	.build/release/adtally serve
+
+## test: install what is missing and run the whole suite against a throwaway
+## PostgreSQL that is started and stopped around it.
+test: deps
+	scripts/with-test-postgres.sh $(SWIFT) test
+

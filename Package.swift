@@ -1,0 +1,109 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Imports point one way:
+//   CLibPQ ← PostgresKit ← AdTallyStorage ← AdTallyHTTP ← AdTallyApp ← adtally
+//   AdTallyCore (no I/O) is used by Storage, HTTP and App.
+let strict: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "adtally",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "adtally", targets: ["adtally"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+    ],
+    targets: [
+        // libpq, the PostgreSQL C client, from the system (Debian: libpq-dev).
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
+        // The only way AdTally talks to PostgreSQL: bound queries, typed rows, COPY, a pool.
+        .target(
+            name: "PostgresKit",
+            dependencies: [
+                "CLibPQ",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        // Domain core: events, validation, metrics, money, time. No I/O.
+        .target(name: "AdTallyCore", swiftSettings: strict),
+        // Storage: migrations, the embedded cluster, repositories. Knows nothing of HTTP.
+        .target(
+            name: "AdTallyStorage",
+            dependencies: [
+                "AdTallyCore", "PostgresKit",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strict
+        ),
+        // The thin HTTP layer on Hummingbird 2.
+        .target(
+            name: "AdTallyHTTP",
+            dependencies: [
+                "AdTallyCore", "AdTallyStorage",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // The composition root: configuration, wiring, services.
+        .target(
+            name: "AdTallyApp",
+            dependencies: [
+                "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "adtally",
+            dependencies: [
+                "AdTallyApp", "AdTallyCore", "AdTallyStorage", "PostgresKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // Throwaway databases for tests, inside the cluster `make test` starts.
+        .target(
+            name: "AdTallyTestSupport",
+            dependencies: ["PostgresKit"],
+            path: "Tests/Support",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "PostgresKitTests",
+            dependencies: ["PostgresKit", "AdTallyStorage", "AdTallyTestSupport"],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "AdTallyTests",
+            dependencies: [
+                "AdTallyApp", "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit", "AdTallyTestSupport",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            swiftSettings: strict
+        ),
+    ]
+)

@@ -1,0 +1,85 @@
+import AdTallyHTTP
+import AdTallyStorage
+import Foundation
+import Logging
+import NIOPosix
+import PostgresKit
+
+/// The database a process uses: a pool over `DATABASE_URL`, or over the embedded
+/// cluster, which this process stops on close if it started it.
+public final class Database: Sendable {
+    /// The connection pool.
+    public let pool: PostgresPool
+    /// The schema migrations.
+    public let migrator: Migrator
+    /// The embedded cluster, when no URL was given.
+    public let embedded: EmbeddedPostgres?
+    private let startedEmbedded: Bool
+    private let logger: Logger
+
+    private init(pool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger) {
+        self.pool = pool
+        self.migrator = migrator
+        self.embedded = embedded
+        self.startedEmbedded = startedEmbedded
+        self.logger = logger
+    }
+
+    /// Opens the database the settings name, starting the embedded cluster if needed.
+    public static func open(_ settings: Settings, logger: Logger) async throws -> Database {
+        let migrator = try Migrator(directory: Migrator.defaultDirectory(explicit: settings.migrationsDirectory), logger: logger)
+        var embedded: EmbeddedPostgres?
+        var started = false
+        let conninfo: String
+        if let url = settings.databaseURL {
+            conninfo = url
+        } else {
+            let cluster = try EmbeddedPostgres(
+                dataDirectory: URL(fileURLWithPath: settings.dataDirectory), tcpPort: settings.embeddedTCPPort, logger: logger
+            )
+            // initdb and pg_ctl block for seconds: keep them off the cooperative pool.
+            started = try await NIOThreadPool.singleton.runIfActive { try cluster.start() }
+            embedded = cluster
+            conninfo = cluster.conninfo
+        }
+        let pool = PostgresPool(
+            configuration: .init(conninfo: conninfo, maxConnections: settings.poolSize),
+            logger: logger
+        )
+        return Database(pool: pool, migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger)
+    }
+
+    /// Applies pending migrations.
+    @discardableResult
+    public func migrate() async throws -> [String] {
+        try await migrator.migrate(pool)
+    }
+
+    /// Closes the pool and stops the embedded cluster if this process started it
+    /// and no other process still uses it.
+    public func close() async {
+        await pool.shutdown()
+        guard startedEmbedded, let embedded else { return }
+        do {
+            try await NIOThreadPool.singleton.runIfActive { try embedded.stopIfUnused() }
+        } catch {
+            logger.error("could not stop the embedded PostgreSQL", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// Ready when the database answers and every migration is applied unchanged.
+struct DatabaseReadiness: ReadinessProbe {
+    let database: Database
+
+    func notReadyReason() async -> String? {
+        do {
+            let status = try await database.migrator.status(database.pool)
+            return status.isCurrent ? nil : "migrations pending: \(status.pending.joined(separator: ", "))"
+        } catch let error as PostgresError {
+            return "database unreachable: \(error.message)"
+        } catch {
+            return "database not ready: \(error)"
+        }
+    }
+}

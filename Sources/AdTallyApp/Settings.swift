@@ -1,0 +1,103 @@
+import Foundation
+import Logging
+
+/// Everything configurable about AdTally, resolved flag → environment → default.
+public struct Settings: Sendable {
+    /// PostgreSQL URL or conninfo; nil runs the embedded cluster.
+    public var databaseURL: String?
+    /// Folder of the embedded cluster.
+    public var dataDirectory: String
+    /// Also listen on this TCP port (127.0.0.1) in the embedded cluster; nil: unix socket only.
+    public var embeddedTCPPort: Int?
+    /// Folder of `NNNN_name.sql` migrations; nil: the default lookup.
+    public var migrationsDirectory: String?
+    /// HTTP bind host.
+    public var host: String
+    /// HTTP bind port.
+    public var port: Int
+    /// Most PostgreSQL connections per process.
+    public var poolSize: Int
+    /// Log level.
+    public var logLevel: Logger.Level
+
+    /// Defaults, before flags and environment.
+    public static let defaults = Settings(
+        databaseURL: nil, dataDirectory: ".adtally", embeddedTCPPort: nil, migrationsDirectory: nil,
+        host: "127.0.0.1", port: 8080, poolSize: 8, logLevel: .info
+    )
+
+    /// The flags a command was given; nil means "not given".
+    public struct Flags: Sendable {
+        public var databaseURL: String?
+        public var dataDirectory: String?
+        public var embeddedTCPPort: Int?
+        public var migrationsDirectory: String?
+        public var host: String?
+        public var port: Int?
+        public var poolSize: Int?
+        public var logLevel: String?
+
+        public init(
+            databaseURL: String? = nil, dataDirectory: String? = nil, embeddedTCPPort: Int? = nil,
+            migrationsDirectory: String? = nil, host: String? = nil, port: Int? = nil, poolSize: Int? = nil,
+            logLevel: String? = nil
+        ) {
+            self.databaseURL = databaseURL
+            self.dataDirectory = dataDirectory
+            self.embeddedTCPPort = embeddedTCPPort
+            self.migrationsDirectory = migrationsDirectory
+            self.host = host
+            self.port = port
+            self.poolSize = poolSize
+            self.logLevel = logLevel
+        }
+    }
+
+    /// Resolves settings: each flag wins over its environment variable, which wins over the default.
+    public static func resolve(flags: Flags, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Settings {
+        func text(_ flag: String?, _ variable: String) -> String? {
+            if let flag, !flag.isEmpty { return flag }
+            if let value = environment[variable], !value.isEmpty { return value }
+            return nil
+        }
+        func number(_ flag: Int?, _ variable: String, range: ClosedRange<Int>) throws -> Int? {
+            if let flag {
+                guard range.contains(flag) else { throw SettingsError.outOfRange(variable, "\(flag)", range) }
+                return flag
+            }
+            guard let raw = environment[variable], !raw.isEmpty else { return nil }
+            guard let value = Int(raw), range.contains(value) else { throw SettingsError.outOfRange(variable, raw, range) }
+            return value
+        }
+        var settings = defaults
+        settings.databaseURL = text(flags.databaseURL, "DATABASE_URL")
+        settings.dataDirectory = text(flags.dataDirectory, "ADTALLY_DATA_DIR") ?? defaults.dataDirectory
+        settings.embeddedTCPPort = try number(flags.embeddedTCPPort, "ADTALLY_EMBEDDED_TCP_PORT", range: 1...65535)
+        settings.migrationsDirectory = text(flags.migrationsDirectory, "ADTALLY_MIGRATIONS_DIR")
+        settings.host = text(flags.host, "ADTALLY_HOST") ?? defaults.host
+        settings.port = try number(flags.port, "ADTALLY_PORT", range: 0...65535) ?? defaults.port
+        settings.poolSize = try number(flags.poolSize, "ADTALLY_POOL_SIZE", range: 1...256) ?? defaults.poolSize
+        if let level = text(flags.logLevel, "LOG_LEVEL") {
+            guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
+                throw SettingsError.invalid("LOG_LEVEL", level, "one of trace, debug, info, notice, warning, error, critical")
+            }
+            settings.logLevel = parsed
+        }
+        return settings
+    }
+}
+
+/// A setting that could not be used.
+public enum SettingsError: Error, CustomStringConvertible {
+    case outOfRange(String, String, ClosedRange<Int>)
+    case invalid(String, String, String)
+
+    public var description: String {
+        switch self {
+        case .outOfRange(let name, let value, let range):
+            "\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(value)\""
+        case .invalid(let name, let value, let rule):
+            "\(name) must be \(rule), got \"\(value)\""
+        }
+    }
+}

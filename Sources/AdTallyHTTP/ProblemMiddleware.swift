@@ -1,0 +1,35 @@
+import Hummingbird
+import Logging
+
+/// Maps every error escaping a route into problem+json, once, at the HTTP boundary.
+///
+/// Expected failures (`ProblemDetails`, Hummingbird's `HTTPError` such as 404) keep
+/// their status. Anything else is a 500 whose body says nothing internal and whose
+/// full detail is logged at error level.
+public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
+    /// Creates the middleware.
+    public init() {}
+
+    public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let problem as ProblemDetails {
+            return try problem.response(from: request, context: context)
+        } catch let error as HTTPError {
+            var problem = ProblemDetails(error.status, detail: error.body ?? error.status.reasonPhrase, headers: error.headers)
+            if error.status == .notFound && error.body == nil {
+                problem.detail = "no route for \(request.method) \(request.uri.path)"
+            }
+            return try problem.response(from: request, context: context)
+        } catch let error as any HTTPResponseError {
+            let problem = ProblemDetails(error.status, detail: "\(error)")
+            return try problem.response(from: request, context: context)
+        } catch {
+            context.logger.error("unexpected error handling request", metadata: [
+                "method": "\(request.method)", "path": "\(request.uri.path)", "error": "\(String(reflecting: error))",
+            ])
+            return try ProblemDetails(.internalServerError, detail: "an internal error occurred; it has been logged")
+                .response(from: request, context: context)
+        }
+    }
+}

@@ -1,0 +1,182 @@
+import AdTallyCore
+import Foundation
+import Logging
+import PostgresKit
+
+/// One schema migration file, `NNNN_name.sql`.
+public struct Migration: Sendable, Equatable {
+    /// The number before the first underscore; files apply in this order.
+    public var version: Int
+    /// The file name, e.g. `0001_initial.sql`.
+    public var fileName: String
+    /// The SQL text.
+    public var sql: String
+    /// SHA-256 of the file's bytes, recorded when applied.
+    public var checksum: String
+
+    /// Creates a migration from its file name and text.
+    public init(fileName: String, sql: String) throws {
+        let stem = fileName.hasSuffix(".sql") ? String(fileName.dropLast(4)) : fileName
+        guard fileName.hasSuffix(".sql"), let underscore = stem.firstIndex(of: "_"),
+              let version = Int(stem[..<underscore]), stem[..<underscore].count == 4,
+              stem.index(after: underscore) < stem.endIndex
+        else {
+            throw MigrationError.badFileName(fileName)
+        }
+        self.version = version
+        self.fileName = fileName
+        self.sql = sql
+        self.checksum = SHA256.hex(sql)
+    }
+}
+
+/// Why migrations could not be loaded or applied.
+public enum MigrationError: Error, CustomStringConvertible, Equatable {
+    case badFileName(String)
+    case duplicateVersion(Int, String, String)
+    case directoryMissing(String)
+    case editedAfterApply(fileName: String, recorded: String, current: String)
+    case missingFile(version: Int, fileName: String)
+
+    public var description: String {
+        switch self {
+        case .badFileName(let name):
+            "migration file \(name) is not named NNNN_name.sql (four digits, an underscore, a name)"
+        case .duplicateVersion(let version, let first, let second):
+            "migrations \(first) and \(second) share version \(version)"
+        case .directoryMissing(let path):
+            "migrations folder \(path) does not exist (set ADTALLY_MIGRATIONS_DIR or --migrations-dir)"
+        case .editedAfterApply(let name, let recorded, let current):
+            "migration \(name) was edited after it was applied (recorded checksum \(recorded.prefix(12)), file now \(current.prefix(12))); add a new migration instead of changing an applied one"
+        case .missingFile(let version, let name):
+            "migration \(name) (version \(version)) is recorded as applied but its file is gone"
+        }
+    }
+}
+
+/// What the database holds compared with the migration files.
+public struct MigrationStatus: Sendable, Equatable {
+    /// Files not yet applied, in order.
+    public var pending: [String]
+    /// Whether every file is applied and unchanged.
+    public var isCurrent: Bool { pending.isEmpty }
+}
+
+/// Applies `Migrations/*.sql` in order, each in its own transaction, recording a checksum.
+///
+/// Two runners at once are serialized by a PostgreSQL advisory lock, so several
+/// servers starting together apply each file exactly once.
+public struct Migrator: Sendable {
+    /// The migrations, sorted by version.
+    public let migrations: [Migration]
+    private let logger: Logger
+
+    /// Arbitrary but fixed: the advisory lock key all AdTally migrators share.
+    static let lockKey: Int64 = 0x4164_5461_6C6C_79  // "AdTally"
+
+    /// Uses the given migrations (sorted here).
+    public init(migrations: [Migration], logger: Logger = Logger(label: "adtally.migrate")) throws {
+        let sorted = migrations.sorted { $0.version < $1.version }
+        for (previous, next) in zip(sorted, sorted.dropFirst()) where previous.version == next.version {
+            throw MigrationError.duplicateVersion(next.version, previous.fileName, next.fileName)
+        }
+        self.migrations = sorted
+        self.logger = logger
+    }
+
+    /// Loads every `*.sql` file of a folder.
+    public init(directory: URL, logger: Logger = Logger(label: "adtally.migrate")) throws {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory.path, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw MigrationError.directoryMissing(directory.path)
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".sql") }
+        let migrations = try names.map { name in
+            try Migration(fileName: name, sql: String(contentsOf: directory.appendingPathComponent(name), encoding: .utf8))
+        }
+        try self.init(migrations: migrations, logger: logger)
+    }
+
+    /// The folder to read migrations from: the explicit one, else `Migrations` of the
+    /// source tree this binary was built from, else `./Migrations`.
+    public static func defaultDirectory(explicit: String?) -> URL {
+        if let explicit, !explicit.isEmpty { return URL(fileURLWithPath: explicit) }
+        let sourceTree = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Migrations")
+        if FileManager.default.fileExists(atPath: sourceTree.path) { return sourceTree }
+        return URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent("Migrations")
+    }
+
+    /// Applies what is pending and returns the names of the files applied now.
+    @discardableResult
+    public func migrate(_ pool: PostgresPool) async throws -> [String] {
+        let migrations = self.migrations
+        let logger = self.logger
+        return try await pool.withConnection { connection in
+            try connection.query("SELECT pg_advisory_lock(\(Self.lockKey))")
+            defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))") }
+            try Self.createLedger(connection)
+            let applied = try Self.appliedChecksums(connection)
+            try Self.verify(applied: applied, against: migrations)
+            var appliedNow: [String] = []
+            for migration in migrations where applied[migration.version] == nil {
+                try connection.withTransaction { connection in
+                    try connection.execute(unsafeSQL: migration.sql)
+                    try connection.query("""
+                        INSERT INTO schema_migrations (version, file_name, checksum)
+                        VALUES (\(migration.version), \(migration.fileName), \(migration.checksum))
+                        """)
+                }
+                logger.info("applied migration", metadata: ["file": "\(migration.fileName)"])
+                appliedNow.append(migration.fileName)
+            }
+            return appliedNow
+        }
+    }
+
+    /// Compares the database with the files without changing anything.
+    public func status(_ pool: PostgresPool) async throws -> MigrationStatus {
+        let migrations = self.migrations
+        return try await pool.withConnection { connection in
+            let exists = try connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL AS present")
+            guard try exists[0].decode("present", as: Bool.self) else {
+                return MigrationStatus(pending: migrations.map(\.fileName))
+            }
+            let applied = try Self.appliedChecksums(connection)
+            try Self.verify(applied: applied, against: migrations)
+            return MigrationStatus(pending: migrations.filter { applied[$0.version] == nil }.map(\.fileName))
+        }
+    }
+
+    private static func createLedger(_ connection: PostgresConnection) throws {
+        try connection.execute(unsafeSQL: """
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                version    integer PRIMARY KEY,
+                file_name  text NOT NULL,
+                checksum   text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )
+            """)
+    }
+
+    private static func appliedChecksums(_ connection: PostgresConnection) throws -> [Int: (name: String, checksum: String)] {
+        var applied: [Int: (name: String, checksum: String)] = [:]
+        for row in try connection.query("SELECT version, file_name, checksum FROM schema_migrations") {
+            applied[try row.decode("version")] = (try row.decode("file_name"), try row.decode("checksum"))
+        }
+        return applied
+    }
+
+    private static func verify(applied: [Int: (name: String, checksum: String)], against migrations: [Migration]) throws {
+        let byVersion = Dictionary(uniqueKeysWithValues: migrations.map { ($0.version, $0) })
+        for (version, record) in applied.sorted(by: { $0.key < $1.key }) {
+            guard let migration = byVersion[version] else {
+                throw MigrationError.missingFile(version: version, fileName: record.name)
+            }
+            if migration.checksum != record.checksum {
+                throw MigrationError.editedAfterApply(fileName: migration.fileName, recorded: record.checksum, current: migration.checksum)
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+import CLibPQ
+import Foundation
+
+/// One libpq connection. Every call blocks the calling thread.
+///
+/// Use it through `PostgresPool.withConnection`, which runs the work on the
+/// pool's own threads and hands a connection to one task at a time. That single
+/// owner at a time is what makes `@unchecked Sendable` sound: libpq connections may
+/// move between threads but must not be used by two at once, and the pool never
+/// lends one connection twice.
+public final class PostgresConnection: @unchecked Sendable {
+    private let handle: OpaquePointer
+    /// Where the connection goes, for messages: host (or socket folder) and database.
+    public let target: String
+    private var isBroken = false
+
+    /// Opens a connection from a `postgresql://` URL or a `key=value` conninfo string.
+    ///
+    /// A failure names host and database — never the password — and the libpq
+    /// handle is finished before the error is thrown.
+    public init(connecting conninfo: String) throws {
+        guard let handle = PQconnectdb(conninfo) else {
+            throw PostgresError(kind: .connectionFailed, message: "libpq could not allocate a connection")
+        }
+        let target = Self.describeTarget(handle)
+        guard PQstatus(handle) == CONNECTION_OK else {
+            let reason = Self.lastError(handle)
+            PQfinish(handle)
+            throw PostgresError(
+                kind: .connectionFailed,
+                message: "could not connect to PostgreSQL (\(target)): \(reason)"
+            )
+        }
+        self.handle = handle
+        self.target = target
+        // Server notices (e.g. "already exists, skipping") are not errors; keep them off stderr.
+        PQsetNoticeProcessor(handle, { _, _ in }, nil)
+        do {
+            // Fixed session settings: the text formats PostgresDecodable parses.
+            try execute(unsafeSQL: """
+                SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, YMD';
+                SET TimeZone = 'UTC'; SET bytea_output = 'hex'; SET extra_float_digits = 1
+                """)
+        } catch {
+            PQfinish(handle)
+            throw error
+        }
+    }
+
+    deinit { PQfinish(handle) }
+
+    /// Whether the connection is known to be unusable (the pool replaces such ones).
+    public var isUsable: Bool {
+        !isBroken && PQstatus(handle) == CONNECTION_OK
+    }
+
+    /// Reads whatever the server sent while idle and reports whether the connection
+    /// still stands. A server that restarted has sent a FATAL and closed the socket;
+    /// this notices that without a round trip.
+    public func checkAlive() -> Bool {
+        guard isUsable else { return false }
+        // The first read may return the server's FATAL message and only the second
+        // sees the end of the stream; both are non-blocking.
+        for _ in 0..<2 where PQconsumeInput(handle) == 0 || PQstatus(handle) != CONNECTION_OK {
+            isBroken = true
+            return false
+        }
+        // Drop any notifications that arrived, so they do not pile up.
+        while let notice = PQnotifies(handle) { PQfreemem(notice) }
+        return true
+    }
+
+    /// The server's version number, e.g. 150018.
+    public var serverVersion: Int { Int(PQserverVersion(handle)) }
+
+    /// The backend process id, handy in tests that terminate connections.
+    public var backendPID: Int32 { PQbackendPID(handle) }
+
+    // MARK: - Queries
+
+    /// Runs a statement with bound parameters and returns its rows.
+    @discardableResult
+    public func query(_ query: PostgresQuery) throws -> PostgresRows {
+        let result = try withParameters(query.binds) { types, values in
+            PQexecParams(handle, query.sql, Int32(query.binds.count), types, values, nil, nil, 0)
+        }
+        do {
+            return try check(result, sql: query.sql)
+        } catch let error as PostgresError {
+            throw error.redacting(query.binds)
+        }
+    }
+
+    /// Runs SQL text with no parameters; several statements separated by `;` are allowed.
+    /// For migrations and fixed session commands only — never for SQL built from values.
+    @discardableResult
+    public func execute(unsafeSQL sql: String) throws -> PostgresRows {
+        try check(PQexec(handle, sql), sql: sql)
+    }
+
+    /// Runs `body` inside BEGIN/COMMIT; any error rolls the transaction back and is rethrown.
+    public func withTransaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        try execute(unsafeSQL: "BEGIN")
+        let value: T
+        do {
+            value = try body(self)
+        } catch {
+            if isUsable { _ = try? execute(unsafeSQL: "ROLLBACK") }
+            throw error
+        }
+        try execute(unsafeSQL: "COMMIT")
+        return value
+    }
+
+    // MARK: - COPY
+
+    /// Streams COPY data to a `COPY ... FROM STDIN` statement and returns the rows copied.
+    ///
+    /// `copySQL` is written in code (e.g. `COPY events (a, b) FROM STDIN`). The data is
+    /// sent in chunks whose lengths are UTF-8 byte counts; every result is drained,
+    /// and a server-side failure comes back with its SQLSTATE.
+    @discardableResult
+    public func copyIn(unsafeSQL copySQL: String, data: PostgresCopyBuffer) throws -> Int {
+        let start = try requireResult(PQexec(handle, copySQL), sql: copySQL)
+        let startStatus = PQresultStatus(start)
+        if startStatus != PGRES_COPY_IN {
+            // check() clears the result and turns it into an error or unexpected success.
+            _ = try check(start, sql: copySQL)
+            throw PostgresError(kind: .copy, message: "statement did not start COPY FROM STDIN")
+        }
+        PQclear(start)
+
+        var sendFailure: String?
+        data.bytes.withUnsafeBufferPointer { buffer in
+            let chunk = 1 << 16
+            var offset = 0
+            while offset < buffer.count {
+                let length = min(chunk, buffer.count - offset)
+                let sent = buffer.baseAddress!.advanced(by: offset).withMemoryRebound(to: CChar.self, capacity: length) {
+                    PQputCopyData(handle, $0, Int32(length))
+                }
+                if sent != 1 {
+                    sendFailure = Self.lastError(handle)
+                    return
+                }
+                offset += length
+            }
+        }
+        let endResult = PQputCopyEnd(handle, sendFailure == nil ? nil : "client failed to send COPY data")
+        var copied = 0
+        var failure: PostgresError?
+        // Drain every result: libpq requires it before the connection can be reused.
+        while let result = PQgetResult(handle) {
+            defer { PQclear(result) }
+            let status = PQresultStatus(result)
+            if status == PGRES_COMMAND_OK {
+                copied = Int(String(cString: PQcmdTuples(result))) ?? 0
+            } else if failure == nil {
+                failure = Self.serverError(result, fallback: Self.lastError(handle))
+            }
+        }
+        if let failure {
+            markBrokenIfNeeded()
+            throw failure
+        }
+        if let sendFailure {
+            markBrokenIfNeeded()
+            throw PostgresError(kind: isUsable ? .copy : .connectionLost, message: "sending COPY data failed: \(sendFailure)")
+        }
+        if endResult != 1 {
+            markBrokenIfNeeded()
+            throw PostgresError(kind: .connectionLost, message: "ending COPY failed: \(Self.lastError(handle))")
+        }
+        return copied
+    }
+
+    // MARK: - Internals
+
+    private func withParameters<R>(
+        _ binds: [PostgresBind],
+        _ body: (UnsafePointer<Oid>?, UnsafePointer<UnsafePointer<CChar>?>?) -> R
+    ) throws -> R {
+        if binds.isEmpty { return body(nil, nil) }
+        // All parameter texts live in one buffer, NUL-terminated, owned by this call.
+        var storage = [CChar]()
+        var offsets = [Int?]()
+        offsets.reserveCapacity(binds.count)
+        for (position, bind) in binds.enumerated() {
+            guard let text = bind.text else {
+                offsets.append(nil)
+                continue
+            }
+            offsets.append(storage.count)
+            for byte in text.utf8 {
+                if byte == 0 {
+                    throw PostgresError(
+                        kind: .invalidParameter,
+                        message: "parameter $\(position + 1) contains a NUL byte, which PostgreSQL text cannot store"
+                    )
+                }
+                storage.append(CChar(bitPattern: byte))
+            }
+            storage.append(0)
+        }
+        let types = binds.map { Oid($0.type) }
+        return storage.withUnsafeBufferPointer { buffer in
+            let pointers: [UnsafePointer<CChar>?] = offsets.map { offset in
+                offset.map { buffer.baseAddress!.advanced(by: $0) }
+            }
+            return types.withUnsafeBufferPointer { typeBuffer in
+                pointers.withUnsafeBufferPointer { body(typeBuffer.baseAddress, $0.baseAddress) }
+            }
+        }
+    }
+
+    private func requireResult(_ result: OpaquePointer?, sql: String) throws -> OpaquePointer {
+        guard let result else {
+            markBrokenIfNeeded()
+            throw PostgresError(kind: isUsable ? .server : .connectionLost, message: Self.lastError(handle))
+        }
+        return result
+    }
+
+    /// Takes ownership of `result`: returns it wrapped on success, clears it and throws otherwise.
+    private func check(_ result: OpaquePointer?, sql: String) throws -> PostgresRows {
+        let result = try requireResult(result, sql: sql)
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            return PostgresRows(taking: result)
+        default:
+            let error = Self.serverError(result, fallback: Self.lastError(handle))
+            PQclear(result)
+            markBrokenIfNeeded()
+            if !isUsable {
+                throw PostgresError(kind: .connectionLost, sqlState: error.sqlState, message: error.message, detail: error.detail)
+            }
+            throw error
+        }
+    }
+
+    private func markBrokenIfNeeded() {
+        if PQstatus(handle) != CONNECTION_OK { isBroken = true }
+    }
+
+    static func serverError(_ result: OpaquePointer, fallback: String) -> PostgresError {
+        func field(_ code: Character) -> String? {
+            guard let value = PQresultErrorField(result, Int32(code.asciiValue!)) else { return nil }
+            return String(cString: value)
+        }
+        return PostgresError(
+            kind: .server,
+            sqlState: field("C").map(SQLState.init(rawValue:)),
+            message: field("M") ?? fallback,
+            detail: field("D"),
+            hint: field("H"),
+            constraint: field("n")
+        )
+    }
+
+    static func lastError(_ handle: OpaquePointer) -> String {
+        guard let message = PQerrorMessage(handle) else { return "unknown libpq error" }
+        let text = String(cString: message).trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.isEmpty ? "unknown libpq error" : text
+    }
+
+    static func describeTarget(_ handle: OpaquePointer) -> String {
+        let host = PQhost(handle).map { String(cString: $0) } ?? ""
+        let port = PQport(handle).map { String(cString: $0) } ?? ""
+        let database = PQdb(handle).map { String(cString: $0) } ?? ""
+        let hostText = host.isEmpty ? "default socket" : host
+        return "host \(hostText)\(port.isEmpty ? "" : " port \(port)"), database \(database.isEmpty ? "(default)" : database)"
+    }
+}

@@ -1,0 +1,214 @@
+import Logging
+import NIOPosix
+import Synchronization
+
+/// A bounded pool of libpq connections with an async API.
+///
+/// Blocking libpq calls run on the pool's own `NIOThreadPool` (one thread per
+/// connection), never on Swift's cooperative pool. A task waiting for a free
+/// connection gives up after `acquireTimeout` with a clear error. A connection
+/// that broke (server restarted, network cut) is noticed — at lease time by
+/// reading the socket, after use by its status — and replaced.
+public final class PostgresPool: Sendable {
+    /// How the pool connects and how large it grows.
+    public struct Configuration: Sendable {
+        /// `postgresql://` URL or `key=value` conninfo.
+        public var conninfo: String
+        /// The most connections open at once (and the number of blocking threads).
+        public var maxConnections: Int
+        /// How long a task waits for a connection before failing.
+        public var acquireTimeout: Duration
+
+        /// Creates a configuration.
+        public init(conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10)) {
+            precondition(maxConnections > 0, "a pool needs at least one connection")
+            self.conninfo = conninfo
+            self.maxConnections = maxConnections
+            self.acquireTimeout = acquireTimeout
+        }
+    }
+
+    private enum Grant: Sendable {
+        case connection(PostgresConnection)
+        case openNew
+    }
+
+    private struct Waiter {
+        var id: UInt64
+        var continuation: CheckedContinuation<Grant, any Error>
+    }
+
+    private struct State: ~Copyable {
+        var idle: [PostgresConnection] = []
+        var open = 0
+        var waiters: [Waiter] = []
+        var nextWaiterID: UInt64 = 0
+        var isClosed = false
+    }
+
+    /// The configuration the pool was made with.
+    public let configuration: Configuration
+    private let threadPool: NIOThreadPool
+    private let state = Mutex(State())
+    private let logger: Logger
+
+    /// Creates a pool; connections open lazily on first use.
+    public init(configuration: Configuration, logger: Logger = Logger(label: "adtally.postgres")) {
+        self.configuration = configuration
+        self.logger = logger
+        self.threadPool = NIOThreadPool(numberOfThreads: configuration.maxConnections)
+        threadPool.start()
+    }
+
+    /// Leases a connection, runs `body` with it on a pool thread, and returns the
+    /// connection to the pool (or drops it if it broke).
+    public func withConnection<T: Sendable>(
+        _ body: @escaping @Sendable (PostgresConnection) throws -> T
+    ) async throws -> T {
+        let connection = try await acquire()
+        do {
+            let value = try await threadPool.runIfActive { try body(connection) }
+            release(connection)
+            return value
+        } catch {
+            release(connection)
+            throw error
+        }
+    }
+
+    /// Runs `body` inside a transaction on a leased connection.
+    public func withTransaction<T: Sendable>(
+        _ body: @escaping @Sendable (PostgresConnection) throws -> T
+    ) async throws -> T {
+        try await withConnection { try $0.withTransaction(body) }
+    }
+
+    /// Runs one query on a leased connection.
+    @discardableResult
+    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        try await withConnection { try $0.query(query) }
+    }
+
+    /// Connections currently open (idle or leased), for metrics and tests.
+    public var openConnections: Int { state.withLock { $0.open } }
+
+    /// Closes idle connections and refuses new leases; leased ones close when returned.
+    public func shutdown() async {
+        let (idle, waiters) = state.withLock { state -> ([PostgresConnection], [Waiter]) in
+            state.isClosed = true
+            let idle = state.idle
+            let waiters = state.waiters
+            state.open -= idle.count
+            state.idle = []
+            state.waiters = []
+            return (idle, waiters)
+        }
+        for waiter in waiters {
+            waiter.continuation.resume(throwing: PostgresError(kind: .poolClosed, message: "the connection pool is shut down"))
+        }
+        _ = idle  // released here; deinit calls PQfinish
+        try? await threadPool.shutdownGracefully()
+    }
+
+    // MARK: - Leasing
+
+    private enum Step {
+        case use(PostgresConnection)
+        case openNew
+        case wait
+        case closed
+    }
+
+    private func acquire() async throws -> PostgresConnection {
+        let step = state.withLock { state -> Step in
+            if state.isClosed { return .closed }
+            if let connection = state.idle.popLast() { return .use(connection) }
+            if state.open < configuration.maxConnections {
+                state.open += 1
+                return .openNew
+            }
+            return .wait
+        }
+        let grant: Grant
+        switch step {
+        case .closed: throw PostgresError(kind: .poolClosed, message: "the connection pool is shut down")
+        case .use(let connection): grant = .connection(connection)
+        case .openNew: grant = .openNew
+        case .wait: grant = try await waitForGrant()
+        }
+        switch grant {
+        case .openNew:
+            return try await openConnection()
+        case .connection(let connection):
+            let alive = try await threadPool.runIfActive { connection.checkAlive() }
+            if alive { return connection }
+            logger.info("replacing a broken PostgreSQL connection", metadata: ["target": "\(connection.target)"])
+            return try await openConnection()
+        }
+    }
+
+    /// Opens a connection in a slot already counted in `open`; frees the slot on failure.
+    private func openConnection() async throws -> PostgresConnection {
+        let conninfo = configuration.conninfo
+        do {
+            return try await threadPool.runIfActive { try PostgresConnection(connecting: conninfo) }
+        } catch {
+            freeSlot()
+            throw error
+        }
+    }
+
+    private func waitForGrant() async throws -> Grant {
+        let timeout = configuration.acquireTimeout
+        let maxConnections = configuration.maxConnections
+        return try await withCheckedThrowingContinuation { continuation in
+            let id = state.withLock { state -> UInt64 in
+                state.nextWaiterID += 1
+                state.waiters.append(Waiter(id: state.nextWaiterID, continuation: continuation))
+                return state.nextWaiterID
+            }
+            Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                guard let self else { return }
+                let expired = self.state.withLock { state -> Waiter? in
+                    guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                    return state.waiters.remove(at: index)
+                }
+                expired?.continuation.resume(throwing: PostgresError(
+                    kind: .poolTimeout,
+                    message: "no PostgreSQL connection became free within \(timeout) (pool of \(maxConnections))"
+                ))
+            }
+        }
+    }
+
+    private func release(_ connection: PostgresConnection) {
+        let usable = connection.isUsable
+        let (waiter, grant) = state.withLock { state -> (Waiter?, Grant?) in
+            if state.isClosed || !usable {
+                state.open -= 1
+                guard !state.isClosed, !state.waiters.isEmpty else { return (nil, nil) }
+                state.open += 1
+                return (state.waiters.removeFirst(), .openNew)
+            }
+            if !state.waiters.isEmpty {
+                return (state.waiters.removeFirst(), .connection(connection))
+            }
+            state.idle.append(connection)
+            return (nil, nil)
+        }
+        if let waiter, let grant { waiter.continuation.resume(returning: grant) }
+    }
+
+    /// A slot whose connection failed to open: hand it to a waiter, who tries again.
+    private func freeSlot() {
+        let waiter = state.withLock { state -> Waiter? in
+            guard !state.isClosed, !state.waiters.isEmpty else {
+                state.open -= 1
+                return nil
+            }
+            return state.waiters.removeFirst()
+        }
+        waiter?.continuation.resume(returning: .openNew)
+    }
+}

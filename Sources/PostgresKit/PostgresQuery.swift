@@ -1,0 +1,132 @@
+/// A SQL statement and its bound parameters.
+///
+/// Values can only enter through string interpolation, which turns each one into
+/// a `$n` placeholder and a bind; they never become part of the SQL text:
+///
+///     let query: PostgresQuery = "SELECT name FROM apps WHERE app_id = \(appID)"
+///
+/// Identifiers or SQL fragments that cannot be parameters go through
+/// `\(unsafeRaw:)` and must never come from user input.
+public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
+    /// The SQL text with `$1`, `$2`, ... placeholders.
+    public private(set) var sql: String
+    /// The parameters, in placeholder order.
+    public private(set) var binds: [PostgresBind]
+
+    /// A query from a literal with no parameters.
+    public init(stringLiteral value: String) {
+        self.sql = value
+        self.binds = []
+    }
+
+    /// A query built by interpolation.
+    public init(stringInterpolation: StringInterpolation) {
+        self.sql = stringInterpolation.sql
+        self.binds = stringInterpolation.binds
+    }
+
+    /// SQL text given whole, with binds for its existing placeholders. The caller
+    /// vouches that no value was concatenated into `unsafeSQL`.
+    public init(unsafeSQL: String, binds: [PostgresBind] = []) {
+        self.sql = unsafeSQL
+        self.binds = binds
+    }
+
+    /// Appends another query, renumbering its placeholders.
+    public mutating func append(_ other: PostgresQuery) {
+        var interpolation = StringInterpolation(literalCapacity: 0, interpolationCount: 0)
+        interpolation.sql = sql
+        interpolation.binds = binds
+        interpolation.appendInterpolation(other)
+        sql = interpolation.sql
+        binds = interpolation.binds
+    }
+
+    /// Builds the SQL text and the binds of a query.
+    public struct StringInterpolation: StringInterpolationProtocol {
+        var sql = ""
+        var binds: [PostgresBind] = []
+
+        public init(literalCapacity: Int, interpolationCount: Int) {
+            sql.reserveCapacity(literalCapacity + interpolationCount * 3)
+            binds.reserveCapacity(interpolationCount)
+        }
+
+        public mutating func appendLiteral(_ literal: String) {
+            sql += literal
+        }
+
+        /// Binds a value as the next `$n`.
+        public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value) {
+            binds.append(PostgresBind(value))
+            sql += "$\(binds.count)"
+        }
+
+        /// Binds an optional value; nil becomes SQL NULL.
+        public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value?) {
+            binds.append(PostgresBind(value))
+            sql += "$\(binds.count)"
+        }
+
+        /// Binds an array as one PostgreSQL array parameter (use with `= ANY(...)`).
+        public mutating func appendInterpolation<Value: PostgresEncodable>(array values: [Value]) {
+            var text = "{"
+            for (offset, value) in values.enumerated() {
+                if offset > 0 { text += "," }
+                text += "\""
+                for char in value.postgresText.unicodeScalars {
+                    if char == "\"" || char == "\\" { text += "\\" }
+                    text.unicodeScalars.append(char)
+                }
+                text += "\""
+            }
+            text += "}"
+            binds.append(PostgresBind(text))
+            sql += "$\(binds.count)"
+        }
+
+        /// Embeds another query, renumbering its placeholders after ours.
+        public mutating func appendInterpolation(_ fragment: PostgresQuery) {
+            let offset = binds.count
+            if fragment.binds.isEmpty {
+                sql += fragment.sql
+            } else {
+                sql += PostgresQuery.renumber(fragment.sql, by: offset)
+            }
+            binds += fragment.binds
+        }
+
+        /// Inserts SQL text as is. Only for identifiers and fragments written in code.
+        public mutating func appendInterpolation(unsafeRaw text: String) {
+            sql += text
+        }
+    }
+
+    /// Shifts every `$n` placeholder in `sql` by `offset`, leaving quoted text alone.
+    static func renumber(_ sql: String, by offset: Int) -> String {
+        var out = ""
+        var scalars = Array(sql.unicodeScalars)[...]
+        var inQuote: Unicode.Scalar?
+        while let char = scalars.popFirst() {
+            if let quote = inQuote {
+                out.unicodeScalars.append(char)
+                if char == quote { inQuote = nil }
+                continue
+            }
+            if char == "'" || char == "\"" {
+                inQuote = char
+                out.unicodeScalars.append(char)
+            } else if char == "$", let first = scalars.first, ("0"..."9").contains(first) {
+                var digits = ""
+                while let digit = scalars.first, ("0"..."9").contains(digit) {
+                    digits.unicodeScalars.append(digit)
+                    scalars.removeFirst()
+                }
+                out += "$\(Int(digits)! + offset)"
+            } else {
+                out.unicodeScalars.append(char)
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,85 @@
+import AdTallyApp
+import ArgumentParser
+import Foundation
+import Logging
+
+/// The `adtally` command.
+@main
+struct AdTally: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "adtally",
+        abstract: "Self-hosted analytics and reporting for in-app advertising.",
+        subcommands: [Serve.self, Migrate.self]
+    )
+}
+
+/// Options every command that touches the database shares.
+struct DatabaseOptions: ParsableArguments {
+    @Option(name: .customLong("database-url"), help: "PostgreSQL URL or conninfo (env DATABASE_URL; default: the embedded cluster).")
+    var databaseURL: String?
+
+    @Option(name: .customLong("data-dir"), help: "Folder of the embedded cluster (env ADTALLY_DATA_DIR; default .adtally).")
+    var dataDirectory: String?
+
+    @Option(name: .customLong("embedded-tcp-port"), help: "Let the embedded cluster also listen on 127.0.0.1:PORT (env ADTALLY_EMBEDDED_TCP_PORT).")
+    var embeddedTCPPort: Int?
+
+    @Option(name: .customLong("migrations-dir"), help: "Folder of NNNN_name.sql migrations (env ADTALLY_MIGRATIONS_DIR).")
+    var migrationsDirectory: String?
+
+    @Option(name: .customLong("pool-size"), help: "Most PostgreSQL connections (env ADTALLY_POOL_SIZE; default 8).")
+    var poolSize: Int?
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env LOG_LEVEL; default info).")
+    var logLevel: String?
+
+    var flags: Settings.Flags {
+        Settings.Flags(
+            databaseURL: databaseURL, dataDirectory: dataDirectory, embeddedTCPPort: embeddedTCPPort,
+            migrationsDirectory: migrationsDirectory, poolSize: poolSize, logLevel: logLevel
+        )
+    }
+}
+
+extension AdTally {
+    struct Serve: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Run the HTTP server (migrates the database first).")
+
+        @OptionGroup var database: DatabaseOptions
+
+        @Option(help: "Address to listen on (env ADTALLY_HOST; default 127.0.0.1).")
+        var host: String?
+
+        @Option(help: "Port to listen on (env ADTALLY_PORT; default 8080).")
+        var port: Int?
+
+        func run() async throws {
+            var flags = database.flags
+            flags.host = host
+            flags.port = port
+            let settings = try Settings.resolve(flags: flags)
+            let logger = LogSetup.bootstrap(level: settings.logLevel)
+            try await Server.run(settings: settings, logger: logger)
+        }
+    }
+
+    struct Migrate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Apply pending database migrations.")
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() async throws {
+            let settings = try Settings.resolve(flags: database.flags)
+            let logger = LogSetup.bootstrap(level: settings.logLevel)
+            let db = try await Database.open(settings, logger: logger)
+            do {
+                let applied = try await db.migrate()
+                print(applied.isEmpty ? "database is up to date" : "applied: \(applied.joined(separator: ", "))")
+            } catch {
+                await db.close()
+                throw error
+            }
+            await db.close()
+        }
+    }
+}

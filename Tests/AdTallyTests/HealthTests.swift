@@ -1,0 +1,55 @@
+import AdTallyApp
+import Foundation
+import HummingbirdTesting
+import Testing
+
+@Suite("Health and readiness over HTTP")
+struct HealthTests {
+    @Test("/healthz answers 200 while the process is up")
+    func healthz() async throws {
+        try await withTestApp { _, client in
+            try await client.execute(uri: "/healthz", method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(String(buffer: response.body) == #"{"status":"ok"}"#)
+            }
+        }
+    }
+
+    @Test("/readyz is 200 once the database is migrated")
+    func readyWhenMigrated() async throws {
+        try await withTestApp { _, client in
+            try await client.execute(uri: "/readyz", method: .get) { response in
+                #expect(response.status == .ok)
+            }
+        }
+    }
+
+    @Test("/readyz is 503 problem+json naming the pending migrations before migrating")
+    func notReadyBeforeMigrations() async throws {
+        try await withTestApp(migrate: false) { database, client in
+            try await client.execute(uri: "/readyz", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+                #expect(response.headers[.contentType] == "application/problem+json")
+                #expect(response.headers[.retryAfter] != nil)
+                let body = String(buffer: response.body)
+                #expect(body.contains("0001_initial.sql"))
+                #expect(body.contains("\"status\":503"))
+            }
+            try await database.migrate()
+            try await client.execute(uri: "/readyz", method: .get) { response in
+                #expect(response.status == .ok)
+            }
+        }
+    }
+
+    @Test("an unknown route is a 404 problem+json")
+    func unknownRoute() async throws {
+        try await withTestApp { _, client in
+            try await client.execute(uri: "/v1/nothing-here", method: .get) { response in
+                #expect(response.status == .notFound)
+                #expect(response.headers[.contentType] == "application/problem+json")
+                #expect(String(buffer: response.body).contains("/v1/nothing-here"))
+            }
+        }
+    }
+}

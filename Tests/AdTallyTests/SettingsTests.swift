@@ -1,0 +1,45 @@
+import AdTallyApp
+import AdTallyCore
+import Testing
+
+@Suite("Configuration precedence")
+struct SettingsTests {
+    @Test("a flag beats the environment, which beats the default")
+    func precedence() throws {
+        let environment = ["ADTALLY_PORT": "9000", "ADTALLY_HOST": "0.0.0.0", "DATABASE_URL": "postgresql://env/db"]
+        let fromEnvironment = try Settings.resolve(flags: .init(), environment: environment)
+        #expect(fromEnvironment.port == 9000)
+        #expect(fromEnvironment.host == "0.0.0.0")
+        #expect(fromEnvironment.databaseURL == "postgresql://env/db")
+        let fromFlags = try Settings.resolve(flags: .init(databaseURL: "postgresql://flag/db", port: 7000), environment: environment)
+        #expect(fromFlags.port == 7000)
+        #expect(fromFlags.databaseURL == "postgresql://flag/db")
+        let defaults = try Settings.resolve(flags: .init(), environment: [:])
+        #expect(defaults.port == 8080)
+        #expect(defaults.host == "127.0.0.1")
+        #expect(defaults.databaseURL == nil)
+        #expect(defaults.dataDirectory == ".adtally")
+    }
+
+    @Test("a bad value names the variable and the rule")
+    func badValues() {
+        let error = #expect(throws: SettingsError.self) {
+            try Settings.resolve(flags: .init(), environment: ["ADTALLY_PORT": "eighty"])
+        }
+        #expect(error?.description.contains("ADTALLY_PORT") == true)
+        #expect(error?.description.contains("0 to 65535") == true)
+    }
+}
+
+@Suite("SHA-256")
+struct SHA256Tests {
+    @Test("matches the FIPS 180-4 test vectors")
+    func vectors() {
+        #expect(SHA256.hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(SHA256.hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(SHA256.hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")
+            == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        #expect(SHA256.hex(String(repeating: "a", count: 1_000_000))
+            == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+    }
+}

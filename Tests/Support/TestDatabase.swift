@@ -1,0 +1,54 @@
+import Foundation
+import PostgresKit
+
+/// A fresh database in the throwaway cluster that `make test` starts, dropped afterwards.
+public enum TestDatabase {
+    /// The conninfo of the cluster's maintenance database, from `ADTALLY_TEST_DATABASE_URL`.
+    public static var clusterURL: String {
+        get throws {
+            guard let url = ProcessInfo.processInfo.environment["ADTALLY_TEST_DATABASE_URL"], !url.isEmpty else {
+                throw TestSetupError(description: "ADTALLY_TEST_DATABASE_URL is not set: run the suite with `make test`, which starts a throwaway PostgreSQL")
+            }
+            return url
+        }
+    }
+
+    /// Creates an empty database, runs `body` with its conninfo, then drops it.
+    public static func withDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
+        let admin = try clusterURL
+        let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        let connection = try PostgresConnection(connecting: admin)
+        try connection.execute(unsafeSQL: "CREATE DATABASE \(name)")
+        let conninfo = admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)")
+        do {
+            let value = try await body(conninfo)
+            try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            return value
+        } catch {
+            try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            throw error
+        }
+    }
+
+    /// Creates an empty database and a pool over it; shuts the pool down afterwards.
+    public static func withPool<T>(
+        maxConnections: Int = 4, acquireTimeout: Duration = .seconds(10), _ body: (PostgresPool) async throws -> T
+    ) async throws -> T {
+        try await withDatabase { conninfo in
+            let pool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: maxConnections, acquireTimeout: acquireTimeout))
+            do {
+                let value = try await body(pool)
+                await pool.shutdown()
+                return value
+            } catch {
+                await pool.shutdown()
+                throw error
+            }
+        }
+    }
+}
+
+/// The test environment is not set up.
+public struct TestSetupError: Error, CustomStringConvertible {
+    public var description: String
+}

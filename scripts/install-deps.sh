@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages AdTally builds and runs with, if any is missing.
+# Idempotent: when everything is present it installs nothing and does not touch apt.
+set -euo pipefail
+packages=(libpq-dev pkg-config postgresql curl)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing Debian packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Debian package starts a system cluster on port 5432; AdTally does not use it.

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs a command against a throwaway PostgreSQL cluster that this script creates,
+# starts on a private unix socket, and stops and deletes on exit (also on failure).
+# The command sees ADTALLY_TEST_DATABASE_URL (a conninfo for database "postgres").
+set -euo pipefail
+bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
+  echo "PostgreSQL server programs not found; install the Debian package 'postgresql'" >&2
+  exit 1
+fi
+root=$(mktemp -d /tmp/adtally-test-pg.XXXXXX)
+chmod 755 "$root"
+as_server() {
+  # PostgreSQL refuses to run as root; as root, run it as the postgres user.
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+[ "$(id -u)" -eq 0 ] && chown postgres:postgres "$root"
+cleanup() {
+  as_server "$bindir/pg_ctl" stop -D "$root/data" -m immediate -w >/dev/null 2>&1 || true
+  rm -rf "$root"
+}
+trap cleanup EXIT
+as_server "$bindir/initdb" -D "$root/data" -U adtally -A trust -E UTF8 --locale=C.UTF-8 --no-instructions >/dev/null
+# Durability of the throwaway cluster itself is not under test: skip fsync for speed.
+as_server "$bindir/pg_ctl" start -w -D "$root/data" -l "$root/postgres.log" \
+  -o "-c listen_addresses='' -c unix_socket_directories='$root' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+export ADTALLY_TEST_DATABASE_URL="host=$root port=5432 user=adtally dbname=postgres"
+"$@"
