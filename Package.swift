@@ -31,6 +31,12 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"])]
         ),
+        // zlib, for gzip-compressed request bodies (Debian: zlib1g-dev).
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         // The only way AdTally talks to PostgreSQL: bound queries, typed rows, COPY, a pool.
         .target(
             name: "PostgresKit",
@@ -57,9 +63,10 @@ let package = Package(
         .target(
             name: "AdTallyHTTP",
             dependencies: [
-                "AdTallyCore", "AdTallyStorage",
+                "AdTallyCore", "AdTallyStorage", "CZlib",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: strict
         ),

@@ -57,3 +57,60 @@ CREATE TABLE event_ids (
     occurred_at timestamptz NOT NULL,
     PRIMARY KEY (app_id, event_id)
 );
+
+-- Rollups, updated in the same transaction as the events they count and only
+-- for newly stored events (a duplicate never reaches them).
+--
+-- Time grain: 15-minute UTC buckets. Every IANA zone's offset is a multiple of
+-- 15 minutes (+05:30 Kolkata, +05:45 Kathmandu) and DST shifts move by 30 or 60
+-- minutes, so a day in any zone, 23, 24 or 25 hours long, is an exact union of
+-- buckets. An hourly grain would cut Kolkata's and Kathmandu's midnights.
+--
+-- Why these two tables and not one keyed by every dimension: a wide rollup
+-- barely compresses ad events (measured: 1.7 M rows for 2 M events) and is only
+-- ~3x faster to query than raw events, while a narrow one is ~20x faster. So:
+--
+--   rollup_15m         (app, bucket, network, format) with a column per event
+--                      type. Serves the default report shape of DESIGN §4
+--                      (app / date / hour / week / month x network x format:
+--                      requests, impressions, fill, taps, ctr, cancels,
+--                      expiries, wasted fills) and the mediation switch (§9).
+--   rollup_revenue_15m (app, bucket, network, format, country, currency) for
+--                      impressions and taps only: reported revenue per currency,
+--                      and the counts without reported revenue ('' currency)
+--                      that the rate card prices per country. Requests, the
+--                      bulk of all events, never touch it.
+--
+-- Reports by placement, size, platform, os_version, app_version, error_code or
+-- country counts, and unique_devices, read the raw events (partition-pruned by
+-- day and indexed by app and time).
+CREATE TABLE rollup_15m (
+    app_id         text NOT NULL,
+    bucket         timestamptz NOT NULL,
+    network        text NOT NULL,
+    format         text NOT NULL,
+    requests       bigint NOT NULL DEFAULT 0,
+    loads          bigint NOT NULL DEFAULT 0,
+    impressions    bigint NOT NULL DEFAULT 0,
+    errors         bigint NOT NULL DEFAULT 0,
+    taps           bigint NOT NULL DEFAULT 0,
+    action_cancels bigint NOT NULL DEFAULT 0,
+    expiries       bigint NOT NULL DEFAULT 0,
+    wasted_fills   bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (app_id, bucket, network, format)
+);
+
+CREATE TABLE rollup_revenue_15m (
+    app_id               text NOT NULL,
+    bucket               timestamptz NOT NULL,
+    network              text NOT NULL,
+    format               text NOT NULL,
+    country              char(2) NOT NULL,
+    currency             text NOT NULL,  -- '' for events without reported revenue
+    revenue_micros       bigint NOT NULL DEFAULT 0,
+    priced_events        bigint NOT NULL DEFAULT 0,
+    unpriced_impressions bigint NOT NULL DEFAULT 0,
+    unpriced_taps        bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (app_id, bucket, network, format, country, currency)
+);
+

@@ -2,7 +2,7 @@
 # Installs the Debian packages AdTally builds and runs with, if any is missing.
 # Idempotent: when everything is present it installs nothing and does not touch apt.
 set -euo pipefail
-packages=(libpq-dev pkg-config postgresql curl)
+packages=(libpq-dev zlib1g-dev pkg-config postgresql curl)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")

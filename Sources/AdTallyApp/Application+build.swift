@@ -1,15 +1,83 @@
 import AdTallyHTTP
+import AdTallyStorage
 import Hummingbird
 import Logging
+import ServiceLifecycle
 
-/// Builds the HTTP application; used by `adtally serve` and by the tests.
-public func buildApplication(settings: Settings, database: Database, logger: Logger) -> some ApplicationProtocol {
+/// Everything the HTTP application and its background services share.
+public struct AppServices: Sendable {
+    public let database: Database
+    public let appStore: AppStore
+    public let eventStore: EventStore
+    public let batcher: IngestBatcher
+    public let maintenance: EventMaintenance
+    public let limits: IngestLimits
+
+    /// Wires the stores and the ingest batcher over a database.
+    public init(settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration = .init()) {
+        self.database = database
+        self.appStore = AppStore(pool: database.pool)
+        self.eventStore = EventStore(pool: database.pool, logger: logger)
+        self.limits = IngestLimits(maxEvents: settings.maxEventsPerRequest, maxBytes: settings.maxBodyBytes)
+        var configuration = configuration
+        // Each flusher holds a connection; leave at least one for everything else.
+        configuration.flushers = max(1, min(configuration.flushers, settings.poolSize - 1))
+        self.batcher = IngestBatcher(store: eventStore, configuration: configuration, logger: logger)
+        self.maintenance = EventMaintenance(store: eventStore, retentionDays: settings.retentionDays, maxEventAge: limits.maxAge, logger: logger)
+    }
+
+    /// The background services, in start order (they stop in reverse).
+    public var backgroundServices: [any Service] {
+        [MaintenanceService(maintenance: maintenance), IngestService(batcher: batcher)]
+    }
+}
+
+/// Builds the HTTP application with its background services; used by `adtally serve` and by the tests.
+public func buildApplication(settings: Settings, services: AppServices, logger: Logger) -> some ApplicationProtocol {
     let router = Router(context: AdTallyRequestContext.self)
     router.add(middleware: ProblemMiddleware())
-    HealthRoutes(readiness: DatabaseReadiness(database: database)).register(on: router)
+    router.add(middleware: MetricsMiddleware())
+    HealthRoutes(readiness: DatabaseReadiness(database: services.database)).register(on: router)
+    MetricsRoutes.register(on: router)
+    let authenticator = KeyAuthenticator(store: services.appStore)
+    IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: router)
+    AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: router)
     return Application(
         router: router,
         configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "adtally"),
+        services: services.backgroundServices,
         logger: logger
     )
+}
+
+/// Runs the ingest flushers; on graceful shutdown, stops taking events and drains the queue.
+struct IngestService: Service {
+    let batcher: IngestBatcher
+
+    func run() async throws {
+        await withGracefulShutdownHandler {
+            await batcher.run()
+        } onGracefulShutdown: {
+            batcher.finish()
+        }
+    }
+}
+
+/// Partition upkeep and retention, at start and then every hour.
+struct MaintenanceService: Service {
+    let maintenance: EventMaintenance
+
+    func run() async throws {
+        // Cancellation (graceful shutdown) ends the loop quietly between passes.
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    try await maintenance.runOnce()
+                } catch {
+                    Logger(label: "adtally.maintenance").error("event maintenance failed", metadata: ["error": "\(error)"])
+                }
+                try await Task.sleep(for: .seconds(3600))
+            }
+        }
+    }
 }

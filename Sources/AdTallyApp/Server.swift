@@ -11,7 +11,8 @@ public enum Server {
         do {
             let applied = try await database.migrate()
             if !applied.isEmpty { logger.info("database migrated", metadata: ["applied": "\(applied.joined(separator: ", "))"]) }
-            let app = buildApplication(settings: settings, database: database, logger: logger)
+            let services = AppServices(settings: settings, database: database, logger: logger)
+            let app = buildApplication(settings: settings, services: services, logger: logger)
             let group = ServiceGroup(configuration: .init(
                 services: [app],
                 gracefulShutdownSignals: [.sigterm, .sigint],

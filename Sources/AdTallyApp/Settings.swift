@@ -19,11 +19,18 @@ public struct Settings: Sendable {
     public var poolSize: Int
     /// Log level.
     public var logLevel: Logger.Level
+    /// Days of raw events kept (rollups are kept).
+    public var retentionDays: Int
+    /// Most events in one ingest request.
+    public var maxEventsPerRequest: Int
+    /// Most bytes in one ingest request body, before and after decompression.
+    public var maxBodyBytes: Int
 
     /// Defaults, before flags and environment.
     public static let defaults = Settings(
         databaseURL: nil, dataDirectory: ".adtally", embeddedTCPPort: nil, migrationsDirectory: nil,
-        host: "127.0.0.1", port: 8080, poolSize: 8, logLevel: .info
+        host: "127.0.0.1", port: 8080, poolSize: 8, logLevel: .info,
+        retentionDays: 90, maxEventsPerRequest: 1000, maxBodyBytes: 1 << 20
     )
 
     /// The flags a command was given; nil means "not given".
@@ -36,11 +43,14 @@ public struct Settings: Sendable {
         public var port: Int?
         public var poolSize: Int?
         public var logLevel: String?
+        public var retentionDays: Int?
+        public var maxEventsPerRequest: Int?
+        public var maxBodyBytes: Int?
 
         public init(
             databaseURL: String? = nil, dataDirectory: String? = nil, embeddedTCPPort: Int? = nil,
             migrationsDirectory: String? = nil, host: String? = nil, port: Int? = nil, poolSize: Int? = nil,
-            logLevel: String? = nil
+            logLevel: String? = nil, retentionDays: Int? = nil, maxEventsPerRequest: Int? = nil, maxBodyBytes: Int? = nil
         ) {
             self.databaseURL = databaseURL
             self.dataDirectory = dataDirectory
@@ -50,6 +60,9 @@ public struct Settings: Sendable {
             self.port = port
             self.poolSize = poolSize
             self.logLevel = logLevel
+            self.retentionDays = retentionDays
+            self.maxEventsPerRequest = maxEventsPerRequest
+            self.maxBodyBytes = maxBodyBytes
         }
     }
 
@@ -77,6 +90,10 @@ public struct Settings: Sendable {
         settings.host = text(flags.host, "ADTALLY_HOST") ?? defaults.host
         settings.port = try number(flags.port, "ADTALLY_PORT", range: 0...65535) ?? defaults.port
         settings.poolSize = try number(flags.poolSize, "ADTALLY_POOL_SIZE", range: 1...256) ?? defaults.poolSize
+        settings.retentionDays = try number(flags.retentionDays, "ADTALLY_RETENTION_DAYS", range: 9...36_500) ?? defaults.retentionDays
+        settings.maxEventsPerRequest = try number(flags.maxEventsPerRequest, "ADTALLY_MAX_EVENTS", range: 1...1_000_000)
+            ?? defaults.maxEventsPerRequest
+        settings.maxBodyBytes = try number(flags.maxBodyBytes, "ADTALLY_MAX_BODY_BYTES", range: 1024...1 << 30) ?? defaults.maxBodyBytes
         if let level = text(flags.logLevel, "LOG_LEVEL") {
             guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
                 throw SettingsError.invalid("LOG_LEVEL", level, "one of trace, debug, info, notice, warning, error, critical")

@@ -72,8 +72,12 @@ extension Date: PostgresDecodable {
 public enum PostgresTimestamp {
     /// Formats a date as `YYYY-MM-DD HH:MM:SS.ffffff+00`.
     public static func format(_ date: Date) -> String {
-        let totalMicros = (date.timeIntervalSince1970 * 1_000_000).rounded()
-        var micros = Int64(totalMicros)
+        format(micros: Int64((date.timeIntervalSince1970 * 1_000_000).rounded()))
+    }
+
+    /// Formats microseconds since the epoch as `YYYY-MM-DD HH:MM:SS.ffffff+00`.
+    public static func format(micros totalMicros: Int64) -> String {
+        var micros = totalMicros
         var seconds = micros / 1_000_000
         micros %= 1_000_000
         if micros < 0 { micros += 1_000_000; seconds -= 1 }

@@ -26,7 +26,7 @@ struct HealthTests {
 
     @Test("/readyz is 503 problem+json naming the pending migrations before migrating")
     func notReadyBeforeMigrations() async throws {
-        try await withTestApp(migrate: false) { database, client in
+        try await withTestApp(migrate: false) { services, client in
             try await client.execute(uri: "/readyz", method: .get) { response in
                 #expect(response.status == .serviceUnavailable)
                 #expect(response.headers[.contentType] == "application/problem+json")
@@ -35,7 +35,7 @@ struct HealthTests {
                 #expect(body.contains("0001_initial.sql"))
                 #expect(body.contains("\"status\":503"))
             }
-            try await database.migrate()
+            try await services.database.migrate()
             try await client.execute(uri: "/readyz", method: .get) { response in
                 #expect(response.status == .ok)
             }

@@ -1,4 +1,5 @@
 import AdTallyApp
+import AdTallyStorage
 import AdTallyTestSupport
 import Foundation
 import Hummingbird
@@ -8,18 +9,25 @@ import Logging
 /// Runs `body` against a live AdTally server on a fresh test database.
 func withTestApp(
     migrate: Bool = true,
-    _ body: @escaping @Sendable (Database, any TestClientProtocol) async throws -> Void
+    flags: Settings.Flags = .init(),
+    batcher: IngestBatcher.Configuration = .init(),
+    _ body: @escaping @Sendable (AppServices, any TestClientProtocol) async throws -> Void
 ) async throws {
     try await TestDatabase.withDatabase { conninfo in
-        let settings = try Settings.resolve(flags: .init(databaseURL: conninfo, port: 0, poolSize: 4), environment: [:])
+        var flags = flags
+        flags.databaseURL = conninfo
+        flags.port = 0
+        flags.poolSize = flags.poolSize ?? 4
+        let settings = try Settings.resolve(flags: flags, environment: [:])
         var logger = Logger(label: "adtally.test")
         logger.logLevel = .warning
         let database = try await Database.open(settings, logger: logger)
         do {
             if migrate { try await database.migrate() }
-            let app = buildApplication(settings: settings, database: database, logger: logger)
+            let services = AppServices(settings: settings, database: database, logger: logger, batcher: batcher)
+            let app = buildApplication(settings: settings, services: services, logger: logger)
             try await app.test(.live) { client in
-                try await body(database, client)
+                try await body(services, client)
             }
             await database.close()
         } catch {

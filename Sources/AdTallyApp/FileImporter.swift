@@ -1,0 +1,165 @@
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+
+/// `adtally ingest`: NDJSON or CSV files through the same validation, dedupe and
+/// storage as `POST /v1/events`, in large batches. Importing a file twice adds nothing.
+public struct FileImporter: Sendable {
+    /// How a file's events are written.
+    public enum Format: String, Sendable, CaseIterable {
+        case ndjson, csv
+
+        /// `.csv` is CSV; anything else is NDJSON.
+        public static func guess(path: String) -> Format {
+            path.lowercased().hasSuffix(".csv") ? .csv : .ndjson
+        }
+    }
+
+    /// Running totals, reported as the import goes.
+    public struct Progress: Sendable, Equatable {
+        public var file: String = ""
+        public var bytesRead: Int = 0
+        public var totalBytes: Int = 0
+        public var accepted = 0
+        public var duplicates = 0
+        public var rejected = 0
+        /// The first rejections, as "file:line: field: rule".
+        public var firstRejections: [String] = []
+    }
+
+    let store: EventStore
+    let validator: EventValidator
+    let batchSize: Int
+    /// How many rejections the summary lists.
+    public static let rejectionsShown = 10
+
+    /// An importer for one app.
+    public init(store: EventStore, appID: String, batchSize: Int = 10_000, maxAge: Duration = .seconds(7 * 86_400)) {
+        self.store = store
+        self.validator = EventValidator(appID: appID, maxAge: maxAge, acceptsTextValues: true)
+        self.batchSize = batchSize
+    }
+
+    /// Imports the files in order, calling `report` after every batch; returns the totals.
+    public func importFiles(
+        _ paths: [String], format: Format? = nil, report: (Progress) -> Void = { _ in }
+    ) async throws -> Progress {
+        var progress = Progress()
+        for path in paths {
+            try await importFile(path, format: format ?? .guess(path: path), progress: &progress, report: report)
+        }
+        return progress
+    }
+
+    private func importFile(_ path: String, format: Format, progress: inout Progress, report: (Progress) -> Void) async throws {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw ImportError.unreadable(path) }
+        defer { try? handle.close() }
+        progress.file = path
+        progress.bytesRead = 0
+        progress.totalBytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        let name = URL(fileURLWithPath: path).lastPathComponent
+        var pending: [(line: Int, raw: RawEvent)] = []
+        var csv = CSVRecordReader()
+        var header: [String]?
+        var carry: [UInt8] = []
+        var lineNumber = 0
+
+        func take(_ slot: EventBatchReader.Slot?, line: Int, progress: inout Progress) {
+            switch slot {
+            case nil: break
+            case .unreadable(let reason):
+                reject("\(name):\(line): \(reason)", &progress)
+            case .event(let raw):
+                pending.append((line, raw))
+            }
+        }
+        func csvRecord(_ record: CSVRecordReader.Record, progress: inout Progress) {
+            guard let columns = header else {
+                header = record.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+                return
+            }
+            var raw = RawEvent()
+            for (column, value) in zip(columns, record.fields) { raw.set(column, .string(value)) }
+            if record.fields.count != columns.count {
+                reject("\(name):\(record.line): has \(record.fields.count) fields, the header has \(columns.count)", &progress)
+                return
+            }
+            pending.append((record.line, raw))
+        }
+
+        while true {
+            let chunk = try handle.read(upToCount: 4 << 20) ?? Data()
+            let atEnd = chunk.isEmpty
+            progress.bytesRead += chunk.count
+            switch format {
+            case .ndjson:
+                carry.append(contentsOf: chunk)
+                var start = 0
+                carry.withUnsafeBufferPointer { buffer in
+                    var index = 0
+                    while index < buffer.count {
+                        if buffer[index] == UInt8(ascii: "\n") {
+                            lineNumber += 1
+                            take(EventBatchReader.readLine(UnsafeBufferPointer(rebasing: buffer[start..<index]), number: lineNumber),
+                                 line: lineNumber, progress: &progress)
+                            start = index + 1
+                        }
+                        index += 1
+                    }
+                    if atEnd && start < buffer.count {
+                        lineNumber += 1
+                        take(EventBatchReader.readLine(UnsafeBufferPointer(rebasing: buffer[start...]), number: lineNumber),
+                             line: lineNumber, progress: &progress)
+                        start = buffer.count
+                    }
+                }
+                carry.removeFirst(start)
+            case .csv:
+                for record in csv.feed(chunk) { csvRecord(record, progress: &progress) }
+                if atEnd, let last = csv.finish() { csvRecord(last, progress: &progress) }
+            }
+            if pending.count >= batchSize || atEnd {
+                try await flush(&pending, name: name, progress: &progress)
+                report(progress)
+            }
+            if atEnd { break }
+        }
+    }
+
+    private func flush(_ pending: inout [(line: Int, raw: RawEvent)], name: String, progress: inout Progress) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+        var events: [AppEvent] = []
+        events.reserveCapacity(pending.count)
+        for (line, raw) in pending {
+            do {
+                events.append(AppEvent(appID: validator.appID, event: try validator.validate(raw, nowMicros: now)))
+            } catch {
+                reject("\(name):\(line): \(error.description)", &progress)
+            }
+        }
+        pending.removeAll(keepingCapacity: true)
+        var offset = 0
+        while offset < events.count {
+            let slice = Array(events[offset..<min(offset + batchSize, events.count)])
+            let stored = try await store.store(slice).filter { $0 }.count
+            progress.accepted += stored
+            progress.duplicates += slice.count - stored
+            offset += slice.count
+        }
+    }
+
+    private func reject(_ message: String, _ progress: inout Progress) {
+        progress.rejected += 1
+        if progress.firstRejections.count < Self.rejectionsShown { progress.firstRejections.append(message) }
+    }
+}
+
+/// A file that could not be imported at all.
+public enum ImportError: Error, CustomStringConvertible {
+    case unreadable(String)
+    public var description: String {
+        switch self {
+        case .unreadable(let path): "cannot read \(path)"
+        }
+    }
+}

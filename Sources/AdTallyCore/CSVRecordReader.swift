@@ -1,0 +1,86 @@
+/// Splits RFC 4180 CSV into records, fed in chunks of bytes.
+///
+/// Quoted fields may hold commas, doubled quotes and line breaks; CRLF and LF both end a record.
+public struct CSVRecordReader: Sendable {
+    private var field: [UInt8] = []
+    private var record: [String] = []
+    private var inQuotes = false
+    private var quoteJustClosed = false
+    private var fieldStarted = false
+    /// 1-based line on which the record being read started.
+    private var recordLine = 1
+    private var line = 1
+
+    public init() {}
+
+    /// A record and the line it started on.
+    public struct Record: Sendable, Equatable {
+        public var fields: [String]
+        public var line: Int
+    }
+
+    /// Feeds bytes; returns the records they completed.
+    public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Record] {
+        var records: [Record] = []
+        for byte in bytes {
+            if inQuotes {
+                if byte == UInt8(ascii: "\"") {
+                    inQuotes = false
+                    quoteJustClosed = true
+                } else {
+                    if byte == UInt8(ascii: "\n") { line += 1 }
+                    field.append(byte)
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""):
+                if quoteJustClosed {
+                    field.append(byte)  // "" inside a quoted field
+                    inQuotes = true
+                    quoteJustClosed = false
+                } else if !fieldStarted {
+                    inQuotes = true
+                    fieldStarted = true
+                } else {
+                    field.append(byte)  // stray quote in an unquoted field: keep it
+                }
+            case UInt8(ascii: ","):
+                endField()
+            case UInt8(ascii: "\r"):
+                continue
+            case UInt8(ascii: "\n"):
+                line += 1
+                if let done = endRecord() { records.append(done) }
+            default:
+                quoteJustClosed = false
+                fieldStarted = true
+                field.append(byte)
+            }
+        }
+        return records
+    }
+
+    /// Ends input; returns the last record if it had no final line break.
+    public mutating func finish() -> Record? {
+        endRecord()
+    }
+
+    private mutating func endField() {
+        record.append(String(decoding: field, as: UTF8.self))
+        field.removeAll(keepingCapacity: true)
+        quoteJustClosed = false
+        fieldStarted = false
+    }
+
+    private mutating func endRecord() -> Record? {
+        defer { recordLine = line }
+        if record.isEmpty && field.isEmpty && !fieldStarted {
+            return nil  // blank line
+        }
+        endField()
+        let done = Record(fields: record, line: recordLine)
+        record = []
+        return done
+    }
+}

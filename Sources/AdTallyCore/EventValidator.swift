@@ -1,0 +1,212 @@
+import Foundation
+
+/// Checks raw events against the event rules of DESIGN §2.
+///
+/// Every rejection names the field and the rule, e.g.
+/// `network: must match [a-z0-9_.-]{1,32}`.
+public struct EventValidator: Sendable {
+    /// The key's app; an event's `app`, when present, must equal it.
+    public var appID: String
+    /// How far in the past `occurred_at` may be (default 7 days).
+    public var maxAge: Duration
+    /// How far in the future `occurred_at` may be (default 1 hour).
+    public var maxAhead: Duration
+    /// Accept numbers and booleans written as strings (CSV files carry only text).
+    public var acceptsTextValues: Bool
+
+    /// Creates a validator for one app.
+    public init(appID: String, maxAge: Duration = .seconds(7 * 86_400), maxAhead: Duration = .seconds(3600), acceptsTextValues: Bool = false) {
+        self.appID = appID
+        self.maxAge = maxAge
+        self.maxAhead = maxAhead
+        self.acceptsTextValues = acceptsTextValues
+    }
+
+    /// A rejected field: its name and the rule it broke.
+    public struct Rejection: Error, Sendable, Equatable, CustomStringConvertible {
+        public var field: String
+        public var rule: String
+        public var description: String { "\(field): \(rule)" }
+    }
+
+    /// Validates one event against the clock `nowMicros` (microseconds since the epoch).
+    public func validate(_ raw: RawEvent, nowMicros: Int64) throws(Rejection) -> AdEvent {
+        let idText = try requiredString(raw.id, "id")
+        guard let id = UUID(uuidString: idText) else { throw Rejection(field: "id", rule: "must be a UUID") }
+
+        let typeText = try requiredString(raw.type, "type")
+        guard let type = EventType(rawValue: typeText) else {
+            throw Rejection(field: "type", rule: "must be one of \(EventType.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+
+        let occurredText = try requiredString(raw.occurredAt, "occurred_at")
+        guard let occurredAt = RFC3339.parseMicros(occurredText) else {
+            throw Rejection(field: "occurred_at", rule: "must be an RFC 3339 timestamp with an offset, e.g. 2026-11-21T10:31:19Z")
+        }
+        if occurredAt < nowMicros - Self.micros(maxAge) {
+            throw Rejection(field: "occurred_at", rule: "is more than \(Self.describe(maxAge)) in the past (outside the accepted window)")
+        }
+        if occurredAt > nowMicros + Self.micros(maxAhead) {
+            throw Rejection(field: "occurred_at", rule: "is more than \(Self.describe(maxAhead)) ahead of server time (outside the accepted window)")
+        }
+
+        let network = try requiredString(raw.network, "network")
+        guard Self.isNetworkName(network) else { throw Rejection(field: "network", rule: "must match [a-z0-9_.-]{1,32}") }
+
+        let formatText = try requiredString(raw.format, "format")
+        guard let format = AdFormat(rawValue: formatText) else {
+            throw Rejection(field: "format", rule: "must be one of \(AdFormat.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+
+        var event = AdEvent(id: id, type: type, occurredAtMicros: occurredAt, network: network, format: format)
+
+        if let placement = try optionalString(raw.placement, "placement") {
+            guard (1...64).contains(placement.count) else { throw Rejection(field: "placement", rule: "must be 1 to 64 characters") }
+            event.placement = placement
+        }
+        if let size = try optionalString(raw.size, "size") {
+            guard Self.isBannerSize(size) else { throw Rejection(field: "size", rule: "must be WIDTHxHEIGHT in points, e.g. 320x50") }
+            event.size = size
+        }
+        if let country = try optionalString(raw.country, "country") {
+            let upper = country.uppercased()
+            guard upper.utf8.count == 2, ISOCodes.countries.contains(upper) else {
+                throw Rejection(field: "country", rule: "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)")
+            }
+            event.country = upper
+        }
+        if let platform = try optionalString(raw.platform, "platform") {
+            guard let value = Platform(rawValue: platform) else {
+                throw Rejection(field: "platform", rule: "must be one of \(Platform.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            event.platform = value
+        }
+        event.osVersion = try boundedString(raw.osVersion, "os_version", max: 32)
+        event.appVersion = try boundedString(raw.appVersion, "app_version", max: 32)
+        event.device = try boundedString(raw.device, "device", max: 64)
+
+        let revenue = try optionalInteger(raw.revenueMicros, "revenue_micros")
+        let currency = try optionalString(raw.currency, "currency")
+        switch (revenue, currency) {
+        case (nil, nil): break
+        case (.some, nil): throw Rejection(field: "currency", rule: "is required with revenue_micros")
+        case (nil, .some): throw Rejection(field: "revenue_micros", rule: "is required with currency")
+        case (.some(let micros), .some(let code)):
+            guard micros >= 0 else { throw Rejection(field: "revenue_micros", rule: "must be an integer ≥ 0") }
+            guard ISOCodes.isCurrency(code) else { throw Rejection(field: "currency", rule: "must be an ISO 4217 currency code, e.g. USD") }
+            guard type == .impression || type == .tap else {
+                throw Rejection(field: "revenue_micros", rule: "is allowed only on impression and tap events")
+            }
+            event.revenueMicros = micros
+            event.currency = code
+        }
+
+        if let code = try optionalInteger(raw.errorCode, "error_code") {
+            guard type == .error else { throw Rejection(field: "error_code", rule: "is allowed only on error events") }
+            guard let small = Int(exactly: code), Int32(exactly: small) != nil else {
+                throw Rejection(field: "error_code", rule: "must be a 32-bit integer")
+            }
+            event.errorCode = small
+        } else if type == .error {
+            throw Rejection(field: "error_code", rule: "is required on error events")
+        }
+
+        if let leaves = try optionalBool(raw.willLeave, "will_leave") {
+            guard type == .tap else { throw Rejection(field: "will_leave", rule: "is allowed only on tap events") }
+            event.willLeave = leaves
+        }
+        if let shown = try optionalBool(raw.shown, "shown") {
+            guard type == .expiry else { throw Rejection(field: "shown", rule: "is allowed only on expiry events") }
+            event.shown = shown
+        } else if type == .expiry {
+            throw Rejection(field: "shown", rule: "is required on expiry events")
+        }
+
+        if let app = try optionalString(raw.app, "app"), app != appID {
+            throw Rejection(field: "app", rule: "must equal the key's app (\(appID))")
+        }
+        return event
+    }
+
+    // MARK: - Field helpers
+
+    private func requiredString(_ value: RawValue?, _ field: String) throws(Rejection) -> String {
+        guard let value, value != .null else { throw Rejection(field: field, rule: "is required") }
+        guard case .string(let text) = value else { throw Rejection(field: field, rule: "must be a string, got \(value.kindName)") }
+        if acceptsTextValues && text.isEmpty { throw Rejection(field: field, rule: "is required") }
+        return text
+    }
+
+    private func optionalString(_ value: RawValue?, _ field: String) throws(Rejection) -> String? {
+        guard let value, value != .null else { return nil }
+        guard case .string(let text) = value else { throw Rejection(field: field, rule: "must be a string, got \(value.kindName)") }
+        if acceptsTextValues && text.isEmpty { return nil }
+        return text
+    }
+
+    private func boundedString(_ value: RawValue?, _ field: String, max: Int) throws(Rejection) -> String? {
+        guard let text = try optionalString(value, field) else { return nil }
+        guard text.count <= max else { throw Rejection(field: field, rule: "must be at most \(max) characters") }
+        return text
+    }
+
+    private func optionalInteger(_ value: RawValue?, _ field: String) throws(Rejection) -> Int64? {
+        guard let value, value != .null else { return nil }
+        let literal: String
+        switch value {
+        case .number(let text): literal = text
+        case .string(let text) where acceptsTextValues:
+            if text.isEmpty { return nil }
+            literal = text
+        default: throw Rejection(field: field, rule: "must be an integer, got \(value.kindName)")
+        }
+        guard let number = Int64(literal) else { throw Rejection(field: field, rule: "must be a 64-bit integer") }
+        return number
+    }
+
+    private func optionalBool(_ value: RawValue?, _ field: String) throws(Rejection) -> Bool? {
+        guard let value, value != .null else { return nil }
+        switch value {
+        case .bool(let flag): return flag
+        case .string(let text) where acceptsTextValues:
+            switch text.lowercased() {
+            case "": return nil
+            case "true", "1": return true
+            case "false", "0": return false
+            default: throw Rejection(field: field, rule: "must be true or false")
+            }
+        default: throw Rejection(field: field, rule: "must be a boolean, got \(value.kindName)")
+        }
+    }
+
+    // MARK: - Rules
+
+    /// `[a-z0-9_.-]{1,32}`.
+    public static func isNetworkName(_ text: String) -> Bool {
+        let bytes = text.utf8
+        guard (1...32).contains(bytes.count) else { return false }
+        return bytes.allSatisfy { byte in
+            (0x61...0x7A).contains(byte) || (0x30...0x39).contains(byte) || byte == 0x5F || byte == 0x2E || byte == 0x2D
+        }
+    }
+
+    /// `WxH` with 1–4 digit sides, both non-zero.
+    static func isBannerSize(_ text: String) -> Bool {
+        let parts = text.split(separator: "x", omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return false }
+        return parts.allSatisfy { part in
+            (1...4).contains(part.count) && part.allSatisfy(\.isASCII) && part.allSatisfy(\.isNumber) && Int(part)! > 0
+        }
+    }
+
+    static func micros(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
+    }
+
+    static func describe(_ duration: Duration) -> String {
+        let seconds = duration.components.seconds
+        if seconds % 86_400 == 0 { return "\(seconds / 86_400) day\(seconds == 86_400 ? "" : "s")" }
+        if seconds % 3600 == 0 { return "\(seconds / 3600) hour\(seconds == 3600 ? "" : "s")" }
+        return "\(seconds) seconds"
+    }
+}

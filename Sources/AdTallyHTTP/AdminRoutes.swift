@@ -1,0 +1,102 @@
+import AdTallyStorage
+import Foundation
+import Hummingbird
+
+/// Apps and keys over HTTP: `POST`/`GET /v1/apps`, `POST`/`GET /v1/apps/{app}/keys`,
+/// `DELETE /v1/keys/{id}`. Changes need an admin key; a read key may list its own app.
+public struct AdminRoutes: Sendable {
+    let store: AppStore
+    let authenticator: KeyAuthenticator
+
+    public init(store: AppStore, authenticator: KeyAuthenticator) {
+        self.store = store
+        self.authenticator = authenticator
+    }
+
+    struct CreateApp: Decodable {
+        var app: String
+        var name: String?
+        var timezone: String?
+        var currency: String?
+    }
+
+    struct CreateKey: Decodable {
+        var scope: String
+    }
+
+    public func register(on router: Router<AdTallyRequestContext>) {
+        router.post("v1/apps") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            let body: CreateApp = try await Self.decode(request)
+            do {
+                let app = try await store.createApp(id: body.app, name: body.name, timezone: body.timezone ?? "UTC", currency: body.currency ?? "USD")
+                return try Self.json(app, status: .created)
+            } catch let error as AppStoreError {
+                throw Self.problem(error)
+            }
+        }
+        router.get("v1/apps") { request, _ in
+            let key = try await authenticator.require(.read, request)
+            let apps = try await store.listApps().filter { key.app == nil || $0.id == key.app }
+            return try Self.json(["apps": apps])
+        }
+        router.post("v1/apps/:app/keys") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            let app = try context.parameters.require("app")
+            let body: CreateKey = try await Self.decode(request)
+            guard let scope = KeyScope(rawValue: body.scope), scope != .admin else {
+                throw ProblemDetails(.badRequest, detail: "scope: must be ingest or read")
+            }
+            do {
+                return try Self.json(try await store.createKey(app: app, scope: scope), status: .created)
+            } catch let error as AppStoreError {
+                throw Self.problem(error)
+            }
+        }
+        router.get("v1/apps/:app/keys") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            let app = try context.parameters.require("app")
+            return try Self.json(["keys": try await store.listKeys(app: app)])
+        }
+        router.delete("v1/keys/:id") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            let id = try context.parameters.require("id")
+            do {
+                try await store.revokeKey(id)
+            } catch let error as AppStoreError {
+                throw Self.problem(error)
+            }
+            authenticator.forget(keyID: id)
+            return Response(status: .noContent)
+        }
+    }
+
+    static func problem(_ error: AppStoreError) -> ProblemDetails {
+        switch error {
+        case .invalid: ProblemDetails(.badRequest, detail: error.description)
+        case .appExists: ProblemDetails(.conflict, detail: error.description)
+        case .unknownApp, .unknownKey: ProblemDetails(.notFound, detail: error.description)
+        }
+    }
+
+    static func decode<T: Decodable>(_ request: Request) async throws -> T {
+        let buffer = try await request.body.collect(upTo: 64 * 1024)
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+        } catch let DecodingError.keyNotFound(key, _) {
+            throw ProblemDetails(.badRequest, detail: "\(key.stringValue): is required")
+        } catch let DecodingError.typeMismatch(_, context) {
+            throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): has the wrong type")
+        } catch {
+            throw ProblemDetails(.badRequest, title: "Unreadable body", detail: "the body must be a JSON object")
+        }
+    }
+
+    static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        let data = try encoder.encode(value)
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}

@@ -1,0 +1,148 @@
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+import Hummingbird
+import Metrics
+import NIOCore
+
+/// Limits of one ingest request (DESIGN §2).
+public struct IngestLimits: Sendable {
+    /// Most events in one request.
+    public var maxEvents: Int
+    /// Most body bytes, compressed and decompressed alike.
+    public var maxBytes: Int
+    /// How old and how far ahead `occurred_at` may be.
+    public var maxAge: Duration
+    public var maxAhead: Duration
+
+    public init(maxEvents: Int = 1000, maxBytes: Int = 1 << 20, maxAge: Duration = .seconds(7 * 86_400), maxAhead: Duration = .seconds(3600)) {
+        self.maxEvents = maxEvents
+        self.maxBytes = maxBytes
+        self.maxAge = maxAge
+        self.maxAhead = maxAhead
+    }
+}
+
+/// `POST /v1/events`: validate, queue for group commit, answer after the commit.
+public struct IngestRoutes: Sendable {
+    let authenticator: KeyAuthenticator
+    let batcher: IngestBatcher
+    let limits: IngestLimits
+    private let rejectedCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "rejected")])
+
+    public init(authenticator: KeyAuthenticator, batcher: IngestBatcher, limits: IngestLimits) {
+        self.authenticator = authenticator
+        self.batcher = batcher
+        self.limits = limits
+    }
+
+    public func register(on router: Router<AdTallyRequestContext>) {
+        router.post("v1/events") { request, _ in try await ingest(request) }
+    }
+
+    struct Rejected: Encodable {
+        var index: Int
+        var id: String?
+        var error: String
+    }
+
+    struct IngestReceipt: Encodable {
+        var accepted: Int
+        var duplicates: Int
+        var rejected: [Rejected]
+    }
+
+    func ingest(_ request: Request) async throws -> Response {
+        let key = try await authenticator.require(.ingest, request)
+        guard let appID = key.app else { throw ProblemDetails(.forbidden, detail: "an ingest key must belong to an app") }
+
+        let isNDJSON = try Self.bodyKind(request)
+        let body = try await collectBody(request)
+        let slots: [EventBatchReader.Slot]
+        if isNDJSON {
+            slots = EventBatchReader.readNDJSON(body)
+        } else {
+            do {
+                slots = try EventBatchReader.readJSON(body)
+            } catch {
+                throw ProblemDetails(.badRequest, title: "Unreadable body", detail: error.message)
+            }
+        }
+        guard slots.count <= limits.maxEvents else {
+            throw ProblemDetails(.contentTooLarge, detail: "\(slots.count) events in one request; the limit is \(limits.maxEvents)")
+        }
+
+        let validator = EventValidator(appID: appID, maxAge: limits.maxAge, maxAhead: limits.maxAhead)
+        let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+        var events: [AppEvent] = []
+        events.reserveCapacity(slots.count)
+        var rejected: [Rejected] = []
+        for (index, slot) in slots.enumerated() {
+            switch slot {
+            case .unreadable(let reason):
+                rejected.append(Rejected(index: index, id: nil, error: reason))
+            case .event(let raw):
+                do {
+                    events.append(AppEvent(appID: appID, event: try validator.validate(raw, nowMicros: now)))
+                } catch {
+                    rejected.append(Rejected(index: index, id: raw.idText, error: error.description))
+                }
+            }
+        }
+        if !rejected.isEmpty { rejectedCounter.increment(by: rejected.count) }
+
+        let receipt: IngestBatcher.Receipt
+        do {
+            receipt = try await batcher.submit(events)
+        } catch let refusal as IngestBatcher.Refusal {
+            throw ProblemDetails(.serviceUnavailable, detail: refusal.description, headers: [.retryAfter: "1"])
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let json = try encoder.encode(IngestReceipt(accepted: receipt.accepted, duplicates: receipt.duplicates, rejected: rejected))
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json)))
+    }
+
+    /// JSON (false) or NDJSON (true), from Content-Type; anything else is 415.
+    static func bodyKind(_ request: Request) throws -> Bool {
+        let contentType = request.headers[.contentType] ?? ""
+        let mediaType = contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        switch mediaType {
+        case "application/json": return false
+        case "application/x-ndjson", "application/ndjson": return true
+        default:
+            throw ProblemDetails(
+                .unsupportedMediaType,
+                detail: "Content-Type \"\(contentType)\" is not accepted; send application/json or application/x-ndjson"
+            )
+        }
+    }
+
+    /// The body, inflated when gzip-encoded, never more than `maxBytes` either way.
+    func collectBody(_ request: Request) async throws -> [UInt8] {
+        let limit = limits.maxBytes
+        let tooLarge = ProblemDetails(.contentTooLarge, detail: "the body is larger than \(limit) bytes (the limit holds after decompression too)")
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > limit { throw tooLarge }
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: limit)
+        } catch is NIOTooManyBytesError {
+            throw tooLarge
+        }
+        let bytes = Array(buffer.readableBytesView)
+        switch request.headers[.contentEncoding]?.lowercased().trimmingCharacters(in: .whitespaces) {
+        case nil, "", "identity":
+            return bytes
+        case "gzip", "x-gzip":
+            do {
+                return try Gunzip.inflate(bytes, limit: limit)
+            } catch .tooLarge {
+                throw tooLarge
+            } catch .corrupt(let reason) {
+                throw ProblemDetails(.badRequest, title: "Unreadable body", detail: "the gzip body cannot be inflated: \(reason)")
+            }
+        case let other?:
+            throw ProblemDetails(.unsupportedMediaType, detail: "Content-Encoding \"\(other)\" is not accepted; send gzip or none")
+        }
+    }
+}

@@ -1,0 +1,167 @@
+import AdTallyCore
+import Foundation
+import PostgresKit
+
+/// An app that sends events.
+public struct App: Sendable, Equatable, Codable {
+    public var id: String
+    public var name: String
+    public var timezone: String
+    public var currency: String
+    public var createdAt: Date
+
+    enum CodingKeys: String, CodingKey {
+        case id = "app", name, timezone, currency
+        case createdAt = "created_at"
+    }
+}
+
+/// What a key may do.
+public enum KeyScope: String, Sendable, Codable, CaseIterable {
+    /// Send events for its app.
+    case ingest
+    /// Read reports of its app.
+    case read
+    /// Manage apps and keys.
+    case admin
+}
+
+/// An API key, without its secret.
+public struct APIKey: Sendable, Equatable, Codable {
+    public var id: String
+    /// The app it belongs to; nil for admin keys.
+    public var app: String?
+    public var scope: KeyScope
+    public var createdAt: Date
+    public var revokedAt: Date?
+
+    enum CodingKeys: String, CodingKey {
+        case id, app, scope
+        case createdAt = "created_at"
+        case revokedAt = "revoked_at"
+    }
+}
+
+/// A key just created: the only time its secret exists outside the client.
+public struct NewKey: Sendable, Codable {
+    public var id: String
+    public var secret: String
+    public var app: String?
+    public var scope: KeyScope
+}
+
+/// Why an app or key operation was refused.
+public enum AppStoreError: Error, CustomStringConvertible, Equatable {
+    case invalid(field: String, rule: String)
+    case appExists(String)
+    case unknownApp(String)
+    case unknownKey(String)
+
+    public var description: String {
+        switch self {
+        case .invalid(let field, let rule): "\(field): \(rule)"
+        case .appExists(let id): "app \"\(id)\" already exists"
+        case .unknownApp(let id): "no app \"\(id)\""
+        case .unknownKey(let id): "no key \"\(id)\""
+        }
+    }
+}
+
+/// Apps and API keys in PostgreSQL. Only a SHA-256 of each secret is stored.
+public struct AppStore: Sendable {
+    let pool: PostgresPool
+
+    /// Creates a store over a pool.
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Creates an app; the id, zone and currency are checked first.
+    public func createApp(id: String, name: String?, timezone: String = "UTC", currency: String = "USD") async throws -> App {
+        do {
+            try AppRules.validateApp(id: id, timezone: timezone, currency: currency)
+        } catch {
+            throw AppStoreError.invalid(field: error.field, rule: error.rule)
+        }
+        let name = name ?? id
+        do {
+            let rows = try await pool.query("""
+                INSERT INTO apps (app_id, name, timezone, currency) VALUES (\(id), \(name), \(timezone), \(currency))
+                RETURNING app_id, name, timezone, currency, created_at
+                """)
+            return try Self.app(rows[0])
+        } catch let error as PostgresError where error.sqlState == .uniqueViolation {
+            throw AppStoreError.appExists(id)
+        }
+    }
+
+    /// All apps, by id.
+    public func listApps() async throws -> [App] {
+        try await pool.query("SELECT app_id, name, timezone, currency, created_at FROM apps ORDER BY app_id").map(Self.app)
+    }
+
+    /// One app.
+    public func app(_ id: String) async throws -> App? {
+        try await pool.query("SELECT app_id, name, timezone, currency, created_at FROM apps WHERE app_id = \(id)").first.map(Self.app)
+    }
+
+    /// Creates a key for an app (`ingest`/`read`) or an admin key (`app` nil).
+    public func createKey(app: String?, scope: KeyScope) async throws -> NewKey {
+        switch (scope, app) {
+        case (.admin, .some): throw AppStoreError.invalid(field: "app", rule: "an admin key belongs to no app")
+        case (.ingest, nil), (.read, nil): throw AppStoreError.invalid(field: "app", rule: "an \(scope.rawValue) key needs an app")
+        default: break
+        }
+        if let app, try await self.app(app) == nil { throw AppStoreError.unknownApp(app) }
+        let id = "key_" + Self.randomHex(bytes: 8)
+        let secret = "atk_" + Self.randomHex(bytes: 24)
+        try await pool.query("""
+            INSERT INTO api_keys (key_id, app_id, scope, secret_hash)
+            VALUES (\(id), \(app), \(scope.rawValue), \(SHA256.hex(secret)))
+            """)
+        return NewKey(id: id, secret: secret, app: app, scope: scope)
+    }
+
+    /// Keys, newest first; only those of `app` when given.
+    public func listKeys(app: String? = nil) async throws -> [APIKey] {
+        let rows = try await pool.query("""
+            SELECT key_id, app_id, scope, created_at, revoked_at FROM api_keys
+            WHERE \(app)::text IS NULL OR app_id = \(app) ORDER BY created_at DESC, key_id
+            """)
+        return try rows.map(Self.key)
+    }
+
+    /// Revokes a key; its secret stops working. Revoking twice is not an error.
+    @discardableResult
+    public func revokeKey(_ id: String) async throws -> APIKey {
+        let rows = try await pool.query("""
+            UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE key_id = \(id)
+            RETURNING key_id, app_id, scope, created_at, revoked_at
+            """)
+        guard let row = rows.first else { throw AppStoreError.unknownKey(id) }
+        return try Self.key(row)
+    }
+
+    /// The live key a secret belongs to, or nil (unknown or revoked).
+    public func authenticate(secret: String) async throws -> APIKey? {
+        let rows = try await pool.query("""
+            SELECT key_id, app_id, scope, created_at, revoked_at FROM api_keys
+            WHERE secret_hash = \(SHA256.hex(secret)) AND revoked_at IS NULL
+            """)
+        return try rows.first.map(Self.key)
+    }
+
+    static func app(_ row: PostgresRow) throws -> App {
+        App(id: try row.decode("app_id"), name: try row.decode("name"), timezone: try row.decode("timezone"),
+            currency: try row.decode("currency"), createdAt: try row.decode("created_at"))
+    }
+
+    static func key(_ row: PostgresRow) throws -> APIKey {
+        let scope: String = try row.decode("scope")
+        return APIKey(id: try row.decode("key_id"), app: try row.decode("app_id"), scope: KeyScope(rawValue: scope) ?? .read,
+                      createdAt: try row.decode("created_at"), revokedAt: try row.decode("revoked_at"))
+    }
+
+    static func randomHex(bytes count: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: .min ... .max, using: &generator) }.hexString
+    }
+}
