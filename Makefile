@@ -21,5 +21,6 @@ run: build-release
 ## test: install what is missing and run the whole suite against a throwaway
 ## PostgreSQL that is started and stopped around it.
 test: deps
-	scripts/with-test-postgres.sh $(SWIFT) test
+	$(SWIFT) build --build-tests
+	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh $(SWIFT) test --skip-build
 

@@ -23,6 +23,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        // Tests only: a real HTTP client for tests that drive a separate server process.
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // libpq, the PostgreSQL C client, from the system (Debian: libpq-dev).
@@ -63,7 +65,7 @@ let package = Package(
         .target(
             name: "AdTallyHTTP",
             dependencies: [
-                "AdTallyCore", "AdTallyStorage", "CZlib",
+                "AdTallyCore", "AdTallyStorage", "CZlib", "PostgresKit",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -109,6 +111,7 @@ let package = Package(
             dependencies: [
                 "AdTallyApp", "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit", "AdTallyTestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: strict
         ),

@@ -1,5 +1,6 @@
 import Hummingbird
 import Logging
+import PostgresKit
 
 /// Maps every error escaping a route into problem+json, once, at the HTTP boundary.
 ///
@@ -21,6 +22,11 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                 problem.detail = "no route for \(request.method) \(request.uri.path)"
             }
             return try problem.response(from: request, context: context)
+        } catch let error as PostgresError where error.isConnectionBroken || error.kind == .poolTimeout || error.kind == .poolClosed {
+            // The database is down or saturated: a retry later can succeed.
+            context.logger.warning("database unavailable", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            return try ProblemDetails(.serviceUnavailable, detail: "the database is unavailable; retry shortly", headers: [.retryAfter: "1"])
+                .response(from: request, context: context)
         } catch let error as any HTTPResponseError {
             let problem = ProblemDetails(error.status, detail: "\(error)")
             return try problem.response(from: request, context: context)

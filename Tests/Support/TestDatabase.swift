@@ -1,5 +1,6 @@
 import Foundation
 import PostgresKit
+import Synchronization
 
 /// A fresh database in the throwaway cluster that `make test` starts, dropped afterwards.
 public enum TestDatabase {
@@ -51,4 +52,12 @@ public enum TestDatabase {
 /// The test environment is not set up.
 public struct TestSetupError: Error, CustomStringConvertible {
     public var description: String
+    public init(description: String) { self.description = description }
+}
+
+/// A value shared between test tasks behind a lock.
+public final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    public init(_ value: Value) { mutex = Mutex(value) }
+    public func withLock<T: Sendable>(_ body: (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
 }

@@ -1,0 +1,176 @@
+import AdTallyApp
+import AdTallyStorage
+import AdTallyTestSupport
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import PostgresKit
+import Testing
+
+/// The `adtally` binary built next to the tests.
+func adtallyBinary() -> String {
+    if let path = ProcessInfo.processInfo.environment["ADTALLY_BIN"], !path.isEmpty { return path }
+    return URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent(".build/debug/adtally").path
+}
+
+/// A free TCP port on 127.0.0.1, from the kernel.
+func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    try withUnsafeMutablePointer(to: &address) { pointer in
+        try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            guard bind(fd, $0, length) == 0, getsockname(fd, $0, &length) == 0 else { throw TestSetupError(description: "no free port") }
+        }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// A real `adtally serve` process on a test database.
+///
+/// `@unchecked Sendable`: the test kills it from one task while no other task touches it.
+final class ServerProcess: @unchecked Sendable {
+    let process = Process()
+    let port: Int
+
+    init(databaseURL: String, port: Int, log: URL) throws {
+        self.port = port
+        process.executableURL = URL(fileURLWithPath: adtallyBinary())
+        process.arguments = ["serve", "--database-url", databaseURL, "--port", "\(port)", "--pool-size", "4"]
+        FileManager.default.createFile(atPath: log.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: log)
+        handle.seekToEndOfFile()
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+    }
+
+    func waitUntilReady(_ client: HTTPClient) async throws {
+        for _ in 0..<300 {
+            if let response = try? await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/readyz"), timeout: .seconds(2)),
+               response.status == .ok {
+                return
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw TestSetupError(description: "adtally serve did not become ready on port \(port)")
+    }
+
+    func kill() {
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    func terminate() {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+    }
+}
+
+struct Counts: Sendable {
+    var accepted: Int
+    var duplicates: Int
+}
+
+@Suite("Crash recovery")
+struct CrashRecoveryTests {
+    @Test("after SIGKILL under load and a restart, retrying everything unacknowledged stores every event exactly once")
+    func killUnderLoad() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            // Schema, app and key, as an operator would set them up.
+            let settings = try Settings.resolve(flags: .init(databaseURL: conninfo), environment: [:])
+            let database = try await Database.open(settings, logger: Logger(label: "test"))
+            try await database.migrate()
+            _ = try await AppStore(pool: database.pool).createApp(id: "crash", name: nil)
+            let secret = try await AppStore(pool: database.pool).createKey(app: "crash", scope: .ingest).secret
+
+            let batchCount = 60
+            let batches: [String] = (0..<batchCount).map { _ in
+                #"{"events":[\#((0..<100).map { _ in Ingest.event(type: "impression") }.joined(separator: ","))]}"#
+            }
+            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-crash-\(UUID().uuidString).log")
+            let port = try freePort()
+            let client = HTTPClient(eventLoopGroupProvider: .singleton)
+            let acked = Locked([Int: Counts]())
+
+            func send(_ index: Int) async -> Bool {
+                var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/events")
+                request.method = .POST
+                request.headers.add(name: "Authorization", value: "Bearer \(secret)")
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(string: batches[index]))
+                guard let response = try? await client.execute(request, timeout: .seconds(5)), response.status == .ok,
+                      let body = try? await response.body.collect(upTo: 1 << 20),
+                      let receipt = try? JSONDecoder().decode(Ingest.Receipt.self, from: Data(body.readableBytesView))
+                else { return false }
+                acked.withLock { $0[index] = Counts(accepted: receipt.accepted, duplicates: receipt.duplicates) }
+                return true
+            }
+
+            let first = try ServerProcess(databaseURL: conninfo, port: port, log: log)
+            defer { first.terminate() }
+            try await first.waitUntilReady(client)
+
+            // Four clients send every batch once; the server is killed mid-way.
+            let next = Locked(0)
+            let killed = Locked(false)
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        // After the kill, stop: requests to a dead port only wait out their deadline.
+                        while !killed.withLock({ $0 }), let index = next.withLock({ value -> Int? in
+                            guard value < batchCount else { return nil }
+                            defer { value += 1 }
+                            return value
+                        }) {
+                            _ = await send(index)
+                        }
+                    }
+                }
+                group.addTask {
+                    while acked.withLock({ $0.count }) < 10 { try? await Task.sleep(for: .milliseconds(5)) }
+                    first.kill()
+                    killed.withLock { $0 = true }
+                }
+            }
+            let ackedBeforeKill = acked.withLock { $0.count }
+            #expect(ackedBeforeKill >= 10)
+            #expect(ackedBeforeKill < batchCount, "the kill should have cut some batches off")
+
+            // Restart and retry whatever was not acknowledged, until it is.
+            let second = try ServerProcess(databaseURL: conninfo, port: port, log: log)
+            defer { second.terminate() }
+            try await second.waitUntilReady(client)
+            for _ in 0..<20 {
+                let missing = (0..<batchCount).filter { index in acked.withLock { $0[index] == nil } }
+                if missing.isEmpty { break }
+                for index in missing { _ = await send(index) }
+            }
+
+            let receipts = acked.withLock { $0 }
+            #expect(receipts.count == batchCount)
+            #expect(receipts.values.map { $0.accepted + $0.duplicates }.reduce(0, +) == batchCount * 100)
+            let rows = try await database.pool.query("""
+                SELECT (SELECT count(*) FROM events)::int AS events, (SELECT count(*) FROM event_ids)::int AS ids,
+                       (SELECT sum(impressions) FROM rollup_15m)::int AS rolled,
+                       (SELECT sum(unpriced_impressions) FROM rollup_revenue_15m)::int AS unpriced
+                """)
+            #expect(try rows[0].decode("events", as: Int.self) == batchCount * 100)
+            #expect(try rows[0].decode("ids", as: Int.self) == batchCount * 100)
+            #expect(try rows[0].decode("rolled", as: Int.self) == batchCount * 100)
+            #expect(try rows[0].decode("unpriced", as: Int.self) == batchCount * 100)
+            try await client.shutdown()
+            await database.close()
+            try? FileManager.default.removeItem(at: log)
+        }
+    }
+}
