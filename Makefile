@@ -12,6 +12,7 @@ build: deps
 
 build-release: deps
 	$(SWIFT) build -c release --product adtally
+	$(SWIFT) build -c release --product adtally-bench
 
 ## run: install what is missing, build, and serve on 127.0.0.1:8080 with the
 ## embedded PostgreSQL in .adtally/ (or DATABASE_URL when set).
@@ -24,3 +25,7 @@ test: deps
 	$(SWIFT) build --build-tests
 	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh $(SWIFT) test --skip-build
 
+
+## bench-ingest: ingest rate, ack latency and server RSS against a raw COPY of the same rows.
+bench-ingest: build-release
+	bench/ingest.sh

@@ -4,6 +4,7 @@ import PackageDescription
 // Imports point one way:
 //   CLibPQ ← PostgresKit ← AdTallyStorage ← AdTallyHTTP ← AdTallyApp ← adtally
 //   AdTallyCore (no I/O) is used by Storage, HTTP and App.
+//   TextFormats (UUID and timestamp text) sits under both PostgresKit and AdTallyCore.
 let strict: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("ExistentialAny"),
@@ -23,7 +24,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
-        // Tests only: a real HTTP client for tests that drive a separate server process.
+        // Tests and the benchmark driver: a real HTTP client for a separate server process.
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
@@ -39,18 +40,20 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
+        // UUID and timestamp text on hot paths, shared by the core and the PostgreSQL layer.
+        .target(name: "TextFormats", swiftSettings: strict),
         // The only way AdTally talks to PostgreSQL: bound queries, typed rows, COPY, a pool.
         .target(
             name: "PostgresKit",
             dependencies: [
-                "CLibPQ",
+                "CLibPQ", "TextFormats",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict
         ),
         // Domain core: events, validation, metrics, money, time. No I/O.
-        .target(name: "AdTallyCore", swiftSettings: strict),
+        .target(name: "AdTallyCore", dependencies: ["TextFormats"], swiftSettings: strict),
         // Storage: migrations, the embedded cluster, repositories. Knows nothing of HTTP.
         .target(
             name: "AdTallyStorage",
@@ -99,6 +102,15 @@ let package = Package(
             name: "AdTallyTestSupport",
             dependencies: ["PostgresKit"],
             path: "Tests/Support",
+            swiftSettings: strict
+        ),
+        // make bench-*: generates realistic events and drives a running server over HTTP.
+        .executableTarget(
+            name: "adtally-bench",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

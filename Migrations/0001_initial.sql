@@ -1,9 +1,12 @@
 -- AdTally schema, part 1: apps, keys, raw events, dedupe ledger, rollups.
 -- Every per-app table leads its keys with app_id, so the schema distributes by
 -- app on Citus (create_distributed_table(..., 'app_id')) without changes.
+-- Identifier columns that are index keys use COLLATE "C": byte order, which is
+-- what ids need, and several times cheaper to compare than a linguistic
+-- collation on every B-tree descent of the ingest path.
 
 CREATE TABLE apps (
-    app_id     text PRIMARY KEY CHECK (app_id ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
+    app_id     text COLLATE "C" PRIMARY KEY CHECK (app_id ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
     name       text NOT NULL,
     timezone   text NOT NULL DEFAULT 'UTC',
     currency   char(3) NOT NULL DEFAULT 'USD' CHECK (currency ~ '^[A-Z]{3}$'),
@@ -13,7 +16,7 @@ CREATE TABLE apps (
 -- API keys. Only a SHA-256 of the secret is stored. An admin key has no app.
 CREATE TABLE api_keys (
     key_id      text PRIMARY KEY,
-    app_id      text REFERENCES apps (app_id),
+    app_id      text COLLATE "C" REFERENCES apps (app_id),
     scope       text NOT NULL CHECK (scope IN ('ingest', 'read', 'admin')),
     secret_hash text NOT NULL UNIQUE,
     created_at  timestamptz NOT NULL DEFAULT now(),
@@ -26,12 +29,12 @@ CREATE INDEX api_keys_app ON api_keys (app_id, key_id);
 -- drops whole partitions instead of running a long DELETE. Partitions are
 -- created ahead by the server (see EventPartitions).
 CREATE TABLE events (
-    app_id         text NOT NULL,
+    app_id         text COLLATE "C" NOT NULL,
     occurred_at    timestamptz NOT NULL,
     event_id       uuid NOT NULL,
     type           text NOT NULL,
-    network        text NOT NULL,
-    format         text NOT NULL,
+    network        text COLLATE "C" NOT NULL,
+    format         text COLLATE "C" NOT NULL,
     placement      text NOT NULL DEFAULT 'default',
     size           text,
     country        char(2) NOT NULL DEFAULT 'ZZ',
@@ -52,7 +55,7 @@ CREATE INDEX events_app_time ON events (app_id, occurred_at);
 -- partitioned events table would have to include occurred_at, which would let a
 -- retry with another timestamp count twice; this table does not.
 CREATE TABLE event_ids (
-    app_id      text NOT NULL,
+    app_id      text COLLATE "C" NOT NULL,
     event_id    uuid NOT NULL,
     occurred_at timestamptz NOT NULL,
     PRIMARY KEY (app_id, event_id)
@@ -85,10 +88,10 @@ CREATE TABLE event_ids (
 -- country counts, and unique_devices, read the raw events (partition-pruned by
 -- day and indexed by app and time).
 CREATE TABLE rollup_15m (
-    app_id         text NOT NULL,
+    app_id         text COLLATE "C" NOT NULL,
     bucket         timestamptz NOT NULL,
-    network        text NOT NULL,
-    format         text NOT NULL,
+    network        text COLLATE "C" NOT NULL,
+    format         text COLLATE "C" NOT NULL,
     requests       bigint NOT NULL DEFAULT 0,
     loads          bigint NOT NULL DEFAULT 0,
     impressions    bigint NOT NULL DEFAULT 0,
@@ -101,12 +104,12 @@ CREATE TABLE rollup_15m (
 );
 
 CREATE TABLE rollup_revenue_15m (
-    app_id               text NOT NULL,
+    app_id               text COLLATE "C" NOT NULL,
     bucket               timestamptz NOT NULL,
-    network              text NOT NULL,
-    format               text NOT NULL,
-    country              char(2) NOT NULL,
-    currency             text NOT NULL,  -- '' for events without reported revenue
+    network              text COLLATE "C" NOT NULL,
+    format               text COLLATE "C" NOT NULL,
+    country              char(2) COLLATE "C" NOT NULL,
+    currency             text COLLATE "C" NOT NULL,  -- '' for events without reported revenue
     revenue_micros       bigint NOT NULL DEFAULT 0,
     priced_events        bigint NOT NULL DEFAULT 0,
     unpriced_impressions bigint NOT NULL DEFAULT 0,

@@ -14,12 +14,12 @@ public struct AppServices: Sendable {
     public let limits: IngestLimits
 
     /// Wires the stores and the ingest batcher over a database.
-    public init(settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration = .init()) {
+    public init(settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil) {
         self.database = database
         self.appStore = AppStore(pool: database.pool)
         self.eventStore = EventStore(pool: database.pool, logger: logger)
         self.limits = IngestLimits(maxEvents: settings.maxEventsPerRequest, maxBytes: settings.maxBodyBytes)
-        var configuration = configuration
+        var configuration = configuration ?? IngestBatcher.Configuration(flushers: settings.ingestFlushers)
         // Each flusher holds a connection; leave at least one for everything else.
         configuration.flushers = max(1, min(configuration.flushers, settings.poolSize - 1))
         self.batcher = IngestBatcher(store: eventStore, configuration: configuration, logger: logger)

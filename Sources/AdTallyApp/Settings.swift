@@ -25,12 +25,14 @@ public struct Settings: Sendable {
     public var maxEventsPerRequest: Int
     /// Most bytes in one ingest request body, before and after decompression.
     public var maxBodyBytes: Int
+    /// Ingest transactions in flight at once (group commit writers).
+    public var ingestFlushers: Int
 
     /// Defaults, before flags and environment.
     public static let defaults = Settings(
         databaseURL: nil, dataDirectory: ".adtally", embeddedTCPPort: nil, migrationsDirectory: nil,
         host: "127.0.0.1", port: 8080, poolSize: 8, logLevel: .info,
-        retentionDays: 90, maxEventsPerRequest: 1000, maxBodyBytes: 1 << 20
+        retentionDays: 90, maxEventsPerRequest: 1000, maxBodyBytes: 1 << 20, ingestFlushers: 4
     )
 
     /// The flags a command was given; nil means "not given".
@@ -46,11 +48,13 @@ public struct Settings: Sendable {
         public var retentionDays: Int?
         public var maxEventsPerRequest: Int?
         public var maxBodyBytes: Int?
+        public var ingestFlushers: Int?
 
         public init(
             databaseURL: String? = nil, dataDirectory: String? = nil, embeddedTCPPort: Int? = nil,
             migrationsDirectory: String? = nil, host: String? = nil, port: Int? = nil, poolSize: Int? = nil,
-            logLevel: String? = nil, retentionDays: Int? = nil, maxEventsPerRequest: Int? = nil, maxBodyBytes: Int? = nil
+            logLevel: String? = nil, retentionDays: Int? = nil, maxEventsPerRequest: Int? = nil, maxBodyBytes: Int? = nil,
+            ingestFlushers: Int? = nil
         ) {
             self.databaseURL = databaseURL
             self.dataDirectory = dataDirectory
@@ -63,6 +67,7 @@ public struct Settings: Sendable {
             self.retentionDays = retentionDays
             self.maxEventsPerRequest = maxEventsPerRequest
             self.maxBodyBytes = maxBodyBytes
+            self.ingestFlushers = ingestFlushers
         }
     }
 
@@ -94,6 +99,7 @@ public struct Settings: Sendable {
         settings.maxEventsPerRequest = try number(flags.maxEventsPerRequest, "ADTALLY_MAX_EVENTS", range: 1...1_000_000)
             ?? defaults.maxEventsPerRequest
         settings.maxBodyBytes = try number(flags.maxBodyBytes, "ADTALLY_MAX_BODY_BYTES", range: 1024...1 << 30) ?? defaults.maxBodyBytes
+        settings.ingestFlushers = try number(flags.ingestFlushers, "ADTALLY_INGEST_FLUSHERS", range: 1...64) ?? defaults.ingestFlushers
         if let level = text(flags.logLevel, "LOG_LEVEL") {
             guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
                 throw SettingsError.invalid("LOG_LEVEL", level, "one of trace, debug, info, notice, warning, error, critical")

@@ -208,17 +208,25 @@ struct JSONScanner {
     mutating func readString() throws(BodyError) -> String {
         try expect(UInt8(ascii: "\""), "expected a string")
         let start = index
-        // Fast path: no escapes.
+        // Fast path: no escapes. ASCII (ids, names, timestamps) needs no UTF-8 validation.
+        var isASCII = true
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
+                if isASCII {
+                    return String(unsafeUninitializedCapacity: slice.count) { target in
+                        _ = target.initialize(from: slice)
+                        return slice.count
+                    }
+                }
                 guard let text = String(validating: slice, as: UTF8.self) else { throw failure("string is not valid UTF-8") }
                 return text
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw failure("control character in a string") }
+            if byte >= 0x80 { isASCII = false }
             index += 1
         }
         var out = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))

@@ -1,4 +1,5 @@
 import Foundation
+import TextFormats
 
 /// Checks raw events against the event rules of DESIGN §2.
 ///
@@ -32,7 +33,7 @@ public struct EventValidator: Sendable {
     /// Validates one event against the clock `nowMicros` (microseconds since the epoch).
     public func validate(_ raw: RawEvent, nowMicros: Int64) throws(Rejection) -> AdEvent {
         let idText = try requiredString(raw.id, "id")
-        guard let id = UUID(uuidString: idText) else { throw Rejection(field: "id", rule: "must be a UUID") }
+        guard let id = UUIDText.parse(idText) else { throw Rejection(field: "id", rule: "must be a UUID") }
 
         let typeText = try requiredString(raw.type, "type")
         guard let type = EventType(rawValue: typeText) else {

@@ -1,3 +1,5 @@
+import TextFormats
+
 /// RFC 3339 timestamps with a mandatory offset, e.g. `2026-11-21T10:31:19.5+05:30`.
 public enum RFC3339 {
     /// Microseconds since the Unix epoch, or nil when `text` is not RFC 3339 with an offset.
@@ -50,7 +52,7 @@ public enum RFC3339 {
             offsetSeconds = sign * (hours * 3600 + minutes * 60)
         }
         guard index == chars.count else { return nil }
-        let days = daysFromCivil(year: year, month: month, day: day)
+        let days = CivilTime.days(year: year, month: month, day: day)
         // A leap second (:60) is folded into the next second.
         let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
         return Int64(seconds) * 1_000_000 + Int64(micros)
@@ -62,15 +64,5 @@ public enum RFC3339 {
         case 4, 6, 9, 11: 30
         default: 31
         }
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date.
-    public static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let shiftedYear = month <= 2 ? year - 1 : year
-        let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
-        let yearOfEra = shiftedYear - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
     }
 }

@@ -28,7 +28,7 @@ public final class IngestBatcher: Sendable {
         public var unavailableBackoff: Duration
 
         public init(
-            maxQueuedEvents: Int = 200_000, maxGroupEvents: Int = 20_000, flushers: Int = 2,
+            maxQueuedEvents: Int = 200_000, maxGroupEvents: Int = 20_000, flushers: Int = 4,
             commitTimeout: Duration = .seconds(10), unavailableBackoff: Duration = .seconds(1)
         ) {
             self.maxQueuedEvents = maxQueuedEvents

@@ -9,8 +9,12 @@ struct RollupAccumulator {
         var network: String
         var format: String
 
+        // Field by field, not as tuples: tuple comparison instantiates metadata at run time.
         static func < (lhs: CountKey, rhs: CountKey) -> Bool {
-            (lhs.app, lhs.bucket, lhs.network, lhs.format) < (rhs.app, rhs.bucket, rhs.network, rhs.format)
+            if lhs.app != rhs.app { return lhs.app < rhs.app }
+            if lhs.bucket != rhs.bucket { return lhs.bucket < rhs.bucket }
+            if lhs.network != rhs.network { return lhs.network < rhs.network }
+            return lhs.format < rhs.format
         }
     }
 
@@ -23,51 +27,59 @@ struct RollupAccumulator {
         var currency: String
 
         static func < (lhs: RevenueKey, rhs: RevenueKey) -> Bool {
-            (lhs.app, lhs.bucket, lhs.network, lhs.format, lhs.country, lhs.currency)
-                < (rhs.app, rhs.bucket, rhs.network, rhs.format, rhs.country, rhs.currency)
+            if lhs.app != rhs.app { return lhs.app < rhs.app }
+            if lhs.bucket != rhs.bucket { return lhs.bucket < rhs.bucket }
+            if lhs.network != rhs.network { return lhs.network < rhs.network }
+            if lhs.format != rhs.format { return lhs.format < rhs.format }
+            if lhs.country != rhs.country { return lhs.country < rhs.country }
+            return lhs.currency < rhs.currency
         }
     }
 
-    /// requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills.
-    var counts: [CountKey: [Int64]] = [:]
-    /// revenue_micros, priced_events, unpriced_impressions, unpriced_taps.
-    var revenue: [RevenueKey: [Int64]] = [:]
+    struct Counts {
+        var requests: Int64 = 0, loads: Int64 = 0, impressions: Int64 = 0, errors: Int64 = 0
+        var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0
+    }
 
+    struct Money {
+        var revenueMicros: Int64 = 0, pricedEvents: Int64 = 0, unpricedImpressions: Int64 = 0, unpricedTaps: Int64 = 0
+    }
+
+    var counts: [CountKey: Counts] = [:]
+    var revenue: [RevenueKey: Money] = [:]
+
+    /// rollup_15m's count columns, in the order of `Counts`' key paths in `write`.
     static let countColumns = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills"]
 
     mutating func add(_ item: AppEvent) {
         let event = item.event
         let bucket = event.bucketStartSeconds
         let key = CountKey(app: item.appID, bucket: bucket, network: event.network, format: event.format.rawValue)
-        var row = counts[key] ?? [Int64](repeating: 0, count: 8)
         switch event.type {
-        case .request: row[0] += 1
-        case .load: row[1] += 1
-        case .impression: row[2] += 1
-        case .error: row[3] += 1
-        case .tap: row[4] += 1
-        case .actionCancel: row[5] += 1
+        case .request: counts[key, default: Counts()].requests += 1
+        case .load: counts[key, default: Counts()].loads += 1
+        case .impression: counts[key, default: Counts()].impressions += 1
+        case .error: counts[key, default: Counts()].errors += 1
+        case .tap: counts[key, default: Counts()].taps += 1
+        case .actionCancel: counts[key, default: Counts()].actionCancels += 1
         case .expiry:
-            row[6] += 1
-            if event.shown == false { row[7] += 1 }
+            counts[key, default: Counts()].expiries += 1
+            if event.shown == false { counts[key, default: Counts()].wastedFills += 1 }
         }
-        counts[key] = row
 
         guard event.type == .impression || event.type == .tap else { return }
         let revenueKey = RevenueKey(
             app: item.appID, bucket: bucket, network: event.network, format: event.format.rawValue,
             country: event.country, currency: event.currency ?? ""
         )
-        var money = revenue[revenueKey] ?? [0, 0, 0, 0]
         if let micros = event.revenueMicros {
-            money[0] += micros
-            money[1] += 1
+            revenue[revenueKey, default: Money()].revenueMicros += micros
+            revenue[revenueKey, default: Money()].pricedEvents += 1
         } else if event.type == .impression {
-            money[2] += 1
+            revenue[revenueKey, default: Money()].unpricedImpressions += 1
         } else {
-            money[3] += 1
+            revenue[revenueKey, default: Money()].unpricedTaps += 1
         }
-        revenue[revenueKey] = money
     }
 
     func write(on connection: PostgresConnection) throws {
@@ -75,11 +87,14 @@ struct RollupAccumulator {
             let rows = counts.sorted { $0.key < $1.key }
             var query: PostgresQuery = """
                 INSERT INTO rollup_15m AS r (app_id, bucket, network, format, \(unsafeRaw: Self.countColumns.joined(separator: ", ")))
-                SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresTimestamp.format(micros: $0.key.bucket * 1_000_000) })::timestamptz[],
+                SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresMicros($0.key.bucket * 1_000_000) })::timestamptz[],
                     \(array: rows.map(\.key.network))::text[], \(array: rows.map(\.key.format))::text[]
                 """
-            for column in 0..<Self.countColumns.count {
-                query.append(", \(array: rows.map { $0.value[column] })::bigint[]")
+            let columns: [KeyPath<Counts, Int64>] = [
+                \.requests, \.loads, \.impressions, \.errors, \.taps, \.actionCancels, \.expiries, \.wastedFills,
+            ]
+            for column in columns {
+                query.append(", \(array: rows.map { $0.value[keyPath: column] })::bigint[]")
             }
             query.append("""
                 ) ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET
@@ -92,11 +107,11 @@ struct RollupAccumulator {
             try connection.query("""
                 INSERT INTO rollup_revenue_15m AS r
                     (app_id, bucket, network, format, country, currency, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
-                SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresTimestamp.format(micros: $0.key.bucket * 1_000_000) })::timestamptz[],
+                SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresMicros($0.key.bucket * 1_000_000) })::timestamptz[],
                     \(array: rows.map(\.key.network))::text[], \(array: rows.map(\.key.format))::text[],
                     \(array: rows.map(\.key.country))::text[], \(array: rows.map(\.key.currency))::text[],
-                    \(array: rows.map { $0.value[0] })::bigint[], \(array: rows.map { $0.value[1] })::bigint[],
-                    \(array: rows.map { $0.value[2] })::bigint[], \(array: rows.map { $0.value[3] })::bigint[])
+                    \(array: rows.map(\.value.revenueMicros))::bigint[], \(array: rows.map(\.value.pricedEvents))::bigint[],
+                    \(array: rows.map(\.value.unpricedImpressions))::bigint[], \(array: rows.map(\.value.unpricedTaps))::bigint[])
                 ON CONFLICT (app_id, bucket, network, format, country, currency) DO UPDATE SET
                     revenue_micros = r.revenue_micros + excluded.revenue_micros,
                     priced_events = r.priced_events + excluded.priced_events,

@@ -14,25 +14,32 @@ public struct PostgresCopyBuffer: Sendable {
     /// Appends one field of the current row; nil is SQL NULL.
     public mutating func append(_ text: String?) throws {
         separate()
-        guard let text else {
+        guard var text else {
             bytes.append(UInt8(ascii: "\\"))
             bytes.append(UInt8(ascii: "N"))
             return
         }
-        for byte in text.utf8 {
-            switch byte {
-            case 0:
-                throw PostgresError(kind: .invalidParameter, message: "COPY field contains a NUL byte, which PostgreSQL text cannot store")
-            case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "\\"))
-            case UInt8(ascii: "\t"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "t"))
-            case UInt8(ascii: "\n"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "n"))
-            case UInt8(ascii: "\r"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "r"))
-            default: bytes.append(byte)
+        try text.withUTF8 { utf8 in
+            // Most fields (ids, names, versions) need no escaping: copy them whole.
+            if !utf8.contains(where: { $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") || $0 == 0 }) {
+                bytes.append(contentsOf: utf8)
+                return
+            }
+            for byte in utf8 {
+                switch byte {
+                case 0:
+                    throw PostgresError(kind: .invalidParameter, message: "COPY field contains a NUL byte, which PostgreSQL text cannot store")
+                case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "\\"))
+                case UInt8(ascii: "\t"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "t"))
+                case UInt8(ascii: "\n"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "n"))
+                case UInt8(ascii: "\r"): bytes.append(UInt8(ascii: "\\")); bytes.append(UInt8(ascii: "r"))
+                default: bytes.append(byte)
+                }
             }
         }
     }
 
-    /// Appends a field whose text form needs no escaping (numbers, UUIDs, timestamps).
+    /// Appends a field whose text form needs no COPY escaping (numbers, UUIDs, timestamps, enum names).
     public mutating func append<Value: PostgresEncodable>(_ value: Value?) {
         separate()
         guard let value else {
@@ -40,7 +47,7 @@ public struct PostgresCopyBuffer: Sendable {
             bytes.append(UInt8(ascii: "N"))
             return
         }
-        bytes.append(contentsOf: value.postgresText.utf8)
+        value.appendPostgresText(to: &bytes)
     }
 
     /// Ends the current row.

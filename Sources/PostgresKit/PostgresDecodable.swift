@@ -1,4 +1,5 @@
 import Foundation
+import TextFormats
 
 /// A Swift type that a result column can be decoded into, from PostgreSQL's text output.
 ///
@@ -61,7 +62,7 @@ extension Bool: PostgresDecodable {
 }
 
 extension UUID: PostgresDecodable {
-    public static func decodePostgres(_ text: String) -> UUID? { UUID(uuidString: text) }
+    public static func decodePostgres(_ text: String) -> UUID? { UUIDText.parse(text) }
 }
 
 extension Date: PostgresDecodable {
@@ -76,23 +77,7 @@ public enum PostgresTimestamp {
     }
 
     /// Formats microseconds since the epoch as `YYYY-MM-DD HH:MM:SS.ffffff+00`.
-    public static func format(micros totalMicros: Int64) -> String {
-        var micros = totalMicros
-        var seconds = micros / 1_000_000
-        micros %= 1_000_000
-        if micros < 0 { micros += 1_000_000; seconds -= 1 }
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
-        }
-        let fraction = String(micros)
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2)) "
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))."
-            + String(repeating: "0", count: 6 - fraction.count) + fraction + "+00"
-    }
+    public static func format(micros: Int64) -> String { CivilTime.timestamp(micros: micros) }
 
     /// Parses ISO output such as `2026-11-21 10:31:19.123456+00` or `...+05:30`.
     public static func parse(_ text: String) -> Date? {
@@ -148,18 +133,8 @@ public enum PostgresTimestamp {
             }
         }
         guard index == chars.count else { return nil }
-        let days = daysFromCivil(year: year, month: month, day: day)
+        let days = CivilTime.days(year: year, month: month, day: day)
         let epochSeconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
         return Date(timeIntervalSince1970: Double(epochSeconds) + fraction)
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let shiftedYear = month <= 2 ? year - 1 : year
-        let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
-        let yearOfEra = shiftedYear - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import TextFormats
 
 /// A PostgreSQL type OID, as found in `pg_type`.
 public typealias PostgresTypeOID = UInt32
@@ -9,6 +10,26 @@ public protocol PostgresEncodable: Sendable {
     static var postgresType: PostgresTypeOID { get }
     /// The value in PostgreSQL's text input format.
     var postgresText: String { get }
+    /// Appends `postgresText` as UTF-8; types on hot paths write it without a String.
+    func appendPostgresText(to out: inout [UInt8])
+}
+
+extension PostgresEncodable {
+    public func appendPostgresText(to out: inout [UInt8]) {
+        out.append(contentsOf: postgresText.utf8)
+    }
+}
+
+/// A `timestamptz` given as microseconds since the Unix epoch (UTC).
+public struct PostgresMicros: PostgresEncodable, Hashable {
+    /// Microseconds since 1970-01-01T00:00:00Z.
+    public var micros: Int64
+    /// Wraps microseconds.
+    public init(_ micros: Int64) { self.micros = micros }
+
+    public static var postgresType: PostgresTypeOID { 1184 }
+    public var postgresText: String { CivilTime.timestamp(micros: micros) }
+    public func appendPostgresText(to out: inout [UInt8]) { CivilTime.appendTimestamp(micros: micros, to: &out) }
 }
 
 /// One bound parameter: its text (nil for SQL NULL) and its type.
@@ -17,6 +38,12 @@ public struct PostgresBind: Sendable, Equatable {
     public var text: String?
     /// The parameter type OID (0: inferred by the server).
     public var type: PostgresTypeOID
+
+    /// Creates a bind from text already in PostgreSQL's input format.
+    public init(text: String?, type: PostgresTypeOID) {
+        self.text = text
+        self.type = type
+    }
 
     /// Creates a bind from an encodable value.
     public init<T: PostgresEncodable>(_ value: T?) {
@@ -72,7 +99,8 @@ extension Bool: PostgresEncodable {
 
 extension UUID: PostgresEncodable {
     public static var postgresType: PostgresTypeOID { 2950 }
-    public var postgresText: String { uuidString.lowercased() }
+    public var postgresText: String { UUIDText.string(self) }
+    public func appendPostgresText(to out: inout [UInt8]) { UUIDText.append(self, to: &out) }
 }
 
 extension Date: PostgresEncodable {

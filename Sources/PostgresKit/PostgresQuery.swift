@@ -68,20 +68,31 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
             sql += "$\(binds.count)"
         }
 
-        /// Binds an array as one PostgreSQL array parameter (use with `= ANY(...)`).
+        /// Binds an array as one PostgreSQL array parameter (use with `= ANY(...)` or `unnest`).
         public mutating func appendInterpolation<Value: PostgresEncodable>(array values: [Value]) {
-            var text = "{"
-            for (offset, value) in values.enumerated() {
-                if offset > 0 { text += "," }
-                text += "\""
-                for char in value.postgresText.unicodeScalars {
-                    if char == "\"" || char == "\\" { text += "\\" }
-                    text.unicodeScalars.append(char)
+            var bytes: [UInt8] = [UInt8(ascii: "{")]
+            bytes.reserveCapacity(values.count * 24)
+            var element: [UInt8] = []
+            var first = true
+            for value in values {
+                if !first { bytes.append(UInt8(ascii: ",")) }
+                first = false
+                element.removeAll(keepingCapacity: true)
+                value.appendPostgresText(to: &element)
+                // Every element quoted: then only quotes and backslashes need escaping.
+                bytes.append(UInt8(ascii: "\""))
+                if element.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+                    for byte in element {
+                        if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
+                        bytes.append(byte)
+                    }
+                } else {
+                    bytes.append(contentsOf: element)
                 }
-                text += "\""
+                bytes.append(UInt8(ascii: "\""))
             }
-            text += "}"
-            binds.append(PostgresBind(text))
+            bytes.append(UInt8(ascii: "}"))
+            binds.append(PostgresBind(text: String(decoding: bytes, as: UTF8.self), type: 0))
             sql += "$\(binds.count)"
         }
 

@@ -53,10 +53,26 @@ extension AdTally {
         @Option(help: "Port to listen on (env ADTALLY_PORT; default 8080).")
         var port: Int?
 
+        @Option(name: .customLong("retention-days"), help: "Days of raw events kept (env ADTALLY_RETENTION_DAYS; default 90).")
+        var retentionDays: Int?
+
+        @Option(name: .customLong("max-events"), help: "Most events per ingest request (env ADTALLY_MAX_EVENTS; default 1000).")
+        var maxEvents: Int?
+
+        @Option(name: .customLong("max-body-bytes"), help: "Most ingest body bytes, after decompression too (env ADTALLY_MAX_BODY_BYTES; default 1048576).")
+        var maxBodyBytes: Int?
+
+        @Option(name: .customLong("ingest-flushers"), help: "Ingest transactions in flight at once (env ADTALLY_INGEST_FLUSHERS; default 4).")
+        var ingestFlushers: Int?
+
         func run() async throws {
             var flags = database.flags
             flags.host = host
             flags.port = port
+            flags.retentionDays = retentionDays
+            flags.maxEventsPerRequest = maxEvents
+            flags.maxBodyBytes = maxBodyBytes
+            flags.ingestFlushers = ingestFlushers
             let settings = try Settings.resolve(flags: flags)
             let logger = LogSetup.bootstrap(level: settings.logLevel)
             try await Server.run(settings: settings, logger: logger)

@@ -10,7 +10,7 @@ import Logging
 func withTestApp(
     migrate: Bool = true,
     flags: Settings.Flags = .init(),
-    batcher: IngestBatcher.Configuration = .init(),
+    batcher: IngestBatcher.Configuration? = nil,
     _ body: @escaping @Sendable (AppServices, any TestClientProtocol) async throws -> Void
 ) async throws {
     try await TestDatabase.withDatabase { conninfo in

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# make bench-ingest: AdTally's ingest rate against a raw COPY of the same rows, in one run.
+#
+# 1. generate realistic events (type mix, 20 apps, 6 networks, 14 countries), in
+#    batches of 100, and the same rows as CSV;
+# 2. start `adtally serve` on the embedded database (a fresh data folder);
+# 3. drive POST /v1/events from 8 keep-alive connections, every batch once:
+#    events/s, acknowledgement latency p50/p99, peak server RSS;
+# 4. the same with 32 connections on a second set of events (group commit
+#    gathers more per transaction when more requests are in flight);
+# 5. psql \copy the first set's rows into a plain table indexed like `events`;
+# 6. print the ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+batches=${BENCH_BATCHES:-3000}
+connections=${BENCH_CONNECTIONS:-8}
+more_connections=${BENCH_MORE_CONNECTIONS:-32}
+bin=$(swift build -c release --show-bin-path)
+work=$(mktemp -d /tmp/adtally-bench.XXXXXX)
+chmod 755 "$work"
+server=
+cleanup() {
+  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
+    kill -TERM "$server"; wait "$server" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "generating 2 x $((batches * 100)) events in batches of 100"
+"$bin/adtally-bench" generate --out "$work" --apps 20 --batches "$batches" --seed 1
+mkdir -p "$work/second"
+"$bin/adtally-bench" generate --out "$work/second" --apps 20 --batches "$batches" --seed 2
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+data="$work/data"
+"$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning > "$work/server.log" 2>&1 &
+server=$!
+for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+
+admin=$("$bin/adtally" keys create --admin --data-dir "$data" | tail -n 1)
+: > "$work/keys.tsv"
+for i in $(seq 0 19); do
+  curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+    -d "{\"app\":\"bench-app-$i\"}" "http://127.0.0.1:$port/v1/apps" >/dev/null
+  key=$(curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+    -d '{"scope":"ingest"}' "http://127.0.0.1:$port/v1/apps/bench-app-$i/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
+  printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
+done
+
+echo "== AdTally: POST /v1/events, batches of 100, $connections keep-alive connections"
+"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
+  --connections "$connections" --server-pid "$server" | tee "$work/adtally.txt"
+
+echo "== AdTally: the same with $more_connections connections (second set of events)"
+"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/second/batches.jsonl" \
+  --connections "$more_connections" --server-pid "$server" | tee "$work/adtally-more.txt"
+
+echo "== PostgreSQL: psql \\copy of the same rows into a plain table indexed like events"
+socket="$data/run"
+[ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
+conn="host=$socket port=5432 user=adtally dbname=adtally"
+psql "$conn" -qc "CREATE TABLE bench_copy (LIKE events INCLUDING DEFAULTS INCLUDING INDEXES)"
+columns="app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version, app_version, device, revenue_micros, currency, error_code, will_leave, shown"
+start=$(date +%s.%N)
+psql "$conn" -qc "\\copy bench_copy ($columns) FROM '$work/rows.csv' WITH (FORMAT csv)"
+end=$(date +%s.%N)
+rows=$(psql "$conn" -tAc "SELECT count(*) FROM bench_copy")
+python3 - "$work/adtally.txt" "$work/adtally-more.txt" "$rows" "$start" "$end" "$connections" "$more_connections" <<'PY'
+import sys
+def read(path):
+    return dict(line.strip().split("=", 1) for line in open(path) if "=" in line)
+few, more = read(sys.argv[1]), read(sys.argv[2])
+rows, start, end = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+copy_rate = rows / (end - start)
+print(f"copy_rows={rows}")
+print(f"copy_seconds={end - start:.3f}")
+print(f"copy_events_per_second={copy_rate:.0f}")
+print(f"ratio_adtally_to_copy_{sys.argv[6]}_connections={float(few['events_per_second']) / copy_rate:.2f}")
+print(f"ratio_adtally_to_copy_{sys.argv[7]}_connections={float(more['events_per_second']) / copy_rate:.2f}")
+PY
