@@ -1,6 +1,7 @@
 # AdTally server image: build with the Swift toolchain, run on slim Debian with libpq.
-FROM swift:6.1-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev pkg-config && rm -rf /var/lib/apt/lists/*
+FROM swift:6.3-bookworm AS build
+# Hummingbird 2.28 needs swift-tools 6.2 or later; libpq and zlib are system-library targets.
+RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev zlib1g-dev pkg-config && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
 COPY Sources ./Sources
@@ -10,7 +11,7 @@ RUN swift build -c release --product adtally --static-swift-stdlib \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libpq5 ca-certificates tzdata curl \
+ && apt-get install -y --no-install-recommends libpq5 zlib1g ca-certificates tzdata curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --create-home --home-dir /var/lib/adtally adtally
 COPY --from=build /usr/local/bin/adtally /usr/local/bin/adtally

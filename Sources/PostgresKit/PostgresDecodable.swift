@@ -81,60 +81,6 @@ public enum PostgresTimestamp {
 
     /// Parses ISO output such as `2026-11-21 10:31:19.123456+00` or `...+05:30`.
     public static func parse(_ text: String) -> Date? {
-        let chars = Array(text.utf8)
-        var index = 0
-        func number(_ count: Int) -> Int? {
-            guard index + count <= chars.count else { return nil }
-            var value = 0
-            for offset in 0..<count {
-                let char = chars[index + offset]
-                guard char >= 48, char <= 57 else { return nil }
-                value = value * 10 + Int(char - 48)
-            }
-            index += count
-            return value
-        }
-        func expect(_ char: Character) -> Bool {
-            guard index < chars.count, chars[index] == char.asciiValue! else { return false }
-            index += 1
-            return true
-        }
-        guard let year = number(4), expect("-"), let month = number(2), expect("-"), let day = number(2),
-              expect(" ") || expect("T"),
-              let hour = number(2), expect(":"), let minute = number(2), expect(":"), let second = number(2)
-        else { return nil }
-        var fraction = 0.0
-        if index < chars.count, chars[index] == UInt8(ascii: ".") {
-            index += 1
-            var scale = 0.1
-            while index < chars.count, chars[index] >= 48, chars[index] <= 57 {
-                fraction += Double(chars[index] - 48) * scale
-                scale /= 10
-                index += 1
-            }
-        }
-        var offsetSeconds = 0
-        if index < chars.count {
-            let sign: Int
-            switch chars[index] {
-            case UInt8(ascii: "+"): sign = 1
-            case UInt8(ascii: "-"): sign = -1
-            case UInt8(ascii: "Z"): sign = 0
-            default: return nil
-            }
-            index += 1
-            if sign != 0 {
-                guard let hours = number(2) else { return nil }
-                var minutes = 0
-                var secs = 0
-                if expect(":") { guard let value = number(2) else { return nil }; minutes = value }
-                if expect(":") { guard let value = number(2) else { return nil }; secs = value }
-                offsetSeconds = sign * (hours * 3600 + minutes * 60 + secs)
-            }
-        }
-        guard index == chars.count else { return nil }
-        let days = CivilTime.days(year: year, month: month, day: day)
-        let epochSeconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
-        return Date(timeIntervalSince1970: Double(epochSeconds) + fraction)
+        ISOTimestamp.parseMicros(text, rules: .postgres).map { Date(timeIntervalSince1970: Double($0) / 1_000_000) }
     }
 }

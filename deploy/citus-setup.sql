@@ -1,0 +1,16 @@
+-- Run once on the Citus coordinator after the first `adtally serve` (or
+-- `adtally migrate`) created the schema: register the workers and distribute
+-- every per-app table by app_id. Idempotent.
+SELECT citus_set_coordinator_host('citus-coordinator', 5432);
+SELECT * FROM citus_add_node('citus-worker-1', 5432) WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = 'citus-worker-1');
+SELECT * FROM citus_add_node('citus-worker-2', 5432) WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = 'citus-worker-2');
+
+-- Small tables every node needs whole.
+SELECT create_reference_table('apps') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'apps'::regclass);
+SELECT create_reference_table('api_keys') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'api_keys'::regclass);
+
+-- Per-app tables, co-located by app_id: every primary key leads with it.
+SELECT create_distributed_table('events', 'app_id') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'events'::regclass);
+SELECT create_distributed_table('event_ids', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'event_ids'::regclass);
+SELECT create_distributed_table('rollup_15m', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_15m'::regclass);
+SELECT create_distributed_table('rollup_revenue_15m', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_revenue_15m'::regclass);
