@@ -149,11 +149,15 @@ struct JSONScanner {
         if peek() == UInt8(ascii: "}") { index += 1; return event }
         while true {
             skipWhitespace()
-            let key = try readString()
+            let key = try readKey()
             skipWhitespace()
-            try expect(UInt8(ascii: ":"), "expected ':' after \"\(key)\"")
+            try expect(UInt8(ascii: ":"), "expected ':' after a field name")
             skipWhitespace()
-            event.set(key, try readValue())
+            let value = try readValue()
+            switch key {
+            case .raw(let name): event.set(nameBytes: name, value)
+            case .decoded(let name): event.set(name, value)
+            }
             skipWhitespace()
             if peek() == UInt8(ascii: ",") { index += 1; continue }
             try expect(UInt8(ascii: "}"), "expected ',' or '}' in an event")
@@ -203,6 +207,27 @@ struct JSONScanner {
             guard exponent > 0 else { throw failure("a number needs exponent digits") }
         }
         return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+    }
+
+    /// A field name: bytes of the body when it has no escapes (no String made),
+    /// decoded otherwise.
+    enum Key {
+        case raw(UnsafeBufferPointer<UInt8>)
+        case decoded(String)
+    }
+
+    mutating func readKey() throws(BodyError) -> Key {
+        if peek() == UInt8(ascii: "\"") {
+            var probe = index + 1
+            while probe < bytes.count, bytes[probe] != UInt8(ascii: "\""), bytes[probe] != UInt8(ascii: "\\"), bytes[probe] >= 0x20 {
+                probe += 1
+            }
+            if probe < bytes.count, bytes[probe] == UInt8(ascii: "\"") {
+                defer { index = probe + 1 }
+                return .raw(UnsafeBufferPointer(rebasing: bytes[(index + 1)..<probe]))
+            }
+        }
+        return .decoded(try readString())
     }
 
     mutating func readString() throws(BodyError) -> String {

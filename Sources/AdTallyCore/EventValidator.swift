@@ -193,11 +193,20 @@ public struct EventValidator: Sendable {
 
     /// `WxH` with 1–4 digit sides, both non-zero.
     static func isBannerSize(_ text: String) -> Bool {
-        let parts = text.split(separator: "x", omittingEmptySubsequences: false)
-        guard parts.count == 2 else { return false }
-        return parts.allSatisfy { part in
-            (1...4).contains(part.count) && part.allSatisfy(\.isASCII) && part.allSatisfy(\.isNumber) && Int(part)! > 0
+        var width = 0, height = 0, digits = 0, seenX = false
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: "x") {
+                guard !seenX, (1...4).contains(digits) else { return false }
+                seenX = true
+                digits = 0
+            } else if byte >= 0x30 && byte <= 0x39 {
+                digits += 1
+                if seenX { height = height * 10 + Int(byte - 0x30) } else { width = width * 10 + Int(byte - 0x30) }
+            } else {
+                return false
+            }
         }
+        return seenX && (1...4).contains(digits) && width > 0 && height > 0
     }
 
     static func micros(_ duration: Duration) -> Int64 {

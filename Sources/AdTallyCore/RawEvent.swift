@@ -1,3 +1,5 @@
+import Foundation
+
 /// A value as it arrived, before validation.
 public enum RawValue: Sendable, Equatable {
     case string(String)
@@ -52,25 +54,37 @@ public struct RawEvent: Sendable, Equatable {
     /// Sets a field by its wire name; returns false for a name events do not have.
     @discardableResult
     public mutating func set(_ name: String, _ value: RawValue) -> Bool {
-        switch name {
-        case "id": id = value
-        case "type": type = value
-        case "occurred_at": occurredAt = value
-        case "network": network = value
-        case "format": format = value
-        case "placement": placement = value
-        case "size": size = value
-        case "country": country = value
-        case "platform": platform = value
-        case "os_version": osVersion = value
-        case "app_version": appVersion = value
-        case "device": device = value
-        case "revenue_micros": revenueMicros = value
-        case "currency": currency = value
-        case "error_code": errorCode = value
-        case "will_leave": willLeave = value
-        case "shown": shown = value
-        case "app": app = value
+        var name = name
+        return name.withUTF8 { set(nameBytes: $0, value) }
+    }
+
+    /// The same, by the name's UTF-8 bytes: dispatches on length and first byte
+    /// instead of comparing against every field name in turn.
+    @discardableResult
+    public mutating func set(nameBytes name: UnsafeBufferPointer<UInt8>, _ value: RawValue) -> Bool {
+        func matches(_ field: StaticString) -> Bool {
+            field.utf8CodeUnitCount == name.count && memcmp(field.utf8Start, name.baseAddress!, name.count) == 0
+        }
+        guard let first = name.first else { return false }
+        switch (name.count, first) {
+        case (2, UInt8(ascii: "i")) where matches("id"): id = value
+        case (4, UInt8(ascii: "t")) where matches("type"): type = value
+        case (11, UInt8(ascii: "o")) where matches("occurred_at"): occurredAt = value
+        case (7, UInt8(ascii: "n")) where matches("network"): network = value
+        case (6, UInt8(ascii: "f")) where matches("format"): format = value
+        case (9, UInt8(ascii: "p")) where matches("placement"): placement = value
+        case (4, UInt8(ascii: "s")) where matches("size"): size = value
+        case (7, UInt8(ascii: "c")) where matches("country"): country = value
+        case (8, UInt8(ascii: "p")) where matches("platform"): platform = value
+        case (10, UInt8(ascii: "o")) where matches("os_version"): osVersion = value
+        case (11, UInt8(ascii: "a")) where matches("app_version"): appVersion = value
+        case (6, UInt8(ascii: "d")) where matches("device"): device = value
+        case (14, UInt8(ascii: "r")) where matches("revenue_micros"): revenueMicros = value
+        case (8, UInt8(ascii: "c")) where matches("currency"): currency = value
+        case (10, UInt8(ascii: "e")) where matches("error_code"): errorCode = value
+        case (10, UInt8(ascii: "w")) where matches("will_leave"): willLeave = value
+        case (5, UInt8(ascii: "s")) where matches("shown"): shown = value
+        case (3, UInt8(ascii: "a")) where matches("app"): app = value
         default: return false
         }
         return true

@@ -1,3 +1,6 @@
+import Foundation
+import TextFormats
+
 /// Rows in PostgreSQL's COPY text format, built as UTF-8 bytes.
 ///
 /// Lengths are byte counts by construction, so multi-byte text is sent intact.
@@ -48,6 +51,45 @@ public struct PostgresCopyBuffer: Sendable {
             return
         }
         value.appendPostgresText(to: &bytes)
+    }
+
+    // Non-generic forms of the above for the types ingest writes per event: a
+    // generic call across modules goes through witness tables and run-time metadata.
+
+    /// Appends a UUID.
+    public mutating func append(_ id: UUID) {
+        separate()
+        UUIDText.append(id, to: &bytes)
+    }
+
+    /// Appends a `timestamptz`.
+    public mutating func append(_ time: PostgresMicros) {
+        separate()
+        CivilTime.appendTimestamp(micros: time.micros, to: &bytes)
+    }
+
+    /// Appends an integer or NULL.
+    public mutating func append(_ number: Int64?) {
+        separate()
+        guard let number else { return appendNull() }
+        bytes.append(contentsOf: String(number).utf8)
+    }
+
+    /// Appends an integer or NULL.
+    public mutating func append(_ number: Int?) {
+        append(number.map(Int64.init))
+    }
+
+    /// Appends a boolean or NULL.
+    public mutating func append(_ flag: Bool?) {
+        separate()
+        guard let flag else { return appendNull() }
+        bytes.append(flag ? UInt8(ascii: "t") : UInt8(ascii: "f"))
+    }
+
+    private mutating func appendNull() {
+        bytes.append(UInt8(ascii: "\\"))
+        bytes.append(UInt8(ascii: "N"))
     }
 
     /// Ends the current row.

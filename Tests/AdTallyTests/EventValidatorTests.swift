@@ -144,6 +144,14 @@ struct EventBatchReaderTests {
         #expect(throws: BodyError.self) { try EventBatchReader.readJSON(Array(body.utf8)) }
     }
 
+    @Test("escaped field names mean the same field")
+    func escapedKeys() throws {
+        let slots = try EventBatchReader.readJSON(Array(#"{"events": [{"ty\u0070e": "tap", "\u0069d": "x"}]}"#.utf8))
+        guard case .event(let event) = slots.first else { Issue.record("not an event"); return }
+        #expect(event.type == .string("tap"))
+        #expect(event.id == .string("x"))
+    }
+
     @Test("invalid UTF-8 in a string is a body error")
     func invalidUTF8() {
         let bytes = Array(#"{"events": [{"id": ""#.utf8) + [0xC3, 0x28] + Array(#""}]}"#.utf8)
