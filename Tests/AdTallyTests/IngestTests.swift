@@ -74,6 +74,13 @@ struct IngestTests {
             }
             #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 2)
             #expect(try await Ingest.count(services, "SELECT sum(requests + impressions)::int FROM rollup_15m") == 2)
+            try await client.execute(uri: "/metrics", method: .get) { response in
+                let text = String(buffer: response.body)
+                #expect(response.status == .ok)
+                #expect(text.contains(#"adtally_ingest_events_total{outcome="accepted"}"#))
+                #expect(text.contains(#"adtally_ingest_events_total{outcome="rejected"}"#))
+                #expect(text.contains("adtally_ingest_flush_seconds"))
+            }
             #expect(try await Ingest.count(services, "SELECT sum(revenue_micros)::int FROM rollup_revenue_15m WHERE country = 'DE'") == 2500)
         }
     }
