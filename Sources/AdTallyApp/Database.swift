@@ -61,7 +61,7 @@ public final class Database: Sendable {
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }
         do {
-            try await NIOThreadPool.singleton.runIfActive { try embedded.stopIfUnused() }
+            _ = try await NIOThreadPool.singleton.runIfActive { try embedded.stopIfUnused() }
         } catch {
             logger.error("could not stop the embedded PostgreSQL", metadata: ["error": "\(error)"])
         }

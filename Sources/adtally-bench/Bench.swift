@@ -65,8 +65,8 @@ extension Bench {
             let currencies: [(String, Int)] = [("USD", 80), ("JPY", 10), ("EUR", 10)]
             let now = Date().timeIntervalSince1970
 
-            FileManager.default.createFile(atPath: out + "/batches.jsonl", contents: nil)
-            FileManager.default.createFile(atPath: out + "/rows.csv", contents: nil)
+            _ = FileManager.default.createFile(atPath: out + "/batches.jsonl", contents: nil)
+            _ = FileManager.default.createFile(atPath: out + "/rows.csv", contents: nil)
             let batchFile = try FileHandle(forWritingTo: URL(fileURLWithPath: out + "/batches.jsonl"))
             let csvFile = try FileHandle(forWritingTo: URL(fileURLWithPath: out + "/rows.csv"))
             defer { try? batchFile.close(); try? csvFile.close() }

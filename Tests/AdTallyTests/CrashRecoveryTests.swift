@@ -44,7 +44,7 @@ final class ServerProcess: @unchecked Sendable {
         self.port = port
         process.executableURL = URL(fileURLWithPath: adtallyBinary())
         process.arguments = ["serve", "--database-url", databaseURL, "--port", "\(port)", "--pool-size", "4"]
-        FileManager.default.createFile(atPath: log.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         let handle = try FileHandle(forWritingTo: log)
         handle.seekToEndOfFile()
         process.standardOutput = handle

@@ -23,10 +23,10 @@ public enum TestDatabase {
         let conninfo = admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)")
         do {
             let value = try await body(conninfo)
-            try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
             return value
         } catch {
-            try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
             throw error
         }
     }
