@@ -63,6 +63,7 @@ public struct EventValidator: Sendable {
 
         if let placement = try optionalString(raw.placement, "placement") {
             guard (1...64).contains(placement.count) else { throw Rejection(field: "placement", rule: "must be 1 to 64 characters") }
+            try Self.refuseNUL(placement, "placement")
             event.placement = placement
         }
         if let size = try optionalString(raw.size, "size") {
@@ -148,7 +149,14 @@ public struct EventValidator: Sendable {
     private func boundedString(_ value: RawValue?, _ field: String, max: Int) throws(Rejection) -> String? {
         guard let text = try optionalString(value, field) else { return nil }
         guard text.count <= max else { throw Rejection(field: field, rule: "must be at most \(max) characters") }
+        try Self.refuseNUL(text, field)
         return text
+    }
+
+    /// PostgreSQL text cannot hold U+0000; refusing it here keeps one event from
+    /// failing the whole group commit it would be written in.
+    private static func refuseNUL(_ text: String, _ field: String) throws(Rejection) {
+        if text.utf8.contains(0) { throw Rejection(field: field, rule: "must not contain NUL (U+0000) characters") }
     }
 
     private func optionalInteger(_ value: RawValue?, _ field: String) throws(Rejection) -> Int64? {

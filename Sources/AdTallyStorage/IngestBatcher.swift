@@ -232,8 +232,13 @@ public final class IngestBatcher: Sendable {
             state.withLock { $0.refuseUntil = ContinuousClock.now + backoff }
             live.forEach { $0.finish(.failure(Refusal.databaseUnavailable(error.message))) }
         } catch {
-            logger.error("ingest flush failed", metadata: ["error": "\(String(reflecting: error))"])
-            live.forEach { $0.finish(.failure(error)) }
+            logger.error("ingest flush failed", metadata: ["error": "\(String(reflecting: error))", "requests": "\(live.count)"])
+            // One request's events must not fail the others: write them one by one.
+            if live.count > 1 {
+                for ticket in live { await flush([ticket]) }
+            } else {
+                live.forEach { $0.finish(.failure(error)) }
+            }
         }
     }
 }

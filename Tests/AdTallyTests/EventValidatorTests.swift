@@ -79,6 +79,8 @@ struct EventValidatorTests {
         (["shown": .bool(false)], [], "shown: is allowed only on expiry events"),
         (["app": .string("other-app")], [], "app: must equal the key's app (demo)"),
         (["network": .composite], [], "network: must be a string, got an array or object"),
+        (["placement": .string("a\u{0}b")], [], "placement: must not contain NUL (U+0000) characters"),
+        (["device": .string("\u{0}")], [], "device: must not contain NUL (U+0000) characters"),
     ])
     func rules(fields: [String: RawValue], remove: [String], expected: String) {
         let message = rejection(fields, remove: remove)
