@@ -61,6 +61,16 @@ CREATE TABLE event_ids (
     PRIMARY KEY (app_id, event_id)
 );
 
+-- How old an accepted event may be, as the widest window any server or import
+-- has used. Ids are kept that long plus a day: an event older than that is
+-- refused by validation, so its id can no longer come back as a duplicate.
+-- Only ever widened (GREATEST), so no process prunes ids another still needs.
+CREATE TABLE id_horizon (
+    singleton             boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    max_event_age_seconds bigint NOT NULL
+);
+INSERT INTO id_horizon (max_event_age_seconds) VALUES (7 * 86400);
+
 -- Rollups, updated in the same transaction as the events they count and only
 -- for newly stored events (a duplicate never reaches them).
 --

@@ -18,7 +18,10 @@ public struct AppServices: Sendable {
         self.database = database
         self.appStore = AppStore(pool: database.pool)
         self.eventStore = EventStore(pool: database.pool, logger: logger)
-        self.limits = IngestLimits(maxEvents: settings.maxEventsPerRequest, maxBytes: settings.maxBodyBytes)
+        self.limits = IngestLimits(
+            maxEvents: settings.maxEventsPerRequest, maxBytes: settings.maxBodyBytes,
+            maxAge: settings.maxEventAge, maxAhead: settings.maxEventAhead
+        )
         var configuration = configuration ?? IngestBatcher.Configuration(flushers: settings.ingestFlushers)
         // Each flusher holds a connection; leave at least one for everything else.
         configuration.flushers = max(1, min(configuration.flushers, settings.poolSize - 1))

@@ -34,9 +34,12 @@ public struct FileImporter: Sendable {
     public static let rejectionsShown = 10
 
     /// An importer for one app.
-    public init(store: EventStore, appID: String, batchSize: Int = 10_000, maxAge: Duration = .seconds(7 * 86_400)) {
+    public init(
+        store: EventStore, appID: String, batchSize: Int = 10_000,
+        maxAge: Duration = .seconds(7 * 86_400), maxAhead: Duration = .seconds(3600)
+    ) {
         self.store = store
-        self.validator = EventValidator(appID: appID, maxAge: maxAge, acceptsTextValues: true)
+        self.validator = EventValidator(appID: appID, maxAge: maxAge, maxAhead: maxAhead, acceptsTextValues: true)
         self.batchSize = batchSize
     }
 
@@ -44,6 +47,7 @@ public struct FileImporter: Sendable {
     public func importFiles(
         _ paths: [String], format: Format? = nil, report: (Progress) -> Void = { _ in }
     ) async throws -> Progress {
+        try await store.widenIDHorizon(to: validator.maxAge)
         var progress = Progress()
         for path in paths {
             try await importFile(path, format: format ?? .guess(path: path), progress: &progress, report: report)

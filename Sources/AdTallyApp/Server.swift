@@ -12,6 +12,7 @@ public enum Server {
             let applied = try await database.migrate()
             if !applied.isEmpty { logger.info("database migrated", metadata: ["applied": "\(applied.joined(separator: ", "))"]) }
             let services = AppServices(settings: settings, database: database, logger: logger)
+            try await services.eventStore.widenIDHorizon(to: settings.maxEventAge)
             let app = buildApplication(settings: settings, services: services, logger: logger)
             let group = ServiceGroup(configuration: .init(
                 services: [app],

@@ -27,12 +27,22 @@ public struct Settings: Sendable {
     public var maxBodyBytes: Int
     /// Ingest transactions in flight at once (group commit writers).
     public var ingestFlushers: Int
+    /// How old an event's `occurred_at` may be (days).
+    public var maxEventAgeDays: Int
+    /// How far ahead of server time an event's `occurred_at` may be (minutes).
+    public var maxEventAheadMinutes: Int
+
+    /// The accepted age of `occurred_at`.
+    public var maxEventAge: Duration { .seconds(maxEventAgeDays * 86_400) }
+    /// The accepted lead of `occurred_at` over server time.
+    public var maxEventAhead: Duration { .seconds(maxEventAheadMinutes * 60) }
 
     /// Defaults, before flags and environment.
     public static let defaults = Settings(
         databaseURL: nil, dataDirectory: ".adtally", embeddedTCPPort: nil, migrationsDirectory: nil,
         host: "127.0.0.1", port: 8080, poolSize: 8, logLevel: .info,
-        retentionDays: 90, maxEventsPerRequest: 1000, maxBodyBytes: 1 << 20, ingestFlushers: 4
+        retentionDays: 90, maxEventsPerRequest: 1000, maxBodyBytes: 1 << 20, ingestFlushers: 4,
+        maxEventAgeDays: 7, maxEventAheadMinutes: 60
     )
 
     /// The flags a command was given; nil means "not given".
@@ -49,12 +59,14 @@ public struct Settings: Sendable {
         public var maxEventsPerRequest: Int?
         public var maxBodyBytes: Int?
         public var ingestFlushers: Int?
+        public var maxEventAgeDays: Int?
+        public var maxEventAheadMinutes: Int?
 
         public init(
             databaseURL: String? = nil, dataDirectory: String? = nil, embeddedTCPPort: Int? = nil,
             migrationsDirectory: String? = nil, host: String? = nil, port: Int? = nil, poolSize: Int? = nil,
             logLevel: String? = nil, retentionDays: Int? = nil, maxEventsPerRequest: Int? = nil, maxBodyBytes: Int? = nil,
-            ingestFlushers: Int? = nil
+            ingestFlushers: Int? = nil, maxEventAgeDays: Int? = nil, maxEventAheadMinutes: Int? = nil
         ) {
             self.databaseURL = databaseURL
             self.dataDirectory = dataDirectory
@@ -68,6 +80,8 @@ public struct Settings: Sendable {
             self.maxEventsPerRequest = maxEventsPerRequest
             self.maxBodyBytes = maxBodyBytes
             self.ingestFlushers = ingestFlushers
+            self.maxEventAgeDays = maxEventAgeDays
+            self.maxEventAheadMinutes = maxEventAheadMinutes
         }
     }
 
@@ -100,6 +114,16 @@ public struct Settings: Sendable {
             ?? defaults.maxEventsPerRequest
         settings.maxBodyBytes = try number(flags.maxBodyBytes, "ADTALLY_MAX_BODY_BYTES", range: 1024...1 << 30) ?? defaults.maxBodyBytes
         settings.ingestFlushers = try number(flags.ingestFlushers, "ADTALLY_INGEST_FLUSHERS", range: 1...64) ?? defaults.ingestFlushers
+        settings.maxEventAgeDays = try number(flags.maxEventAgeDays, "ADTALLY_MAX_EVENT_AGE_DAYS", range: 1...36_499) ?? defaults.maxEventAgeDays
+        settings.maxEventAheadMinutes = try number(flags.maxEventAheadMinutes, "ADTALLY_MAX_EVENT_AHEAD_MINUTES", range: 0...10_080)
+            ?? defaults.maxEventAheadMinutes
+        // Events older than the retention period would land in partitions about to be dropped.
+        guard settings.maxEventAgeDays < settings.retentionDays else {
+            throw SettingsError.invalid(
+                "ADTALLY_MAX_EVENT_AGE_DAYS", "\(settings.maxEventAgeDays)",
+                "less than the retention period (ADTALLY_RETENTION_DAYS = \(settings.retentionDays))"
+            )
+        }
         if let level = text(flags.logLevel, "LOG_LEVEL") {
             guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
                 throw SettingsError.invalid("LOG_LEVEL", level, "one of trace, debug, info, notice, warning, error, critical")

@@ -39,7 +39,9 @@ public struct EventMaintenance: Sendable {
             try partitions.ensure(days: Set((today - ageDays)...(today + 2)), on: connection)
             return try partitions.drop(before: today - retentionDays + 1, on: connection)
         }
-        let cutoff = Date(timeIntervalSince1970: now.timeIntervalSince1970 - Double(maxEventAge.components.seconds) - 86_400)
+        // Ids live as long as the widest accepted window any process has used, plus a day.
+        let horizon = try await EventStore.idHorizon(pool)
+        let cutoff = Date(timeIntervalSince1970: now.timeIntervalSince1970 - Double(max(horizon, maxEventAge).components.seconds) - 86_400)
         var pruned = 0
         while true {
             let rows = try await pool.query("""

@@ -51,6 +51,18 @@ public struct EventStore: Sendable {
         }
     }
 
+    /// Records that events up to `maxAge` old may be accepted, so that their ids are
+    /// kept at least that long (never narrows what is recorded).
+    public func widenIDHorizon(to maxAge: Duration) async throws {
+        try await pool.query("UPDATE id_horizon SET max_event_age_seconds = GREATEST(max_event_age_seconds, \(maxAge.components.seconds))")
+    }
+
+    /// The widest accepted event age recorded.
+    static func idHorizon(_ pool: PostgresPool) async throws -> Duration {
+        let rows = try await pool.query("SELECT max_event_age_seconds FROM id_horizon")
+        return .seconds(try rows.first?.decode(0, as: Int64.self) ?? 7 * 86_400)
+    }
+
     static func write(_ events: [AppEvent], on connection: PostgresConnection) throws -> [Bool] {
         // 1. First occurrence of each (app, id) within the call, in sorted order.
         var firstIndex: [EventKey: Int] = [:]

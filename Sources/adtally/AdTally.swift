@@ -33,10 +33,20 @@ struct DatabaseOptions: ParsableArguments {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env LOG_LEVEL; default info).")
     var logLevel: String?
 
+    @Option(name: .customLong("retention-days"), help: "Days of raw events kept (env ADTALLY_RETENTION_DAYS; default 90).")
+    var retentionDays: Int?
+
+    @Option(name: .customLong("max-event-age-days"), help: "Oldest accepted occurred_at, in days (env ADTALLY_MAX_EVENT_AGE_DAYS; default 7).")
+    var maxEventAgeDays: Int?
+
+    @Option(name: .customLong("max-event-ahead-minutes"), help: "Furthest accepted occurred_at ahead of server time (env ADTALLY_MAX_EVENT_AHEAD_MINUTES; default 60).")
+    var maxEventAheadMinutes: Int?
+
     var flags: Settings.Flags {
         Settings.Flags(
             databaseURL: databaseURL, dataDirectory: dataDirectory, embeddedTCPPort: embeddedTCPPort,
-            migrationsDirectory: migrationsDirectory, poolSize: poolSize, logLevel: logLevel
+            migrationsDirectory: migrationsDirectory, poolSize: poolSize, logLevel: logLevel, retentionDays: retentionDays,
+            maxEventAgeDays: maxEventAgeDays, maxEventAheadMinutes: maxEventAheadMinutes
         )
     }
 }
@@ -53,9 +63,6 @@ extension AdTally {
         @Option(help: "Port to listen on (env ADTALLY_PORT; default 8080).")
         var port: Int?
 
-        @Option(name: .customLong("retention-days"), help: "Days of raw events kept (env ADTALLY_RETENTION_DAYS; default 90).")
-        var retentionDays: Int?
-
         @Option(name: .customLong("max-events"), help: "Most events per ingest request (env ADTALLY_MAX_EVENTS; default 1000).")
         var maxEvents: Int?
 
@@ -69,7 +76,6 @@ extension AdTally {
             var flags = database.flags
             flags.host = host
             flags.port = port
-            flags.retentionDays = retentionDays
             flags.maxEventsPerRequest = maxEvents
             flags.maxBodyBytes = maxBodyBytes
             flags.ingestFlushers = ingestFlushers

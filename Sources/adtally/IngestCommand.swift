@@ -19,12 +19,16 @@ struct IngestCommand: AsyncParsableCommand {
     @Argument(help: "Files to import.") var files: [String]
 
     func run() async throws {
+        let window = try Settings.resolve(flags: database.flags)
         let isTerminal = isatty(STDERR_FILENO) == 1
         var lastLine = ContinuousClock.now
         let summary = try await database.withDatabase { database, logger in
             let store = AppStore(pool: database.pool)
             guard try await store.app(app) != nil else { throw AppStoreError.unknownApp(app) }
-            let importer = FileImporter(store: EventStore(pool: database.pool, logger: logger), appID: app, batchSize: batchSize)
+            let importer = FileImporter(
+                store: EventStore(pool: database.pool, logger: logger), appID: app, batchSize: batchSize,
+                maxAge: window.maxEventAge, maxAhead: window.maxEventAhead
+            )
             return try await importer.importFiles(files, format: format) { progress in
                 if isTerminal {
                     Self.drawBar(progress)

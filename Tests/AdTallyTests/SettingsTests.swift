@@ -21,6 +21,20 @@ struct SettingsTests {
         #expect(defaults.dataDirectory == ".adtally")
     }
 
+    @Test("the accepted event window defaults to 7 days back and 60 minutes ahead, and must end inside retention")
+    func eventWindow() throws {
+        let defaults = try Settings.resolve(flags: .init(), environment: [:])
+        #expect(defaults.maxEventAge == .seconds(7 * 86_400))
+        #expect(defaults.maxEventAhead == .seconds(3600))
+        let wide = try Settings.resolve(flags: .init(), environment: ["ADTALLY_MAX_EVENT_AGE_DAYS": "60"])
+        #expect(wide.maxEventAgeDays == 60)
+        let error = #expect(throws: SettingsError.self) {
+            try Settings.resolve(flags: .init(retentionDays: 30), environment: ["ADTALLY_MAX_EVENT_AGE_DAYS": "30"])
+        }
+        #expect(error?.description.contains("ADTALLY_MAX_EVENT_AGE_DAYS") == true)
+        #expect(error?.description.contains("retention") == true)
+    }
+
     @Test("a bad value names the variable and the rule")
     func badValues() {
         let error = #expect(throws: SettingsError.self) {

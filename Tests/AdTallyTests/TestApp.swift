@@ -36,3 +36,28 @@ func withTestApp(
         }
     }
 }
+
+/// The stores and services over a fresh, migrated test database, with no server
+/// and no background service running (for tests that drive those by hand).
+func withServices(
+    flags: Settings.Flags = .init(),
+    _ body: @escaping @Sendable (AppServices) async throws -> Void
+) async throws {
+    try await TestDatabase.withDatabase { conninfo in
+        var flags = flags
+        flags.databaseURL = conninfo
+        flags.poolSize = flags.poolSize ?? 4
+        let settings = try Settings.resolve(flags: flags, environment: [:])
+        var logger = Logger(label: "adtally.test")
+        logger.logLevel = .warning
+        let database = try await Database.open(settings, logger: logger)
+        do {
+            try await database.migrate()
+            try await body(AppServices(settings: settings, database: database, logger: logger))
+            await database.close()
+        } catch {
+            await database.close()
+            throw error
+        }
+    }
+}
