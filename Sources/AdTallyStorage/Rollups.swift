@@ -82,42 +82,54 @@ struct RollupAccumulator {
         }
     }
 
+    /// Upserts both rollups in one statement (one round trip): the counts as a
+    /// data-modifying CTE in front of the revenue insert.
     func write(on connection: PostgresConnection) throws {
-        if !counts.isEmpty {
-            let rows = counts.sorted { $0.key < $1.key }
-            var query: PostgresQuery = """
-                INSERT INTO rollup_15m AS r (app_id, bucket, network, format, \(unsafeRaw: Self.countColumns.joined(separator: ", ")))
-                SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresMicros($0.key.bucket * 1_000_000) })::timestamptz[],
-                    \(array: rows.map(\.key.network))::text[], \(array: rows.map(\.key.format))::text[]
-                """
-            let columns: [KeyPath<Counts, Int64>] = [
-                \.requests, \.loads, \.impressions, \.errors, \.taps, \.actionCancels, \.expiries, \.wastedFills,
-            ]
-            for column in columns {
-                query.append(", \(array: rows.map { $0.value[keyPath: column] })::bigint[]")
-            }
-            query.append("""
-                ) ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET
-                \(unsafeRaw: Self.countColumns.map { "\($0) = r.\($0) + excluded.\($0)" }.joined(separator: ", "))
-                """)
-            try connection.query(query)
+        switch (countsUpsert(), revenueUpsert()) {
+        case (let counts?, let revenue?): try connection.query("WITH counts AS (\(counts)) \(revenue)")
+        case (let counts?, nil): try connection.query(counts)
+        case (nil, let revenue?): try connection.query(revenue)
+        case (nil, nil): break
         }
-        if !revenue.isEmpty {
-            let rows = revenue.sorted { $0.key < $1.key }
-            try connection.query("""
-                INSERT INTO rollup_revenue_15m AS r
-                    (app_id, bucket, network, format, country, currency, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
-                SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresMicros($0.key.bucket * 1_000_000) })::timestamptz[],
-                    \(array: rows.map(\.key.network))::text[], \(array: rows.map(\.key.format))::text[],
-                    \(array: rows.map(\.key.country))::text[], \(array: rows.map(\.key.currency))::text[],
-                    \(array: rows.map(\.value.revenueMicros))::bigint[], \(array: rows.map(\.value.pricedEvents))::bigint[],
-                    \(array: rows.map(\.value.unpricedImpressions))::bigint[], \(array: rows.map(\.value.unpricedTaps))::bigint[])
-                ON CONFLICT (app_id, bucket, network, format, country, currency) DO UPDATE SET
-                    revenue_micros = r.revenue_micros + excluded.revenue_micros,
-                    priced_events = r.priced_events + excluded.priced_events,
-                    unpriced_impressions = r.unpriced_impressions + excluded.unpriced_impressions,
-                    unpriced_taps = r.unpriced_taps + excluded.unpriced_taps
-                """)
+    }
+
+    func countsUpsert() -> PostgresQuery? {
+        guard !counts.isEmpty else { return nil }
+        let rows = counts.sorted { $0.key < $1.key }
+        var query: PostgresQuery = """
+            INSERT INTO rollup_15m AS r (app_id, bucket, network, format, \(unsafeRaw: Self.countColumns.joined(separator: ", ")))
+            SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresMicros($0.key.bucket * 1_000_000) })::timestamptz[],
+                \(array: rows.map(\.key.network))::text[], \(array: rows.map(\.key.format))::text[]
+            """
+        let columns: [KeyPath<Counts, Int64>] = [
+            \.requests, \.loads, \.impressions, \.errors, \.taps, \.actionCancels, \.expiries, \.wastedFills,
+        ]
+        for column in columns {
+            query.append(", \(array: rows.map { $0.value[keyPath: column] })::bigint[]")
         }
+        query.append("""
+            ) ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET
+            \(unsafeRaw: Self.countColumns.map { "\($0) = r.\($0) + excluded.\($0)" }.joined(separator: ", "))
+            """)
+        return query
+    }
+
+    func revenueUpsert() -> PostgresQuery? {
+        guard !revenue.isEmpty else { return nil }
+        let rows = revenue.sorted { $0.key < $1.key }
+        return """
+            INSERT INTO rollup_revenue_15m AS r
+                (app_id, bucket, network, format, country, currency, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+            SELECT * FROM unnest(\(array: rows.map(\.key.app))::text[], \(array: rows.map { PostgresMicros($0.key.bucket * 1_000_000) })::timestamptz[],
+                \(array: rows.map(\.key.network))::text[], \(array: rows.map(\.key.format))::text[],
+                \(array: rows.map(\.key.country))::text[], \(array: rows.map(\.key.currency))::text[],
+                \(array: rows.map(\.value.revenueMicros))::bigint[], \(array: rows.map(\.value.pricedEvents))::bigint[],
+                \(array: rows.map(\.value.unpricedImpressions))::bigint[], \(array: rows.map(\.value.unpricedTaps))::bigint[])
+            ON CONFLICT (app_id, bucket, network, format, country, currency) DO UPDATE SET
+                revenue_micros = r.revenue_micros + excluded.revenue_micros,
+                priced_events = r.priced_events + excluded.priced_events,
+                unpriced_impressions = r.unpriced_impressions + excluded.unpriced_impressions,
+                unpriced_taps = r.unpriced_taps + excluded.unpriced_taps
+            """
     }
 }
