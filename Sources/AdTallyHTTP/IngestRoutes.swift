@@ -14,12 +14,19 @@ public struct IngestLimits: Sendable {
     /// How old and how far ahead `occurred_at` may be.
     public var maxAge: Duration
     public var maxAhead: Duration
+    /// Most ingest requests read and processed at once; more get 503 at once, so
+    /// that request bodies held in memory stay under `maxConcurrent` × `maxBytes`.
+    public var maxConcurrent: Int
 
-    public init(maxEvents: Int = 1000, maxBytes: Int = 1 << 20, maxAge: Duration = .seconds(7 * 86_400), maxAhead: Duration = .seconds(3600)) {
+    public init(
+        maxEvents: Int = 1000, maxBytes: Int = 1 << 20, maxAge: Duration = .seconds(7 * 86_400),
+        maxAhead: Duration = .seconds(3600), maxConcurrent: Int = 256
+    ) {
         self.maxEvents = maxEvents
         self.maxBytes = maxBytes
         self.maxAge = maxAge
         self.maxAhead = maxAhead
+        self.maxConcurrent = maxConcurrent
     }
 }
 
@@ -28,12 +35,14 @@ public struct IngestRoutes: Sendable {
     let authenticator: KeyAuthenticator
     let batcher: IngestBatcher
     let limits: IngestLimits
+    let gate: ConcurrencyGate
     private let rejectedCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "rejected")])
 
     public init(authenticator: KeyAuthenticator, batcher: IngestBatcher, limits: IngestLimits) {
         self.authenticator = authenticator
         self.batcher = batcher
         self.limits = limits
+        self.gate = ConcurrencyGate(limit: limits.maxConcurrent)
     }
 
     public func register(on router: Router<AdTallyRequestContext>) {
@@ -53,6 +62,12 @@ public struct IngestRoutes: Sendable {
     }
 
     func ingest(_ request: Request) async throws -> Response {
+        guard gate.tryEnter() else {
+            throw ProblemDetails(
+                .serviceUnavailable, detail: "too many ingest requests in progress (\(gate.limit)); retry shortly", headers: [.retryAfter: "1"]
+            )
+        }
+        defer { gate.leave() }
         let key = try await authenticator.require(.ingest, request)
         guard let appID = key.app else { throw ProblemDetails(.forbidden, detail: "an ingest key must belong to an app") }
 

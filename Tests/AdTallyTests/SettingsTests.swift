@@ -1,5 +1,6 @@
 import AdTallyApp
 import AdTallyCore
+import AdTallyHTTP
 import Testing
 
 @Suite("Configuration precedence")
@@ -55,5 +56,19 @@ struct SHA256Tests {
             == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
         #expect(SHA256.hex(String(repeating: "a", count: 1_000_000))
             == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+    }
+}
+
+@Suite("Concurrency gate")
+struct ConcurrencyGateTests {
+    @Test("admits up to its limit, turns the next away, and admits again after a leave")
+    func gate() {
+        let gate = ConcurrencyGate(limit: 2)
+        #expect(gate.tryEnter())
+        #expect(gate.tryEnter())
+        #expect(!gate.tryEnter())
+        gate.leave()
+        #expect(gate.tryEnter())
+        #expect(gate.holders == 2)
     }
 }
