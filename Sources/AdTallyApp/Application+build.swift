@@ -6,11 +6,17 @@ import ServiceLifecycle
 
 /// Everything the HTTP application and its background services share.
 public struct AppServices: Sendable {
+    /// The database and its pool.
     public let database: Database
+    /// Apps and keys.
     public let appStore: AppStore
+    /// Durable, deduplicated event storage.
     public let eventStore: EventStore
+    /// Group commit for ingest requests.
     public let batcher: IngestBatcher
+    /// Partition upkeep, retention and id pruning.
     public let maintenance: EventMaintenance
+    /// Limits of one ingest request.
     public let limits: IngestLimits
 
     /// Wires the stores and the ingest batcher over a database.

@@ -17,11 +17,17 @@ public struct FileImporter: Sendable {
 
     /// Running totals, reported as the import goes.
     public struct Progress: Sendable, Equatable {
+        /// The file being read.
         public var file: String = ""
+        /// Bytes of it read so far.
         public var bytesRead: Int = 0
+        /// Its size.
         public var totalBytes: Int = 0
+        /// Events newly stored, all files so far.
         public var accepted = 0
+        /// Events already stored before.
         public var duplicates = 0
+        /// Events refused by validation or unreadable.
         public var rejected = 0
         /// The first rejections, as "file:line: field: rule".
         public var firstRejections: [String] = []

@@ -47,21 +47,36 @@ public struct Settings: Sendable {
 
     /// The flags a command was given; nil means "not given".
     public struct Flags: Sendable {
+        /// `--database-url`, when given.
         public var databaseURL: String?
+        /// `--data-dir`, when given.
         public var dataDirectory: String?
+        /// `--embedded-tcp-port`, when given.
         public var embeddedTCPPort: Int?
+        /// `--migrations-dir`, when given.
         public var migrationsDirectory: String?
+        /// `--host`, when given.
         public var host: String?
+        /// `--port`, when given.
         public var port: Int?
+        /// `--pool-size`, when given.
         public var poolSize: Int?
+        /// `--log-level`, when given.
         public var logLevel: String?
+        /// `--retention-days`, when given.
         public var retentionDays: Int?
+        /// `--max-events`, when given.
         public var maxEventsPerRequest: Int?
+        /// `--max-body-bytes`, when given.
         public var maxBodyBytes: Int?
+        /// `--ingest-flushers`, when given.
         public var ingestFlushers: Int?
+        /// `--max-event-age-days`, when given.
         public var maxEventAgeDays: Int?
+        /// `--max-event-ahead-minutes`, when given.
         public var maxEventAheadMinutes: Int?
 
+        /// Flags as given; nil means not given.
         public init(
             databaseURL: String? = nil, dataDirectory: String? = nil, embeddedTCPPort: Int? = nil,
             migrationsDirectory: String? = nil, host: String? = nil, port: Int? = nil, poolSize: Int? = nil,

@@ -4,25 +4,37 @@ import Foundation
 public struct AdEvent: Sendable, Equatable {
     /// Made once per event by the client; a retry sends the same id.
     public var id: UUID
+    /// The lifecycle step.
     public var type: EventType
     /// Device clock, as microseconds since the Unix epoch (UTC).
     public var occurredAtMicros: Int64
+    /// The ad network, `[a-z0-9_.-]{1,32}`.
     public var network: String
+    /// The ad format.
     public var format: AdFormat
+    /// The app's placement name; `default` when not sent.
     public var placement: String
+    /// Banner size, `WxH`.
     public var size: String?
     /// ISO 3166-1 alpha-2, upper case; `ZZ` when unknown.
     public var country: String
+    /// The device platform.
     public var platform: Platform?
+    /// OS version, at most 32 characters.
     public var osVersion: String?
+    /// App version, at most 32 characters.
     public var appVersion: String?
     /// Opaque; used only for unique-device counts.
     public var device: String?
+    /// Revenue the network SDK reported, in micros of `currency`.
     public var revenueMicros: Int64?
     /// ISO 4217, upper case; present exactly when `revenueMicros` is.
     public var currency: String?
+    /// The network's error code, on `error` events.
     public var errorCode: Int?
+    /// On `tap`: the action sends the user out of the app.
     public var willLeave: Bool?
+    /// On `expiry`: the ad had been displayed.
     public var shown: Bool?
 
     /// Creates an event; validation lives in `EventValidator`.

@@ -11,11 +11,14 @@ public struct CSVRecordReader: Sendable {
     private var recordLine = 1
     private var line = 1
 
+    /// A reader at the start of a file.
     public init() {}
 
     /// A record and the line it started on.
     public struct Record: Sendable, Equatable {
+        /// The fields, unquoted.
         public var fields: [String]
+        /// The line the record starts on (1-based).
         public var line: Int
     }
 

@@ -25,7 +25,9 @@ public struct EventValidator: Sendable {
 
     /// A rejected field: its name and the rule it broke.
     public struct Rejection: Error, Sendable, Equatable, CustomStringConvertible {
+        /// The field at fault, by its wire name.
         public var field: String
+        /// The rule it broke.
         public var rule: String
         public var description: String { "\(field): \(rule)" }
     }

@@ -23,23 +23,41 @@ public enum RawValue: Sendable, Equatable {
 
 /// The fields of one submitted event, by name, before validation.
 public struct RawEvent: Sendable, Equatable {
+    /// `id` as submitted.
     public var id: RawValue?
+    /// `type` as submitted.
     public var type: RawValue?
+    /// `occurred_at` as submitted.
     public var occurredAt: RawValue?
+    /// `network` as submitted.
     public var network: RawValue?
+    /// `format` as submitted.
     public var format: RawValue?
+    /// `placement` as submitted.
     public var placement: RawValue?
+    /// `size` as submitted.
     public var size: RawValue?
+    /// `country` as submitted.
     public var country: RawValue?
+    /// `platform` as submitted.
     public var platform: RawValue?
+    /// `os_version` as submitted.
     public var osVersion: RawValue?
+    /// `app_version` as submitted.
     public var appVersion: RawValue?
+    /// `device` as submitted.
     public var device: RawValue?
+    /// `revenue_micros` as submitted.
     public var revenueMicros: RawValue?
+    /// `currency` as submitted.
     public var currency: RawValue?
+    /// `error_code` as submitted.
     public var errorCode: RawValue?
+    /// `will_leave` as submitted.
     public var willLeave: RawValue?
+    /// `shown` as submitted.
     public var shown: RawValue?
+    /// `app` as submitted.
     public var app: RawValue?
 
     /// An event with no fields.

@@ -8,6 +8,7 @@ public struct AdminRoutes: Sendable {
     let store: AppStore
     let authenticator: KeyAuthenticator
 
+    /// Creates the routes.
     public init(store: AppStore, authenticator: KeyAuthenticator) {
         self.store = store
         self.authenticator = authenticator
@@ -24,6 +25,7 @@ public struct AdminRoutes: Sendable {
         var scope: String
     }
 
+    /// Adds the routes to a router.
     public func register(on router: Router<AdTallyRequestContext>) {
         router.post("v1/apps") { request, _ in
             _ = try await authenticator.require(.admin, request)

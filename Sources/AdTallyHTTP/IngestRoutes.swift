@@ -11,13 +11,15 @@ public struct IngestLimits: Sendable {
     public var maxEvents: Int
     /// Most body bytes, compressed and decompressed alike.
     public var maxBytes: Int
-    /// How old and how far ahead `occurred_at` may be.
+    /// How old `occurred_at` may be.
     public var maxAge: Duration
+    /// How far ahead of server time `occurred_at` may be.
     public var maxAhead: Duration
     /// Most ingest requests read and processed at once; more get 503 at once, so
     /// that request bodies held in memory stay under `maxConcurrent` × `maxBytes`.
     public var maxConcurrent: Int
 
+    /// The limits; the defaults are DESIGN §2's.
     public init(
         maxEvents: Int = 1000, maxBytes: Int = 1 << 20, maxAge: Duration = .seconds(7 * 86_400),
         maxAhead: Duration = .seconds(3600), maxConcurrent: Int = 256
@@ -38,6 +40,7 @@ public struct IngestRoutes: Sendable {
     let gate: ConcurrencyGate
     private let rejectedCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "rejected")])
 
+    /// Creates the route.
     public init(authenticator: KeyAuthenticator, batcher: IngestBatcher, limits: IngestLimits) {
         self.authenticator = authenticator
         self.batcher = batcher
@@ -45,6 +48,7 @@ public struct IngestRoutes: Sendable {
         self.gate = ConcurrencyGate(limit: limits.maxConcurrent)
     }
 
+    /// Adds the route to a router.
     public func register(on router: Router<AdTallyRequestContext>) {
         router.post("v1/events") { request, _ in try await ingest(request) }
     }

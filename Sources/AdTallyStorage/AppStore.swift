@@ -4,10 +4,15 @@ import PostgresKit
 
 /// An app that sends events.
 public struct App: Sendable, Equatable, Codable {
+    /// The app id, `[a-z0-9][a-z0-9_.-]{0,63}`.
     public var id: String
+    /// Display name.
     public var name: String
+    /// IANA zone its reports default to.
     public var timezone: String
+    /// ISO 4217 report currency.
     public var currency: String
+    /// When it was created.
     public var createdAt: Date
 
     enum CodingKeys: String, CodingKey {
@@ -28,11 +33,15 @@ public enum KeyScope: String, Sendable, Codable, CaseIterable {
 
 /// An API key, without its secret.
 public struct APIKey: Sendable, Equatable, Codable {
+    /// The key id (`key_…`), not secret.
     public var id: String
     /// The app it belongs to; nil for admin keys.
     public var app: String?
+    /// What it may do.
     public var scope: KeyScope
+    /// When it was created.
     public var createdAt: Date
+    /// When it was revoked, if it was.
     public var revokedAt: Date?
 
     enum CodingKeys: String, CodingKey {
@@ -44,9 +53,13 @@ public struct APIKey: Sendable, Equatable, Codable {
 
 /// A key just created: the only time its secret exists outside the client.
 public struct NewKey: Sendable, Codable {
+    /// The key id.
     public var id: String
+    /// The secret, shown this once.
     public var secret: String
+    /// Its app; nil for an admin key.
     public var app: String?
+    /// What it may do.
     public var scope: KeyScope
 }
 

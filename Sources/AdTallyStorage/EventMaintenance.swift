@@ -14,6 +14,7 @@ public struct EventMaintenance: Sendable {
     public let maxEventAge: Duration
     let logger: Logger
 
+    /// Maintenance over an event store's tables.
     public init(store: EventStore, retentionDays: Int, maxEventAge: Duration, logger: Logger = Logger(label: "adtally.maintenance")) {
         self.pool = store.pool
         self.partitions = store.partitions
@@ -24,7 +25,9 @@ public struct EventMaintenance: Sendable {
 
     /// What one pass did.
     public struct Report: Sendable, Equatable {
+        /// Partitions dropped for retention.
         public var droppedPartitions: [String]
+        /// Dedupe ids pruned.
         public var prunedIDs: Int
     }
 

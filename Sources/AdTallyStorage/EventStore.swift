@@ -6,8 +6,11 @@ import Synchronization
 
 /// An event with the app it belongs to.
 public struct AppEvent: Sendable {
+    /// The app, from the key that sent it.
     public var appID: String
+    /// The validated event.
     public var event: AdEvent
+    /// Pairs an event with its app.
     public init(appID: String, event: AdEvent) {
         self.appID = appID
         self.event = event

@@ -27,6 +27,7 @@ public final class IngestBatcher: Sendable {
         /// How long submissions are refused after the database was found unreachable.
         public var unavailableBackoff: Duration
 
+        /// Limits and concurrency; the defaults suit one server.
         public init(
             maxQueuedEvents: Int = 200_000, maxGroupEvents: Int = 20_000, flushers: Int = 4,
             commitTimeout: Duration = .seconds(10), unavailableBackoff: Duration = .seconds(1)
