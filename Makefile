@@ -12,7 +12,6 @@ build: deps
 
 build-release: deps
 	$(SWIFT) build -c release --product adtally
-	$(SWIFT) build -c release --product adtally-bench
 
 ## run: install what is missing, build, and serve on 127.0.0.1:8080 with the
 ## embedded PostgreSQL in .adtally/ (or DATABASE_URL when set).
@@ -28,4 +27,5 @@ test: deps
 
 ## bench-ingest: ingest rate, ack latency and server RSS against a raw COPY of the same rows.
 bench-ingest: build-release
+	$(SWIFT) build -c release --product adtally-bench
 	bench/ingest.sh

@@ -78,7 +78,9 @@ public struct FileImporter: Sendable {
             switch slot {
             case nil: break
             case .unreadable(let reason):
-                reject("\(name):\(line): \(reason)", &progress)
+                // The reader's reason starts with "line N: "; the file:line prefix says that already.
+                let prefix = "line \(line): "
+                reject("\(name):\(line): \(reason.hasPrefix(prefix) ? String(reason.dropFirst(prefix.count)) : reason)", &progress)
             case .event(let raw):
                 pending.append((line, raw))
             }
