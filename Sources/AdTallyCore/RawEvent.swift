@@ -63,12 +63,6 @@ public struct RawEvent: Sendable, Equatable {
     /// An event with no fields.
     public init() {}
 
-    /// The field names events may carry (DESIGN §2); others are ignored.
-    public static let fieldNames = [
-        "id", "type", "occurred_at", "network", "format", "placement", "size", "country", "platform",
-        "os_version", "app_version", "device", "revenue_micros", "currency", "error_code", "will_leave", "shown", "app",
-    ]
-
     /// Sets a field by its wire name; returns false for a name events do not have.
     @discardableResult
     public mutating func set(_ name: String, _ value: RawValue) -> Bool {

@@ -70,9 +70,6 @@ public final class PostgresConnection: @unchecked Sendable {
         return true
     }
 
-    /// The server's version number, e.g. 150018.
-    public var serverVersion: Int { Int(PQserverVersion(handle)) }
-
     /// The backend process id, handy in tests that terminate connections.
     public var backendPID: Int32 { PQbackendPID(handle) }
 

@@ -53,9 +53,4 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     /// `25P02` — commands ignored until end of transaction block.
     public static let inFailedTransaction = SQLState(rawValue: "25P02")
 
-    /// Whether retrying the same work on a fresh connection may succeed.
-    public var isTransient: Bool {
-        self == .serializationFailure || self == .deadlockDetected || errorClass == "08"
-            || self == .adminShutdown || self == .cannotConnectNow || self == .tooManyConnections
-    }
 }
