@@ -52,5 +52,4 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let tooManyConnections = SQLState(rawValue: "53300")
     /// `25P02` — commands ignored until end of transaction block.
     public static let inFailedTransaction = SQLState(rawValue: "25P02")
-
 }
