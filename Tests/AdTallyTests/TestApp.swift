@@ -13,6 +13,29 @@ func withTestApp(
     batcher: IngestBatcher.Configuration? = nil,
     _ body: @escaping @Sendable (AppServices, any TestClientProtocol) async throws -> Void
 ) async throws {
+    try await withServices(migrate: migrate, flags: flags, batcher: batcher) { services, settings, logger in
+        let app = buildApplication(settings: settings, services: services, logger: logger)
+        try await app.test(.live) { client in
+            try await body(services, client)
+        }
+    }
+}
+
+/// The stores and services over a fresh, migrated test database, with no server
+/// and no background service running (for tests that drive those by hand).
+func withServices(
+    flags: Settings.Flags = .init(),
+    _ body: @escaping @Sendable (AppServices) async throws -> Void
+) async throws {
+    try await withServices(migrate: true, flags: flags, batcher: nil) { services, _, _ in try await body(services) }
+}
+
+/// Opens a fresh test database (migrated unless told not to), wires the services
+/// over it, runs `body`, and closes the database whatever happens.
+private func withServices(
+    migrate: Bool, flags: Settings.Flags, batcher: IngestBatcher.Configuration?,
+    _ body: (AppServices, Settings, Logger) async throws -> Void
+) async throws {
     try await TestDatabase.withDatabase { conninfo in
         var flags = flags
         flags.databaseURL = conninfo
@@ -24,36 +47,7 @@ func withTestApp(
         let database = try await Database.open(settings, logger: logger)
         do {
             if migrate { try await database.migrate() }
-            let services = AppServices(settings: settings, database: database, logger: logger, batcher: batcher)
-            let app = buildApplication(settings: settings, services: services, logger: logger)
-            try await app.test(.live) { client in
-                try await body(services, client)
-            }
-            await database.close()
-        } catch {
-            await database.close()
-            throw error
-        }
-    }
-}
-
-/// The stores and services over a fresh, migrated test database, with no server
-/// and no background service running (for tests that drive those by hand).
-func withServices(
-    flags: Settings.Flags = .init(),
-    _ body: @escaping @Sendable (AppServices) async throws -> Void
-) async throws {
-    try await TestDatabase.withDatabase { conninfo in
-        var flags = flags
-        flags.databaseURL = conninfo
-        flags.poolSize = flags.poolSize ?? 4
-        let settings = try Settings.resolve(flags: flags, environment: [:])
-        var logger = Logger(label: "adtally.test")
-        logger.logLevel = .warning
-        let database = try await Database.open(settings, logger: logger)
-        do {
-            try await database.migrate()
-            try await body(AppServices(settings: settings, database: database, logger: logger))
+            try await body(AppServices(settings: settings, database: database, logger: logger, batcher: batcher), settings, logger)
             await database.close()
         } catch {
             await database.close()
