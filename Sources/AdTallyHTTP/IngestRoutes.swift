@@ -16,7 +16,8 @@ public struct IngestLimits: Sendable {
     /// How far ahead of server time `occurred_at` may be.
     public var maxAhead: Duration
     /// Most ingest requests read and processed at once; more get 503 at once, so
-    /// that request bodies held in memory stay under `maxConcurrent` × `maxBytes`.
+    /// that the request bodies held in memory (each at most `maxBytes`, plus as
+    /// much again when gzipped) stay bounded.
     public var maxConcurrent: Int
 
     /// The limits; the defaults are DESIGN §2's.
