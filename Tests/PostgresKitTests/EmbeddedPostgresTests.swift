@@ -33,7 +33,13 @@ struct EmbeddedPostgresTests {
         #expect(try after[0].decode("pid", as: Int32.self) != before[0].decode("pid", as: Int32.self))
         await pool.shutdown()
 
-        try cluster.stop()
+        // Whoever started it stops it, but not while another client still uses it.
+        var otherClient: PostgresConnection? = try PostgresConnection(connecting: cluster.conninfo)
+        #expect(try cluster.stopIfUnused() == false)
+        #expect(try cluster.isRunning())
+        _ = otherClient?.backendPID
+        otherClient = nil
+        #expect(try cluster.stopIfUnused() == true)
         #expect(try cluster.isRunning() == false)
     }
 
