@@ -58,7 +58,7 @@ let package = Package(
         .target(
             name: "AdTallyStorage",
             dependencies: [
-                "AdTallyCore", "PostgresKit",
+                "AdTallyCore", "PostgresKit", "TextFormats",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -1,5 +1,6 @@
 import Foundation
 import PostgresKit
+import TextFormats
 import Synchronization
 
 /// Daily partitions of `events` (UTC days): created ahead of need, dropped after retention.
@@ -14,18 +15,16 @@ public final class EventPartitions: Sendable {
         Int((micros >= 0 ? micros : micros - 86_399_999_999) / 86_400_000_000)
     }
 
+    /// `events_YYYYMMDD`.
     static func name(ofDay day: Int) -> String {
-        let date = Date(timeIntervalSince1970: Double(day) * 86_400)
-        var parts = tm()
-        var time = time_t(date.timeIntervalSince1970)
-        gmtime_r(&time, &parts)
-        return String(format: "events_%04d%02d%02d", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday)
+        let (year, month, dayOfMonth) = CivilTime.date(days: day)
+        return "events_" + String(format: "%04d%02d%02d", year, month, dayOfMonth)
     }
 
+    /// `YYYY-MM-DD`, for the partition bounds.
     static func dayText(_ day: Int) -> String {
-        let name = name(ofDay: day)
-        let digits = Array(name.dropFirst("events_".count))
-        return "\(String(digits[0..<4]))-\(String(digits[4..<6]))-\(String(digits[6..<8]))"
+        let (year, month, dayOfMonth) = CivilTime.date(days: day)
+        return String(format: "%04d-%02d-%02d", year, month, dayOfMonth)
     }
 
     /// Makes sure a partition exists for each day; call outside a transaction.
