@@ -16,6 +16,8 @@ public struct AppServices: Sendable {
     public let batcher: IngestBatcher
     /// Partition upkeep, retention and id pruning.
     public let maintenance: EventMaintenance
+    /// Folds rollup deltas into the compacted rollups.
+    public let compactor: RollupCompactor
     /// Limits of one ingest request.
     public let limits: IngestLimits
 
@@ -33,11 +35,12 @@ public struct AppServices: Sendable {
         configuration.flushers = max(1, min(configuration.flushers, settings.poolSize - 1))
         self.batcher = IngestBatcher(store: eventStore, configuration: configuration, logger: logger)
         self.maintenance = EventMaintenance(store: eventStore, retentionDays: settings.retentionDays, maxEventAge: limits.maxAge, logger: logger)
+        self.compactor = RollupCompactor(store: eventStore, logger: logger)
     }
 
     /// The background services, in start order (they stop in reverse).
     public var backgroundServices: [any Service] {
-        [MaintenanceService(maintenance: maintenance), IngestService(batcher: batcher)]
+        [MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher)]
     }
 }
 
@@ -86,6 +89,32 @@ struct MaintenanceService: Service {
                     Logger(label: "adtally.maintenance").error("event maintenance failed", metadata: ["error": "\(error)"])
                 }
                 try await Task.sleep(for: .seconds(3600))
+            }
+        }
+    }
+}
+
+/// Rollup compaction, every second: the pending deltas stay a small table however
+/// long the server runs. A failure is logged once, and again only after a pass
+/// succeeded in between (the database being down is reported elsewhere).
+struct CompactorService: Service {
+    let compactor: RollupCompactor
+    var interval: Duration = .seconds(1)
+
+    func run() async throws {
+        let logger = Logger(label: "adtally.rollups")
+        try? await cancelWhenGracefulShutdown {
+            var failing = false
+            while !Task.isCancelled {
+                do {
+                    try await compactor.compactOnce()
+                    if failing { logger.info("rollup compaction recovered") }
+                    failing = false
+                } catch {
+                    if !failing { logger.error("rollup compaction failed", metadata: ["error": "\(error)"]) }
+                    failing = true
+                }
+                try await Task.sleep(for: interval)
             }
         }
     }

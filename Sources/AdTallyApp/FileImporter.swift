@@ -58,6 +58,8 @@ public struct FileImporter: Sendable {
         for path in paths {
             try await importFile(path, format: format ?? .guess(path: path), progress: &progress, report: report)
         }
+        // A bulk load leaves many deltas; fold them now rather than leave them to the next server.
+        try await RollupCompactor(store: store).compactOnce()
         return progress
     }
 

@@ -21,10 +21,11 @@ public struct AppEvent: Sendable {
 ///
 /// One call is one transaction: the ids go into the dedupe ledger first (COPY, or
 /// `ON CONFLICT DO NOTHING` when some are known), only the ids that were new are copied into the
-/// partitioned events table with COPY, and only they are added to the rollups.
-/// Ids and rollup keys are written in sorted order so that concurrent writers —
-/// in this process or another server — lock rows in the same order and cannot
-/// deadlock.
+/// partitioned events table with COPY, and only their sums are appended to the
+/// rollup deltas (`RollupAccumulator`; `RollupCompactor` folds them in later).
+/// Ids are written in sorted order so that concurrent writers — in this process or
+/// another server — take the ledger's index locks in the same order and cannot
+/// deadlock; the other tables are only appended to.
 public struct EventStore: Sendable {
     let pool: PostgresPool
     let partitions: EventPartitions
@@ -122,7 +123,7 @@ public struct EventStore: Sendable {
         }
         try connection.copyIn(unsafeSQL: "COPY events (\(EventRow.columns)) FROM STDIN", data: buffer)
 
-        // 4. Rollups, for the new events only.
+        // 4. Rollup deltas, for the new events only.
         try rollups.write(on: connection)
         return isNew
     }

@@ -1,0 +1,93 @@
+import Logging
+import PostgresKit
+
+/// Moves the rollup deltas the ingest path appends (`rollup_delta`) into the
+/// compacted rollup tables: summed per key, upserted, and deleted from the delta
+/// table, in one transaction, so the `rollup_15m` / `rollup_revenue_15m` views read
+/// the same totals before, during and after a pass.
+///
+/// One compactor at a time across all servers (a transaction-scoped advisory lock;
+/// a process that finds it taken skips the pass), so the upserts never contend.
+public struct RollupCompactor: Sendable {
+    let pool: PostgresPool
+    /// Delta rows moved per transaction, so a long backlog (after a bulk import,
+    /// or with no server running) is moved in bounded steps.
+    public var batchRows: Int
+    let logger: Logger
+
+    /// "AdRoll" in ASCII; arbitrary but fixed across versions.
+    static let lockKey = Int64(0x4164_526F_6C6C)
+
+    /// A compactor over a store's database.
+    public init(store: EventStore, batchRows: Int = 200_000, logger: Logger = Logger(label: "adtally.rollups")) {
+        self.pool = store.pool
+        self.batchRows = batchRows
+        self.logger = logger
+    }
+
+    /// Moves every delta row committed before the call; returns how many it moved
+    /// (0 when another process is compacting right now).
+    @discardableResult
+    public func compactOnce() async throws -> Int {
+        let batchRows = self.batchRows
+        let moved = try await pool.withConnection { connection in
+            var moved = 0
+            while true {
+                let step: Int? = try connection.withTransaction { connection in
+                    let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey))")
+                    guard try locked.first?.decode(0, as: Bool.self) == true else { return nil }
+                    return try connection.query(Self.moveStatement(limit: batchRows)).first?.decode(0, as: Int.self) ?? 0
+                }
+                guard let step else { break }
+                moved += step
+                if step < batchRows { break }
+            }
+            if moved > 0 {
+                // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
+                // (the table takes tens of thousands of rows a second under load).
+                _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED) rollup_delta")
+            }
+            return moved
+        }
+        if moved > 0 { logger.debug("rollups compacted", metadata: ["delta_rows": "\(moved)"]) }
+        return moved
+    }
+
+    /// Deletes up to `limit` delta rows and adds their sums to both compacted tables,
+    /// in key order; returns the number of rows moved.
+    static func moveStatement(limit: Int) -> PostgresQuery {
+        """
+        WITH moved AS (
+            DELETE FROM rollup_delta WHERE ctid = ANY (ARRAY(SELECT ctid FROM rollup_delta LIMIT \(limit)))
+            RETURNING *
+        ), counts AS (
+            INSERT INTO rollup_15m_compacted AS r
+                (app_id, bucket, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
+            SELECT app_id, bucket, network, format, sum(requests), sum(loads), sum(impressions), sum(errors),
+                   sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
+            FROM moved GROUP BY app_id, bucket, network, format ORDER BY app_id, bucket, network, format
+            ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET
+                requests = r.requests + excluded.requests, loads = r.loads + excluded.loads,
+                impressions = r.impressions + excluded.impressions, errors = r.errors + excluded.errors,
+                taps = r.taps + excluded.taps, action_cancels = r.action_cancels + excluded.action_cancels,
+                expiries = r.expiries + excluded.expiries, wasted_fills = r.wasted_fills + excluded.wasted_fills
+            RETURNING 1
+        ), revenue AS (
+            INSERT INTO rollup_revenue_15m_compacted AS r
+                (app_id, bucket, network, format, country, currency, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+            SELECT app_id, bucket, network, format, country, currency, sum(revenue_micros), sum(priced_events),
+                   sum(unpriced_impressions), sum(unpriced_taps)
+            FROM moved WHERE country IS NOT NULL
+            GROUP BY app_id, bucket, network, format, country, currency
+            ORDER BY app_id, bucket, network, format, country, currency
+            ON CONFLICT (app_id, bucket, network, format, country, currency) DO UPDATE SET
+                revenue_micros = r.revenue_micros + excluded.revenue_micros,
+                priced_events = r.priced_events + excluded.priced_events,
+                unpriced_impressions = r.unpriced_impressions + excluded.unpriced_impressions,
+                unpriced_taps = r.unpriced_taps + excluded.unpriced_taps
+            RETURNING 1
+        )
+        SELECT count(*)::bigint FROM moved
+        """
+    }
+}

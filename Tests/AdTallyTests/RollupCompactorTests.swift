@@ -1,0 +1,171 @@
+import AdTallyApp
+import AdTallyCore
+import AdTallyStorage
+import AdTallyTestSupport
+import Foundation
+import PostgresKit
+import Testing
+
+@Suite("Rollup deltas and their compaction")
+struct RollupCompactorTests {
+    static let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+
+    /// A mixed set of events for one app: every type, revenue in two currencies and none.
+    static func events(app: String = "a", count: Int, at micros: Int64 = now) -> [AppEvent] {
+        let types: [EventType] = [.request, .load, .impression, .tap, .error, .expiry, .actionCancel]
+        return (0..<count).map { index in
+            let type = types[index % types.count]
+            let priced = (type == .impression || type == .tap) && index % 3 == 0
+            return AppEvent(appID: app, event: AdEvent(
+                id: UUID(), type: type, occurredAtMicros: micros - Int64(index % 4) * 900_000_000,
+                network: ["admob", "nend"][index % 2], format: index % 5 == 0 ? .interstitial : .banner,
+                country: ["JP", "US", "DE"][index % 3], revenueMicros: priced ? 1_000 : nil,
+                currency: priced ? (index % 2 == 0 ? "JPY" : "USD") : nil,
+                errorCode: type == .error ? 3 : nil, willLeave: type == .tap ? false : nil, shown: type == .expiry ? false : nil
+            ))
+        }
+    }
+
+    /// Every total both views serve, as one comparable string.
+    static func totals(_ services: AppServices) async throws -> String {
+        let rows = try await services.database.pool.query("""
+            SELECT (SELECT string_agg(concat_ws(',', app_id, bucket, network, format, requests, loads, impressions, errors,
+                                                taps, action_cancels, expiries, wasted_fills), ';' ORDER BY app_id, bucket, network, format)
+                    FROM rollup_15m)
+                || '|' ||
+                   (SELECT string_agg(concat_ws(',', app_id, bucket, network, format, country, currency, revenue_micros, priced_events,
+                                                unpriced_impressions, unpriced_taps), ';' ORDER BY app_id, bucket, network, format, country, currency)
+                    FROM rollup_revenue_15m) AS totals
+            """)
+        return try rows.first?.decode(0, as: String?.self) ?? ""
+    }
+
+    /// The same totals computed from the raw events.
+    static func totalsFromEvents(_ services: AppServices) async throws -> String {
+        let rows = try await services.database.pool.query("""
+            WITH e AS (SELECT *, date_bin('15 minutes', occurred_at, 'epoch') AS bucket FROM events)
+            SELECT (SELECT string_agg(concat_ws(',', app_id, bucket, network, format, requests, loads, impressions, errors,
+                                                taps, action_cancels, expiries, wasted_fills), ';' ORDER BY app_id, bucket, network, format)
+                    FROM (SELECT app_id, bucket, network, format,
+                                 count(*) FILTER (WHERE type = 'request') AS requests, count(*) FILTER (WHERE type = 'load') AS loads,
+                                 count(*) FILTER (WHERE type = 'impression') AS impressions, count(*) FILTER (WHERE type = 'error') AS errors,
+                                 count(*) FILTER (WHERE type = 'tap') AS taps, count(*) FILTER (WHERE type = 'action_cancel') AS action_cancels,
+                                 count(*) FILTER (WHERE type = 'expiry') AS expiries,
+                                 count(*) FILTER (WHERE type = 'expiry' AND NOT shown) AS wasted_fills
+                          FROM e GROUP BY 1, 2, 3, 4) AS c)
+                || '|' ||
+                   (SELECT string_agg(concat_ws(',', app_id, bucket, network, format, country, currency, revenue_micros, priced_events,
+                                                unpriced_impressions, unpriced_taps), ';' ORDER BY app_id, bucket, network, format, country, currency)
+                    FROM (SELECT app_id, bucket, network, format, country, coalesce(currency, '') AS currency,
+                                 coalesce(sum(revenue_micros), 0) AS revenue_micros, count(revenue_micros) AS priced_events,
+                                 count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression') AS unpriced_impressions,
+                                 count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap') AS unpriced_taps
+                          FROM e WHERE type IN ('impression', 'tap') GROUP BY 1, 2, 3, 4, 5, 6) AS r)
+            """)
+        return try rows.first?.decode(0, as: String?.self) ?? ""
+    }
+
+    static func pendingDeltas(_ services: AppServices) async throws -> Int {
+        try await Ingest.count(services, "SELECT count(*)::int FROM rollup_delta")
+    }
+
+    @Test("the views count every stored event before, during and after compaction")
+    func viewsStayExact() async throws {
+        try await withServices { services in
+            #expect(try await services.eventStore.store(Self.events(count: 300)).allSatisfy { $0 })
+            #expect(try await Self.pendingDeltas(services) > 0)
+            let expected = try await Self.totalsFromEvents(services)
+            #expect(try await Self.totals(services) == expected)
+
+            // Moved in steps of 7 rows: the first pass empties the delta table.
+            var compactor = services.compactor
+            compactor.batchRows = 7
+            #expect(try await compactor.compactOnce() > 7)
+            #expect(try await Self.pendingDeltas(services) == 0)
+            #expect(try await Self.totals(services) == expected)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM rollup_15m_compacted") > 0)
+
+            // More events on the same keys: deltas again, then added to the compacted rows.
+            #expect(try await services.eventStore.store(Self.events(count: 300)).allSatisfy { $0 })
+            let more = try await Self.totalsFromEvents(services)
+            #expect(more != expected)
+            #expect(try await Self.totals(services) == more)
+            try await compactor.compactOnce()
+            #expect(try await Self.totals(services) == more)
+            #expect(try await compactor.compactOnce() == 0)
+        }
+    }
+
+    @Test("a duplicate adds nothing to the deltas")
+    func duplicatesAddNoDelta() async throws {
+        try await withServices { services in
+            let events = Self.events(count: 50)
+            _ = try await services.eventStore.store(events)
+            let deltas = try await Self.pendingDeltas(services)
+            #expect(try await services.eventStore.store(events).allSatisfy { !$0 })
+            #expect(try await Self.pendingDeltas(services) == deltas)
+        }
+    }
+
+    @Test("only one compactor runs at a time; another skips its pass")
+    func oneAtATime() async throws {
+        try await withServices { services in
+            _ = try await services.eventStore.store(Self.events(count: 20))
+            try await services.database.pool.withConnection { connection in
+                try connection.withTransaction { connection in
+                    try connection.query("SELECT pg_advisory_xact_lock(\(Int64(0x4164_526F_6C6C)))")
+                    // The pool has other connections; the compactor must not wait for this one.
+                    let skipped = try runBlocking { try await services.compactor.compactOnce() }
+                    #expect(skipped == 0)
+                }
+            }
+            #expect(try await services.compactor.compactOnce() > 0)
+        }
+    }
+
+    @Test("compacting while 8 writers ingest loses and doubles nothing")
+    func compactionUnderLoad() async throws {
+        try await withServices(flags: .init(poolSize: 10)) { services in
+            let compactor = services.compactor
+            let store = services.eventStore
+            let writing = Locked(true)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    while writing.withLock({ $0 }) { try await compactor.compactOnce() }
+                }
+                try await withThrowingTaskGroup(of: Void.self) { writers in
+                    for writer in 0..<8 {
+                        writers.addTask {
+                            for _ in 0..<10 {
+                                let stored = try await store.store(Self.events(app: "app\(writer % 3)", count: 100))
+                                #expect(stored.allSatisfy { $0 })
+                            }
+                        }
+                    }
+                    try await writers.waitForAll()
+                }
+                writing.withLock { $0 = false }
+                try await group.waitForAll()
+            }
+            try await compactor.compactOnce()
+            #expect(try await Self.pendingDeltas(services) == 0)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 8_000)
+            #expect(try await Self.totals(services) == (try await Self.totalsFromEvents(services)))
+        }
+    }
+}
+
+/// Runs async work to completion from synchronous code (here: inside a blocking
+/// connection's transaction, on a pool thread).
+private func runBlocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) throws -> T {
+    let result = Locked<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let outcome: Result<T, any Error>
+        do { outcome = .success(try await work()) } catch { outcome = .failure(error) }
+        result.withLock { $0 = outcome }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0 }!.get()
+}
