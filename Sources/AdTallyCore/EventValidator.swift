@@ -64,7 +64,7 @@ public struct EventValidator: Sendable {
         var event = AdEvent(id: id, type: type, occurredAtMicros: occurredAt, network: network, format: format)
 
         if let placement = try optionalString(raw.placement, "placement") {
-            guard (1...64).contains(placement.count) else { throw Rejection(field: "placement", rule: "must be 1 to 64 characters") }
+            guard (1...64).contains(Self.characterCount(placement, atMost: 64)) else { throw Rejection(field: "placement", rule: "must be 1 to 64 characters") }
             try Self.refuseNUL(placement, "placement")
             event.placement = placement
         }
@@ -73,7 +73,7 @@ public struct EventValidator: Sendable {
             event.size = size
         }
         if let country = try optionalString(raw.country, "country") {
-            let upper = country.uppercased()
+            let upper = Self.isUpperASCII(country) ? country : country.uppercased()
             guard upper.utf8.count == 2, ISOCodes.countries.contains(upper) else {
                 throw Rejection(field: "country", rule: "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)")
             }
@@ -150,9 +150,22 @@ public struct EventValidator: Sendable {
 
     private func boundedString(_ value: RawValue?, _ field: String, max: Int) throws(Rejection) -> String? {
         guard let text = try optionalString(value, field) else { return nil }
-        guard text.count <= max else { throw Rejection(field: field, rule: "must be at most \(max) characters") }
+        guard Self.characterCount(text, atMost: max) <= max else { throw Rejection(field: field, rule: "must be at most \(max) characters") }
         try Self.refuseNUL(text, field)
         return text
+    }
+
+    /// A count that is within `limit` exactly when the character count is, and zero
+    /// exactly when the text is empty: the UTF-8 length when that is within the limit
+    /// already (a string never has more characters than bytes), else the character
+    /// count. Counting grapheme clusters is then only needed for long non-ASCII text.
+    static func characterCount(_ text: String, atMost limit: Int) -> Int {
+        let bytes = text.utf8.count
+        return bytes <= limit ? bytes : text.count
+    }
+
+    static func isUpperASCII(_ text: String) -> Bool {
+        text.utf8.allSatisfy { (0x41...0x5A).contains($0) }
     }
 
     /// PostgreSQL text cannot hold U+0000; refusing it here keeps one event from

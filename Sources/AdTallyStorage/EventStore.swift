@@ -68,14 +68,8 @@ public struct EventStore: Sendable {
     }
 
     static func write(_ events: [AppEvent], on connection: PostgresConnection) throws -> [Bool] {
-        // 1. First occurrence of each (app, id) within the call, in sorted order.
-        var firstIndex: [EventKey: Int] = [:]
-        firstIndex.reserveCapacity(events.count)
-        for (index, item) in events.enumerated() {
-            let key = EventKey(app: item.appID, id: item.event.id)
-            if firstIndex[key] == nil { firstIndex[key] = index }
-        }
-        let ordered = firstIndex.sorted { $0.key < $1.key }
+        // 1. First occurrence of each (app, id) within the call, in (app, id) order.
+        let ordered = LedgerKey.firstOccurrences(of: events)
 
         // 2. Claim the ids in the ledger. Fast path, for the usual group with no
         // duplicate: COPY the ids in (no array parsing, one B-tree descent each). If
@@ -83,35 +77,35 @@ public struct EventStore: Sendable {
         // savepoint and let INSERT ... ON CONFLICT sort new from old.
         var isNew = [Bool](repeating: false, count: events.count)
         var ledger = PostgresCopyBuffer(capacity: ordered.count * 72)
-        for (key, index) in ordered {
-            try ledger.append(key.app)
-            ledger.append(key.id)
-            ledger.append(PostgresMicros(events[index].event.occurredAtMicros))
+        for index in ordered {
+            let event = events[index]
+            try ledger.append(event.appID)
+            ledger.append(event.event.id)
+            ledger.append(PostgresMicros(event.event.occurredAtMicros))
             ledger.endRow()
         }
         try connection.execute(unsafeSQL: "SAVEPOINT claim_ids")
         do {
             try connection.copyIn(unsafeSQL: "COPY event_ids (app_id, event_id, occurred_at) FROM STDIN", data: ledger)
             // No RELEASE: the savepoint ends with the transaction, one round trip fewer.
-            for (_, index) in ordered { isNew[index] = true }
+            for index in ordered { isNew[index] = true }
         } catch let error as PostgresError where error.sqlState == .uniqueViolation {
             try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT claim_ids")
-            let apps = ordered.map(\.key.app)
-            let ids = ordered.map(\.key.id)
-            let times = ordered.map { PostgresMicros(events[$0.value].event.occurredAtMicros) }
+            let apps = ordered.map { events[$0].appID }
+            let ids = ordered.map { events[$0].event.id }
+            let times = ordered.map { PostgresMicros(events[$0].event.occurredAtMicros) }
             let claimed = try connection.query("""
                 INSERT INTO event_ids (app_id, event_id, occurred_at)
                 SELECT * FROM unnest(\(array: apps)::text[], \(array: ids)::uuid[], \(array: times)::timestamptz[])
                 ON CONFLICT DO NOTHING
                 RETURNING app_id, event_id
                 """)
-            var newKeys = Set<EventKey>()
-            newKeys.reserveCapacity(claimed.count)
+            var positions: [String: [UUID: Int]] = [:]
+            for index in ordered { positions[events[index].appID, default: [:]][events[index].event.id] = index }
             for row in claimed {
-                newKeys.insert(EventKey(app: try row.decode(0), id: try row.decode(1)))
+                if let index = positions[try row.decode(0, as: String.self)]?[try row.decode(1, as: UUID.self)] { isNew[index] = true }
             }
-            for (key, index) in ordered where newKeys.contains(key) { isNew[index] = true }
-            if newKeys.isEmpty { return isNew }
+            if claimed.count == 0 { return isNew }
         }
 
         // 3. COPY the new events.
@@ -158,33 +152,67 @@ enum EventRow {
     }
 }
 
-/// (app, event id), ordered by app then by the id's bytes: the one lock order all writers use.
-struct EventKey: Hashable, Comparable {
-    var app: String
-    var id: UUID
-    private var high: UInt64
-    private var low: UInt64
+/// (app, event id) as fixed-width integers: the app as its rank among the call's
+/// apps (byte order), the id as its 16 bytes big-endian. Sorting these orders rows
+/// by app then id — the one lock order all writers use — without comparing or
+/// hashing strings per event.
+struct LedgerKey: Comparable {
+    var app: UInt32
+    var high: UInt64
+    var low: UInt64
+    /// Position in the call; ties (the same id twice) keep the earliest first.
+    var index: Int32
 
-    init(app: String, id: UUID) {
-        self.app = app
-        self.id = id
-        let bytes = id.uuid
-        high = [bytes.0, bytes.1, bytes.2, bytes.3, bytes.4, bytes.5, bytes.6, bytes.7].reduce(0) { $0 << 8 | UInt64($1) }
-        low = [bytes.8, bytes.9, bytes.10, bytes.11, bytes.12, bytes.13, bytes.14, bytes.15].reduce(0) { $0 << 8 | UInt64($1) }
-    }
-
-    static func < (lhs: EventKey, rhs: EventKey) -> Bool {
+    static func < (lhs: LedgerKey, rhs: LedgerKey) -> Bool {
         if lhs.app != rhs.app { return lhs.app < rhs.app }
-        return lhs.high != rhs.high ? lhs.high < rhs.high : lhs.low < rhs.low
+        if lhs.high != rhs.high { return lhs.high < rhs.high }
+        if lhs.low != rhs.low { return lhs.low < rhs.low }
+        return lhs.index < rhs.index
     }
 
-    static func == (lhs: EventKey, rhs: EventKey) -> Bool {
-        lhs.high == rhs.high && lhs.low == rhs.low && lhs.app == rhs.app
-    }
+    /// The positions of the first occurrence of every (app, id), in key order.
+    static func firstOccurrences(of events: [AppEvent]) -> [Int] {
+        // Rank the distinct apps (a group holds a few; consecutive events usually share one).
+        var appRank: [String: UInt32] = [:]
+        var lastApp = "", lastRank: UInt32 = 0
+        var ranks = [UInt32](repeating: 0, count: events.count)
+        for (index, event) in events.enumerated() {
+            if index == 0 || event.appID != lastApp {
+                lastApp = event.appID
+                if let rank = appRank[lastApp] {
+                    lastRank = rank
+                } else {
+                    lastRank = UInt32(appRank.count)
+                    appRank[lastApp] = lastRank
+                }
+            }
+            ranks[index] = lastRank
+        }
+        if appRank.count > 1 {
+            let sorted = appRank.keys.sorted()
+            var byteOrder = [UInt32](repeating: 0, count: sorted.count)
+            for (position, app) in sorted.enumerated() { byteOrder[Int(appRank[app]!)] = UInt32(position) }
+            for index in ranks.indices { ranks[index] = byteOrder[Int(ranks[index])] }
+        }
 
-    func hash(into hasher: inout Hasher) {
-        hasher.combine(high)
-        hasher.combine(low)
-        hasher.combine(app)
+        var keys = [LedgerKey]()
+        keys.reserveCapacity(events.count)
+        for (index, event) in events.enumerated() {
+            let (high, low) = withUnsafeBytes(of: event.event.id.uuid) { bytes in
+                (UInt64(bigEndian: bytes.loadUnaligned(as: UInt64.self)), UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+            }
+            keys.append(LedgerKey(app: ranks[index], high: high, low: low, index: Int32(index)))
+        }
+        keys.sort()
+        var result = [Int]()
+        result.reserveCapacity(keys.count)
+        for (position, key) in keys.enumerated() {
+            if position > 0 {
+                let previous = keys[position - 1]
+                if previous.app == key.app && previous.high == key.high && previous.low == key.low { continue }
+            }
+            result.append(Int(key.index))
+        }
+        return result
     }
 }

@@ -9,15 +9,45 @@ import PostgresKit
 /// that also carries its country and currency. Nothing is locked or updated, so
 /// the rows need no order.
 struct RollupAccumulator {
+    /// A delta row's key. Format, country and currency are packed into one integer:
+    /// one lookup per event hashes two short strings and two integers.
     struct Key: Hashable {
         var app: String
-        var bucket: Int64
         var network: String
-        var format: String
-        /// With `currency`: nil for events that have no revenue dimension.
-        var country: String?
-        /// "" for an impression or tap without reported revenue.
-        var currency: String?
+        var bucket: Int64
+        /// format ordinal << 56 | has revenue dimension << 48 | country bytes << 24 | currency bytes.
+        var dimensions: UInt64
+
+        var format: AdFormat {
+            switch dimensions >> 56 {
+            case 0: .banner
+            case 1: .interstitial
+            case 2: .native
+            default: .rewarded
+            }
+        }
+        /// nil for events that have no revenue dimension.
+        var country: String? { hasRevenueDimension ? Self.text(UInt32(truncatingIfNeeded: dimensions >> 24) & 0xFFFF) : nil }
+        /// nil likewise; "" for an impression or tap without reported revenue.
+        var currency: String? { hasRevenueDimension ? Self.text(UInt32(truncatingIfNeeded: dimensions) & 0xFF_FFFF) : nil }
+        var hasRevenueDimension: Bool { dimensions >> 48 & 1 == 1 }
+
+        /// Up to 3 ASCII bytes as an integer (country and currency codes are validated ASCII).
+        static func code(_ text: String) -> UInt64 {
+            var value: UInt64 = 0
+            for byte in text.utf8.prefix(3) { value = value << 8 | UInt64(byte) }
+            return value
+        }
+
+        static func text(_ code: UInt32) -> String {
+            var bytes: [UInt8] = []
+            var rest = code
+            while rest != 0 {
+                bytes.insert(UInt8(truncatingIfNeeded: rest), at: 0)
+                rest >>= 8
+            }
+            return String(decoding: bytes, as: UTF8.self)
+        }
     }
 
     struct Sums {
@@ -34,12 +64,24 @@ struct RollupAccumulator {
 
     mutating func add(_ item: AppEvent) {
         let event = item.event
-        var key = Key(app: item.appID, bucket: event.bucketStartSeconds, network: event.network, format: event.format.rawValue)
+        var dimensions = Self.formatOrdinal(event.format) << 56
         if event.type == .impression || event.type == .tap {
-            key.country = event.country
-            key.currency = event.currency ?? ""
+            dimensions |= 1 << 48 | Key.code(event.country) << 24 | Key.code(event.currency ?? "")
         }
-        var sums = rows[key] ?? Sums()
+        let key = Key(app: item.appID, network: event.network, bucket: event.bucketStartSeconds, dimensions: dimensions)
+        Self.count(event, into: &rows[key, default: Sums()])
+    }
+
+    private static func formatOrdinal(_ format: AdFormat) -> UInt64 {
+        switch format {
+        case .banner: 0
+        case .interstitial: 1
+        case .native: 2
+        case .rewarded: 3
+        }
+    }
+
+    private static func count(_ event: AdEvent, into sums: inout Sums) {
         switch event.type {
         case .request: sums.requests += 1
         case .load: sums.loads += 1
@@ -60,7 +102,6 @@ struct RollupAccumulator {
                 sums.unpricedTaps += 1
             }
         }
-        rows[key] = sums
     }
 
     /// Appends the rows to `rollup_delta`.
@@ -71,7 +112,7 @@ struct RollupAccumulator {
             try buffer.append(key.app)
             buffer.append(PostgresMicros(key.bucket * 1_000_000))
             try buffer.append(key.network)
-            try buffer.append(key.format)
+            try buffer.append(key.format.rawValue)
             try buffer.append(key.country)
             try buffer.append(key.currency)
             buffer.append(sums.requests)

@@ -72,7 +72,19 @@ public struct PostgresCopyBuffer: Sendable {
     public mutating func append(_ number: Int64?) {
         separate()
         guard let number else { return appendNull() }
-        bytes.append(contentsOf: String(number).utf8)
+        // Digits straight into the buffer (no String per number: delta rows carry twelve).
+        if number < 0 { bytes.append(UInt8(ascii: "-")) }
+        var magnitude = number.magnitude
+        if magnitude < 10 {
+            bytes.append(UInt8(ascii: "0") + UInt8(magnitude))
+            return
+        }
+        let start = bytes.count
+        while magnitude > 0 {
+            bytes.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+            magnitude /= 10
+        }
+        bytes[start...].reverse()
     }
 
     /// Appends an integer or NULL.

@@ -103,6 +103,18 @@ struct EventValidatorTests {
         #expect(event.occurredAtMicros == Self.now)  // 15:58:20+05:45 is 10:13:20Z
     }
 
+    @Test("length limits count characters, not bytes")
+    func lengthsInCharacters() throws {
+        let validator = EventValidator(appID: "demo")
+        // 64 and 32 three-byte characters: more bytes than the limits, as many characters.
+        let event = try validator.validate(Self.raw([
+            "placement": .string(String(repeating: "日", count: 64)), "os_version": .string(String(repeating: "é", count: 32)),
+        ]), nowMicros: Self.now)
+        #expect(event.placement.count == 64)
+        #expect(rejection(["placement": .string(String(repeating: "日", count: 65))]) == "placement: must be 1 to 64 characters")
+        #expect(rejection(["os_version": .string(String(repeating: "é", count: 33))]) == "os_version: must be at most 32 characters")
+    }
+
     @Test("CSV text values parse as numbers and booleans, and empty cells are absent")
     func textValues() throws {
         var raw = Self.raw(["type": .string("tap"), "will_leave": .string("true"), "revenue_micros": .string("7"), "currency": .string("EUR")])

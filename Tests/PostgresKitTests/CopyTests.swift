@@ -32,6 +32,16 @@ struct CopyTests {
         }
     }
 
+    @Test("integers are written as PostgreSQL reads them, at both ends of Int64")
+    func integerText() {
+        let numbers: [Int64?] = [0, 7, 9, 10, 99, 100, -1, -10, 1_234_567_890, .max, .min, nil]
+        var buffer = PostgresCopyBuffer()
+        for number in numbers { buffer.append(number) }
+        buffer.endRow()
+        let expected = numbers.map { $0.map(String.init) ?? "\\N" }.joined(separator: "\t") + "\n"
+        #expect(String(decoding: buffer.bytes, as: UTF8.self) == expected)
+    }
+
     @Test("a failing COPY reports its SQLSTATE and leaves the connection usable")
     func failingCopyReportsSQLState() async throws {
         var buffer = PostgresCopyBuffer()
