@@ -12,5 +12,6 @@ SELECT create_reference_table('api_keys') WHERE NOT EXISTS (SELECT 1 FROM pg_dis
 -- Per-app tables, co-located by app_id: every primary key leads with it.
 SELECT create_distributed_table('events', 'app_id') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'events'::regclass);
 SELECT create_distributed_table('event_ids', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'event_ids'::regclass);
-SELECT create_distributed_table('rollup_15m', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_15m'::regclass);
-SELECT create_distributed_table('rollup_revenue_15m', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_revenue_15m'::regclass);
+SELECT create_distributed_table('rollup_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_15m_compacted'::regclass);
+SELECT create_distributed_table('rollup_revenue_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_revenue_15m_compacted'::regclass);
+SELECT create_distributed_table('rollup_delta', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_delta'::regclass);

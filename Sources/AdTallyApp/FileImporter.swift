@@ -38,6 +38,8 @@ public struct FileImporter: Sendable {
     let batchSize: Int
     /// How many rejections the summary lists.
     public static let rejectionsShown = 10
+    /// Newly stored events between two rollup compactions.
+    static let compactEvery = 200_000
 
     /// An importer for one app.
     public init(
@@ -156,9 +158,15 @@ public struct FileImporter: Sendable {
         while offset < events.count {
             let slice = Array(events[offset..<min(offset + batchSize, events.count)])
             let stored = try await store.store(slice).filter { $0 }.count
+            let before = progress.accepted
             progress.accepted += stored
             progress.duplicates += slice.count - stored
             offset += slice.count
+            // Fold the rollup deltas as the import goes, so a long import leaves no
+            // backlog for one big compaction (the CLI runs no compactor of its own).
+            if progress.accepted / Self.compactEvery != before / Self.compactEvery {
+                try await RollupCompactor(store: store).compactOnce()
+            }
         }
     }
 

@@ -10,18 +10,14 @@ import PostgresKit
 /// a process that finds it taken skips the pass), so the upserts never contend.
 public struct RollupCompactor: Sendable {
     let pool: PostgresPool
-    /// Delta rows moved per transaction, so a long backlog (after a bulk import,
-    /// or with no server running) is moved in bounded steps.
-    public var batchRows: Int
     let logger: Logger
 
     /// "AdRoll" in ASCII; arbitrary but fixed across versions.
     static let lockKey = Int64(0x4164_526F_6C6C)
 
     /// A compactor over a store's database.
-    public init(store: EventStore, batchRows: Int = 200_000, logger: Logger = Logger(label: "adtally.rollups")) {
+    public init(store: EventStore, logger: Logger = Logger(label: "adtally.rollups")) {
         self.pool = store.pool
-        self.batchRows = batchRows
         self.logger = logger
     }
 
@@ -29,18 +25,11 @@ public struct RollupCompactor: Sendable {
     /// (0 when another process is compacting right now).
     @discardableResult
     public func compactOnce() async throws -> Int {
-        let batchRows = self.batchRows
         let moved = try await pool.withConnection { connection in
-            var moved = 0
-            while true {
-                let step: Int? = try connection.withTransaction { connection in
-                    let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey))")
-                    guard try locked.first?.decode(0, as: Bool.self) == true else { return nil }
-                    return try connection.query(Self.moveStatement(limit: batchRows)).first?.decode(0, as: Int.self) ?? 0
-                }
-                guard let step else { break }
-                moved += step
-                if step < batchRows { break }
+            let moved: Int = try connection.withTransaction { connection in
+                let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey))")
+                guard try locked.first?.decode(0, as: Bool.self) == true else { return 0 }
+                return try connection.execute(unsafeSQL: Self.moveStatement).first?.decode(0, as: Int.self) ?? 0
             }
             if moved > 0 {
                 // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
@@ -53,15 +42,15 @@ public struct RollupCompactor: Sendable {
         return moved
     }
 
-    /// Deletes up to `limit` delta rows and adds their sums to both compacted tables;
-    /// returns the number of rows moved. No ORDER BY: only one compactor writes the
-    /// compacted tables at a time, so row lock order cannot deadlock, and hashing the
-    /// groups is cheaper than sorting the deltas twice.
-    static func moveStatement(limit: Int) -> PostgresQuery {
-        """
+    /// Deletes every delta row the statement sees (rows committed later stay for the
+    /// next pass) and adds their sums to both compacted tables; returns the number of
+    /// rows moved. Whole-table, not by ctid: on Citus a ctid names a row only within
+    /// one shard. No ORDER BY: only one compactor writes the compacted tables at a
+    /// time, so row lock order cannot deadlock, and hashing the groups is cheaper than
+    /// sorting the deltas twice.
+    static let moveStatement = """
         WITH moved AS (
-            DELETE FROM rollup_delta WHERE ctid = ANY (ARRAY(SELECT ctid FROM rollup_delta LIMIT \(limit)))
-            RETURNING *
+            DELETE FROM rollup_delta RETURNING *
         ), counts AS (
             INSERT INTO rollup_15m_compacted AS r
                 (app_id, bucket, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
@@ -90,5 +79,4 @@ public struct RollupCompactor: Sendable {
         )
         SELECT count(*)::bigint FROM moved
         """
-    }
 }

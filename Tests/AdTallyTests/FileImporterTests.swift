@@ -38,6 +38,9 @@ struct FileImporterTests {
             #expect(second.duplicates == 2502)
             #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 2502)
             #expect(try await Ingest.count(services, "SELECT revenue_micros::int FROM rollup_revenue_15m WHERE currency = 'JPY'") == 1200)
+            // The import folded its rollup deltas itself (no server was running).
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM rollup_delta") == 0)
+            #expect(try await Ingest.count(services, "SELECT sum(requests + impressions + taps + loads + errors + expiries + action_cancels)::int FROM rollup_15m_compacted") == 2502)
         }
     }
 }

@@ -77,10 +77,8 @@ struct RollupCompactorTests {
             let expected = try await Self.totalsFromEvents(services)
             #expect(try await Self.totals(services) == expected)
 
-            // Moved in steps of 7 rows: the first pass empties the delta table.
-            var compactor = services.compactor
-            compactor.batchRows = 7
-            #expect(try await compactor.compactOnce() > 7)
+            let compactor = services.compactor
+            #expect(try await compactor.compactOnce() > 0)
             #expect(try await Self.pendingDeltas(services) == 0)
             #expect(try await Self.totals(services) == expected)
             #expect(try await Ingest.count(services, "SELECT count(*)::int FROM rollup_15m_compacted") > 0)
