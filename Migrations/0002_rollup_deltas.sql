@@ -10,7 +10,7 @@
 -- (no index, no lock, no update: an append, still in the same transaction as
 -- the events, so a committed event is always counted and an aborted one never
 -- is). The server's compactor (RollupCompactor) moves deltas into the compacted
--- tables every second, in one transaction: DELETE ... RETURNING, summed per key
+-- tables every 5 seconds, in one transaction: DELETE ... RETURNING, summed per key
 -- across thousands of groups, upserted. Readers use the views rollup_15m and
 -- rollup_revenue_15m, which add the pending deltas to the compacted totals,
 -- so every committed event is counted in them at once, compacted or not.
@@ -43,7 +43,10 @@ CREATE TABLE rollup_delta (
     unpriced_impressions integer NOT NULL,
     unpriced_taps        integer NOT NULL,
     CHECK ((country IS NULL) = (currency IS NULL))
-);
+)
+-- The compactor vacuums this table after every pass. Truncating its emptied tail
+-- would take an exclusive lock that every ingest transaction then waits behind.
+WITH (vacuum_truncate = false);
 
 CREATE VIEW rollup_15m AS
 SELECT app_id, bucket, network, format,
