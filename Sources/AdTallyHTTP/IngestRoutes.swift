@@ -117,10 +117,16 @@ public struct IngestRoutes: Sendable {
         } catch let refusal as IngestBatcher.Refusal {
             throw ProblemDetails(.serviceUnavailable, detail: refusal.description, headers: [.retryAfter: "1"])
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let json = try encoder.encode(IngestReceipt(accepted: receipt.accepted, duplicates: receipt.duplicates, rejected: rejected))
-        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json)))
+        let json: ByteBuffer
+        if rejected.isEmpty {
+            // The usual receipt, without a JSONEncoder per request.
+            json = ByteBuffer(string: #"{"accepted":\#(receipt.accepted),"duplicates":\#(receipt.duplicates),"rejected":[]}"#)
+        } else {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            json = ByteBuffer(bytes: try encoder.encode(IngestReceipt(accepted: receipt.accepted, duplicates: receipt.duplicates, rejected: rejected)))
+        }
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: json))
     }
 
     /// JSON (false) or NDJSON (true), from Content-Type; anything else is 415.
