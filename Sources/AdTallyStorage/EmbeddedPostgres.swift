@@ -108,14 +108,20 @@ public final class EmbeddedPostgres: Sendable {
     /// (a server sharing the cluster keeps it); returns whether it stopped.
     @discardableResult
     public func stopIfUnused() throws -> Bool {
-        let others: Int
+        var others = 0
         do {
             let connection = try PostgresConnection(connecting: conninfo)
-            let rows = try connection.query("""
-                SELECT count(*)::bigint AS n FROM pg_stat_activity
-                WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-                """)
-            others = try rows[0].decode("n", as: Int.self)
+            // A client that has just disconnected stays listed until its backend exits
+            // (milliseconds): look again for up to half a second before counting it.
+            for attempt in 0..<10 {
+                let rows = try connection.query("""
+                    SELECT count(*)::bigint AS n FROM pg_stat_activity
+                    WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+                    """)
+                others = try rows[0].decode("n", as: Int.self)
+                if others == 0 || attempt == 9 { break }
+                usleep(50_000)
+            }
         } catch {
             others = 0
         }
