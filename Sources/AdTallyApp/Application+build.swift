@@ -23,6 +23,8 @@ public struct AppServices: Sendable {
 
     /// Wires the stores and the ingest batcher over a database.
     public init(settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil) {
+        // Before the batcher and compactor create their metrics.
+        MetricsRoutes.bootstrapOnce()
         self.database = database
         self.appStore = AppStore(pool: database.pool)
         self.eventStore = EventStore(pool: database.pool, logger: logger)

@@ -12,8 +12,12 @@ enum MetricsRoutes {
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
     }()
 
+    /// Points swift-metrics at the registry; must run before any metric is created
+    /// (a Counter made earlier keeps a no-op handler for good), so `AppServices` calls it first.
+    static func bootstrapOnce() { _ = bootstrapped }
+
     static func register(on router: Router<AdTallyRequestContext>) {
-        _ = bootstrapped
+        bootstrapOnce()
         router.get("metrics") { _, _ in
             var buffer: [UInt8] = []
             buffer.reserveCapacity(16 * 1024)

@@ -1,4 +1,5 @@
 import Logging
+import Metrics
 import PostgresKit
 
 /// Moves the rollup deltas the ingest path appends (`rollup_delta`) into the
@@ -11,6 +12,8 @@ import PostgresKit
 public struct RollupCompactor: Sendable {
     let pool: PostgresPool
     let logger: Logger
+    private let passTimer = Metrics.Timer(label: "adtally_rollup_compaction_seconds")
+    private let movedCounter = Counter(label: "adtally_rollup_delta_rows_compacted_total")
 
     /// "AdRoll" in ASCII; arbitrary but fixed across versions.
     static let lockKey = Int64(0x4164_526F_6C6C)
@@ -25,6 +28,7 @@ public struct RollupCompactor: Sendable {
     /// (0 when another process is compacting right now).
     @discardableResult
     public func compactOnce() async throws -> Int {
+        let started = ContinuousClock.now
         let moved = try await pool.withConnection { connection in
             let moved: Int = try connection.withTransaction { connection in
                 let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey))")
@@ -38,7 +42,12 @@ public struct RollupCompactor: Sendable {
             }
             return moved
         }
-        if moved > 0 { logger.debug("rollups compacted", metadata: ["delta_rows": "\(moved)"]) }
+        if moved > 0 {
+            let elapsed = ContinuousClock.now - started
+            passTimer.recordNanoseconds(elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
+            movedCounter.increment(by: moved)
+            logger.debug("rollups compacted", metadata: ["delta_rows": "\(moved)"])
+        }
         return moved
     }
 

@@ -1,0 +1,53 @@
+import AdTallyApp
+import AdTallyStorage
+import AdTallyTestSupport
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import Testing
+
+@Suite("adtally serve as a process")
+struct ServeProcessTests {
+    /// Tests in one process share swift-metrics' one-time bootstrap, so only a fresh
+    /// process shows whether metrics made at start-up reach /metrics.
+    @Test("ingest and rollup metrics made at start-up reach /metrics")
+    func metricsFromStartUp() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let settings = try Settings.resolve(flags: .init(databaseURL: conninfo), environment: [:])
+            let database = try await Database.open(settings, logger: Logger(label: "test"))
+            try await database.migrate()
+            _ = try await AppStore(pool: database.pool).createApp(id: "metrics", name: nil)
+            let secret = try await AppStore(pool: database.pool).createKey(app: "metrics", scope: .ingest).secret
+            await database.close()
+
+            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-serve-\(UUID().uuidString).log")
+            defer { try? FileManager.default.removeItem(at: log) }
+            let port = try freePort()
+            let server = try ServerProcess(databaseURL: conninfo, port: port, log: log)
+            defer { server.terminate() }
+            let client = HTTPClient(eventLoopGroupProvider: .singleton)
+            do {
+                try await server.waitUntilReady(client)
+                var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/events")
+                request.method = .POST
+                request.headers.add(name: "Authorization", value: "Bearer \(secret)")
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(string: #"{"events":[\#((0..<3).map { _ in Ingest.event() }.joined(separator: ","))]}"#))
+                let response = try await client.execute(request, timeout: .seconds(10))
+                #expect(response.status == .ok)
+
+                let metrics = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/metrics"), timeout: .seconds(10))
+                let text = String(buffer: try await metrics.body.collect(upTo: 1 << 20))
+                #expect(text.contains(#"adtally_ingest_events_total{outcome="accepted"} 3"#))
+                #expect(text.contains("adtally_ingest_flush_seconds_count"))
+                #expect(text.contains("adtally_ingest_queue_events"))
+                #expect(text.contains("adtally_rollup_delta_rows_compacted_total"))
+            } catch {
+                try? await client.shutdown()
+                throw error
+            }
+            try await client.shutdown()
+        }
+    }
+}
