@@ -26,17 +26,27 @@ public final class IngestBatcher: Sendable {
         public var commitTimeout: Duration
         /// How long submissions are refused after the database was found unreachable.
         public var unavailableBackoff: Duration
+        /// While another flusher is writing, a free flusher that finds fewer events than
+        /// this queued waits `linger` once for more before it starts a transaction (like
+        /// PostgreSQL's commit_delay): fewer, larger transactions, each with the same
+        /// per-statement cost. 0 turns it off.
+        public var lingerBelowEvents: Int
+        /// See `lingerBelowEvents`.
+        public var linger: Duration
 
         /// Limits and concurrency; the defaults suit one server.
         public init(
             maxQueuedEvents: Int = 200_000, maxGroupEvents: Int = 20_000, flushers: Int = 4,
-            commitTimeout: Duration = .seconds(10), unavailableBackoff: Duration = .seconds(1)
+            commitTimeout: Duration = .seconds(10), unavailableBackoff: Duration = .seconds(1),
+            lingerBelowEvents: Int = 400, linger: Duration = .milliseconds(1)
         ) {
             self.maxQueuedEvents = maxQueuedEvents
             self.maxGroupEvents = maxGroupEvents
             self.flushers = flushers
             self.commitTimeout = commitTimeout
             self.unavailableBackoff = unavailableBackoff
+            self.lingerBelowEvents = lingerBelowEvents
+            self.linger = linger
         }
     }
 
@@ -100,6 +110,8 @@ public final class IngestBatcher: Sendable {
         var queuedEvents = 0
         var idleFlushers: [CheckedContinuation<Void, Never>] = []
         var isFinishing = false
+        /// Flushers inside a transaction now.
+        var writing = 0
         var refuseUntil: ContinuousClock.Instant?
     }
 
@@ -169,15 +181,21 @@ public final class IngestBatcher: Sendable {
     private func flushLoop() async {
         while let group = await nextGroup() {
             await flush(group)
+            state.withLock { $0.writing -= 1 }
         }
     }
 
-    /// The next tickets to write (up to `maxGroupEvents`, at least one), or nil when finished.
+    /// The next tickets to write (up to `maxGroupEvents`, at least one), or nil when finished;
+    /// counts the caller as writing until `flushLoop` says it is done.
     private func nextGroup() async -> [Ticket]? {
+        var lingered = false
         while true {
-            enum Next { case group([Ticket]), wait, done }
+            enum Next { case group([Ticket]), wait, linger, done }
             let next = state.withLock { state -> Next in
                 if state.tickets.isEmpty { return state.isFinishing ? .done : .wait }
+                if !lingered, !state.isFinishing, state.writing > 0, state.queuedEvents < configuration.lingerBelowEvents {
+                    return .linger
+                }
                 var count = 0
                 var taken = 0
                 for ticket in state.tickets {
@@ -188,11 +206,15 @@ public final class IngestBatcher: Sendable {
                 let group = Array(state.tickets.prefix(taken))
                 state.tickets.removeFirst(taken)
                 state.queuedEvents -= count
+                state.writing += 1
                 return .group(group)
             }
             switch next {
             case .group(let group): return group
             case .done: return nil
+            case .linger:
+                lingered = true
+                try? await Task.sleep(for: configuration.linger)
             case .wait:
                 await withCheckedContinuation { continuation in
                     let resumeNow = state.withLock { state -> Bool in

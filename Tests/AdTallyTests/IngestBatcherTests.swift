@@ -2,6 +2,7 @@ import AdTallyApp
 import AdTallyCore
 import AdTallyStorage
 import Foundation
+import PostgresKit
 import Testing
 
 @Suite("Group commit")
@@ -31,6 +32,44 @@ struct IngestBatcherTests {
             batcher.finish()
             await writers.value
             #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 2)
+        }
+    }
+
+    @Test("while one transaction is writing, a free writer lingers once so small requests share a transaction")
+    func lingerGroupsSmallRequests() async throws {
+        try await withServices(flags: .init(poolSize: 6)) { services in
+            let batcher = IngestBatcher(
+                store: services.eventStore,
+                configuration: .init(flushers: 2, lingerBelowEvents: 100, linger: .milliseconds(500))
+            )
+            func event(_ id: UUID = UUID()) -> AppEvent {
+                AppEvent(appID: "a", event: AdEvent(
+                    id: id, type: .request, occurredAtMicros: Int64(Date().timeIntervalSince1970 * 1_000_000),
+                    network: "admob", format: .banner
+                ))
+            }
+            // Another session claims request A's id without committing, so A's transaction
+            // waits on the ledger's unique index: one writer is busy.
+            let blockedID = UUID()
+            let blocker = try PostgresConnection(connecting: services.database.pool.configuration.conninfo)
+            try blocker.execute(unsafeSQL: "BEGIN")
+            try blocker.query("INSERT INTO event_ids (app_id, event_id, occurred_at) VALUES ('a', \(blockedID), now())")
+            let writers = Task { await batcher.run() }
+            let a = Task { try await batcher.submit([event(blockedID)]) }
+            try await Task.sleep(for: .milliseconds(300))
+            // B and then C, 20 ms apart: the free writer lingers instead of writing B alone.
+            let b = Task { try await batcher.submit([event()]) }
+            try await Task.sleep(for: .milliseconds(20))
+            let c = Task { try await batcher.submit([event()]) }
+            #expect(try await b.value.accepted == 1)
+            #expect(try await c.value.accepted == 1)
+            // One transaction wrote both: their rows share a transaction id.
+            #expect(try await Ingest.count(services, "SELECT count(DISTINCT xmin::text)::int FROM events") == 1)
+            try blocker.execute(unsafeSQL: "ROLLBACK")
+            #expect(try await a.value.accepted == 1)
+            batcher.finish()
+            await writers.value
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 3)
         }
     }
 }
