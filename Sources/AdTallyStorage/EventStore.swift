@@ -76,7 +76,7 @@ public struct EventStore: Sendable {
         // any id is there already, the unique index stops the COPY: roll back to the
         // savepoint and let INSERT ... ON CONFLICT sort new from old.
         var isNew = [Bool](repeating: false, count: events.count)
-        var ledger = PostgresCopyBuffer(capacity: ordered.count * 72)
+        var ledger = PostgresCopyBuffer(columns: 3, capacity: ordered.count * 60)
         for index in ordered {
             let event = events[index]
             try ledger.append(event.appID)
@@ -86,7 +86,7 @@ public struct EventStore: Sendable {
         }
         try connection.execute(unsafeSQL: "SAVEPOINT claim_ids")
         do {
-            try connection.copyIn(unsafeSQL: "COPY event_ids (app_id, event_id, occurred_at) FROM STDIN", data: ledger)
+            try connection.copyIn(unsafeSQL: "COPY event_ids (app_id, event_id, occurred_at) FROM STDIN (FORMAT binary)", data: ledger)
             // No RELEASE: the savepoint ends with the transaction, one round trip fewer.
             for index in ordered { isNew[index] = true }
         } catch let error as PostgresError where error.sqlState == .uniqueViolation {
@@ -109,13 +109,13 @@ public struct EventStore: Sendable {
         }
 
         // 3. COPY the new events.
-        var buffer = PostgresCopyBuffer(capacity: ordered.count * 200)
+        var buffer = PostgresCopyBuffer(columns: EventRow.columnCount, capacity: ordered.count * 260)
         var rollups = RollupAccumulator()
         for (index, item) in events.enumerated() where isNew[index] {
             try EventRow.append(item, to: &buffer)
             rollups.add(item)
         }
-        try connection.copyIn(unsafeSQL: "COPY events (\(EventRow.columns)) FROM STDIN", data: buffer)
+        try connection.copyIn(unsafeSQL: "COPY events (\(EventRow.columns)) FROM STDIN (FORMAT binary)", data: buffer)
 
         // 4. Rollup deltas, for the new events only.
         try rollups.write(on: connection)
@@ -127,6 +127,7 @@ public struct EventStore: Sendable {
 enum EventRow {
     static let columns = "app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, "
         + "os_version, app_version, device, revenue_micros, currency, error_code, will_leave, shown"
+    static let columnCount = 18
 
     static func append(_ item: AppEvent, to buffer: inout PostgresCopyBuffer) throws {
         let event = item.event
@@ -145,7 +146,7 @@ enum EventRow {
         try buffer.append(event.device)
         buffer.append(event.revenueMicros)
         try buffer.append(event.currency)
-        buffer.append(event.errorCode)
+        try buffer.appendInt32(event.errorCode.map(Int64.init))
         buffer.append(event.willLeave)
         buffer.append(event.shown)
         buffer.endRow()

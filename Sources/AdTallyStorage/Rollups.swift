@@ -107,7 +107,7 @@ struct RollupAccumulator {
     /// Appends the rows to `rollup_delta`.
     func write(on connection: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
-        var buffer = PostgresCopyBuffer(capacity: rows.count * 96)
+        var buffer = PostgresCopyBuffer(columns: 18, capacity: rows.count * 180)
         for (key, sums) in rows {
             try buffer.append(key.app)
             buffer.append(PostgresMicros(key.bucket * 1_000_000))
@@ -115,20 +115,20 @@ struct RollupAccumulator {
             try buffer.append(key.format.rawValue)
             try buffer.append(key.country)
             try buffer.append(key.currency)
-            buffer.append(sums.requests)
-            buffer.append(sums.loads)
-            buffer.append(sums.impressions)
-            buffer.append(sums.errors)
-            buffer.append(sums.taps)
-            buffer.append(sums.actionCancels)
-            buffer.append(sums.expiries)
-            buffer.append(sums.wastedFills)
+            try buffer.appendInt32(sums.requests)
+            try buffer.appendInt32(sums.loads)
+            try buffer.appendInt32(sums.impressions)
+            try buffer.appendInt32(sums.errors)
+            try buffer.appendInt32(sums.taps)
+            try buffer.appendInt32(sums.actionCancels)
+            try buffer.appendInt32(sums.expiries)
+            try buffer.appendInt32(sums.wastedFills)
             buffer.append(sums.revenueMicros)
-            buffer.append(sums.pricedEvents)
-            buffer.append(sums.unpricedImpressions)
-            buffer.append(sums.unpricedTaps)
+            try buffer.appendInt32(sums.pricedEvents)
+            try buffer.appendInt32(sums.unpricedImpressions)
+            try buffer.appendInt32(sums.unpricedTaps)
             buffer.endRow()
         }
-        try connection.copyIn(unsafeSQL: "COPY rollup_delta (\(Self.columns)) FROM STDIN", data: buffer)
+        try connection.copyIn(unsafeSQL: "COPY rollup_delta (\(Self.columns)) FROM STDIN (FORMAT binary)", data: buffer)
     }
 }

@@ -111,13 +111,14 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: - COPY
 
-    /// Streams COPY data to a `COPY ... FROM STDIN` statement and returns the rows copied.
+    /// Streams binary COPY data to a `COPY ... FROM STDIN (FORMAT binary)` statement and
+    /// returns the rows copied.
     ///
-    /// `copySQL` is written in code (e.g. `COPY events (a, b) FROM STDIN`). The data is
-    /// sent in chunks whose lengths are UTF-8 byte counts; every result is drained,
-    /// and a server-side failure comes back with its SQLSTATE.
+    /// `copySQL` is written in code (e.g. `COPY events (a, b) FROM STDIN (FORMAT binary)`).
+    /// Every result is drained, and a server-side failure comes back with its SQLSTATE.
     @discardableResult
     public func copyIn(unsafeSQL copySQL: String, data: PostgresCopyBuffer) throws -> Int {
+        precondition(!data.hasOpenRow, "COPY buffer ends inside a row")
         let start = try requireResult(PQexec(handle, copySQL), sql: copySQL)
         let startStatus = PQresultStatus(start)
         if startStatus != PGRES_COPY_IN {
@@ -125,7 +126,13 @@ public final class PostgresConnection: @unchecked Sendable {
             _ = try check(start, sql: copySQL)
             throw PostgresError(kind: .copy, message: "statement did not start COPY FROM STDIN")
         }
+        let isBinary = PQbinaryTuples(start) == 1
         PQclear(start)
+        if !isBinary {
+            _ = PQputCopyEnd(handle, "client sends binary COPY data only")
+            while let result = PQgetResult(handle) { PQclear(result) }
+            throw PostgresError(kind: .copy, message: "COPY must say (FORMAT binary): \(copySQL)")
+        }
 
         var sendFailure: String?
         data.bytes.withUnsafeBufferPointer { buffer in
@@ -142,6 +149,12 @@ public final class PostgresConnection: @unchecked Sendable {
                 }
                 offset += length
             }
+        }
+        if sendFailure == nil {
+            let sent = PostgresCopyBuffer.trailer.withUnsafeBufferPointer { trailer in
+                trailer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: trailer.count) { PQputCopyData(handle, $0, Int32(trailer.count)) }
+            }
+            if sent != 1 { sendFailure = Self.lastError(handle) }
         }
         let endResult = PQputCopyEnd(handle, sendFailure == nil ? nil : "client failed to send COPY data")
         var copied = 0

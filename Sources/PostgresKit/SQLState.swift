@@ -24,6 +24,8 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let checkViolation = SQLState(rawValue: "23514")
     /// `22P02` — e.g. text that is not a valid UUID.
     public static let invalidTextRepresentation = SQLState(rawValue: "22P02")
+    /// `22P03` — binary COPY data that does not fit its column type.
+    public static let invalidBinaryRepresentation = SQLState(rawValue: "22P03")
     /// `22P04` — malformed COPY data.
     public static let badCopyFileFormat = SQLState(rawValue: "22P04")
     /// `22021` — e.g. a NUL byte or invalid UTF-8.
