@@ -121,7 +121,7 @@ let package = Package(
         .testTarget(
             name: "AdTallyTests",
             dependencies: [
-                "AdTallyApp", "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit", "AdTallyTestSupport",
+                "AdTallyApp", "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit", "AdTallyTestSupport", "TextFormats",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],

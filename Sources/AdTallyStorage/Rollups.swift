@@ -9,11 +9,10 @@ import PostgresKit
 /// that also carries its country and currency. Nothing is locked or updated, so
 /// the rows need no order.
 struct RollupAccumulator {
-    /// A delta row's key. Format, country and currency are packed into one integer:
-    /// one lookup per event hashes two short strings and two integers.
+    /// A delta row's key, all integers: the (app, network) pair as its index in
+    /// `sources`, and format, country and currency packed into one integer.
     struct Key: Hashable {
-        var app: String
-        var network: String
+        var source: UInt32
         var bucket: Int64
         /// format ordinal << 56 | has revenue dimension << 48 | country bytes << 24 | currency bytes.
         var dimensions: UInt64
@@ -57,6 +56,28 @@ struct RollupAccumulator {
     }
 
     private(set) var rows: [Key: Sums] = [:]
+    /// The (app, network) pairs seen, by index.
+    private var sources: [(app: String, network: String)] = []
+    private var sourceIndexes: [SourcePair: UInt32] = [:]
+
+    private struct SourcePair: Hashable {
+        var app: String
+        var network: String
+    }
+
+    /// The index of an (app, network) pair. A group holds a few apps and networks,
+    /// so a scan comparing short strings beats hashing them for every event.
+    private mutating func sourceIndex(app: String, network: String) -> UInt32 {
+        if sources.count <= 16 {
+            for index in sources.indices where sources[index].network == network && sources[index].app == app { return UInt32(index) }
+        } else if let index = sourceIndexes[SourcePair(app: app, network: network)] {
+            return index
+        }
+        let index = UInt32(sources.count)
+        sources.append((app, network))
+        sourceIndexes[SourcePair(app: app, network: network)] = index
+        return index
+    }
 
     /// rollup_delta's columns, in the order `write` appends them.
     static let columns = "app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps, "
@@ -68,7 +89,7 @@ struct RollupAccumulator {
         if event.type == .impression || event.type == .tap {
             dimensions |= 1 << 48 | Key.code(event.country) << 24 | Key.code(event.currency ?? "")
         }
-        let key = Key(app: item.appID, network: event.network, bucket: event.bucketStartSeconds, dimensions: dimensions)
+        let key = Key(source: sourceIndex(app: item.appID, network: event.network), bucket: event.bucketStartSeconds, dimensions: dimensions)
         Self.count(event, into: &rows[key, default: Sums()])
     }
 
@@ -109,9 +130,10 @@ struct RollupAccumulator {
         guard !rows.isEmpty else { return }
         var buffer = PostgresCopyBuffer(columns: 18, capacity: rows.count * 180)
         for (key, sums) in rows {
-            try buffer.append(key.app)
+            let source = sources[Int(key.source)]
+            try buffer.append(source.app)
             buffer.append(PostgresMicros(key.bucket * 1_000_000))
-            try buffer.append(key.network)
+            try buffer.append(source.network)
             try buffer.append(key.format.rawValue)
             try buffer.append(key.country)
             try buffer.append(key.currency)

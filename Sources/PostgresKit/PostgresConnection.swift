@@ -135,7 +135,7 @@ public final class PostgresConnection: @unchecked Sendable {
         }
 
         var sendFailure: String?
-        data.bytes.withUnsafeBufferPointer { buffer in
+        data.withBytes { buffer in
             let chunk = 1 << 16
             var offset = 0
             while offset < buffer.count {

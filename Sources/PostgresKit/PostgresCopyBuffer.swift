@@ -11,8 +11,10 @@ import Foundation
 /// `char(n)`, `uuid`, `timestamptz`, `bigint`, `integer`, `boolean`): binary COPY
 /// has no conversions, and a mismatch fails the COPY with `invalid_binary_representation`.
 public struct PostgresCopyBuffer: Sendable {
-    /// The encoded header and rows (the trailer is sent by `copyIn`).
-    public private(set) var bytes: [UInt8]
+    /// Written bytes are `storage[0..<used]`; the rest is room to grow into, so a
+    /// field is a bounds check and a store, not an array append per byte run.
+    private var storage: [UInt8]
+    private var used = 0
     /// Rows completed so far.
     public private(set) var rowCount = 0
     /// Fields in every row.
@@ -25,12 +27,19 @@ public struct PostgresCopyBuffer: Sendable {
     /// An empty buffer for rows of `columns` fields; `capacity` is a byte-size hint.
     public init(columns: Int, capacity: Int = 0) {
         self.columns = columns
-        bytes = []
-        bytes.reserveCapacity(19 + capacity)
+        storage = [UInt8](repeating: 0, count: max(64, 19 + capacity))
         // Signature, flags (no OIDs), header extension length.
-        bytes.append(contentsOf: [0x50, 0x47, 0x43, 0x4F, 0x50, 0x59, 0x0A, 0xFF, 0x0D, 0x0A, 0x00])
+        appendBytes([0x50, 0x47, 0x43, 0x4F, 0x50, 0x59, 0x0A, 0xFF, 0x0D, 0x0A, 0x00])
         appendInteger(Int32(0))
         appendInteger(Int32(0))
+    }
+
+    /// The encoded header and rows (the trailer is sent by `copyIn`).
+    public var bytes: [UInt8] { Array(storage[0..<used]) }
+
+    /// Calls `body` with the encoded bytes, without copying them.
+    func withBytes<T>(_ body: (UnsafeBufferPointer<UInt8>) throws -> T) rethrows -> T {
+        try storage.withUnsafeBufferPointer { try body(UnsafeBufferPointer(rebasing: $0[0..<used])) }
     }
 
     /// A `text` or `char(n)` field; nil is SQL NULL.
@@ -42,7 +51,7 @@ public struct PostgresCopyBuffer: Sendable {
                 throw PostgresError(kind: .invalidParameter, message: "COPY field contains a NUL byte, which PostgreSQL text cannot store")
             }
             appendInteger(Int32(utf8.count))
-            bytes.append(contentsOf: utf8)
+            appendBytes(UnsafeRawBufferPointer(utf8))
         }
     }
 
@@ -50,7 +59,7 @@ public struct PostgresCopyBuffer: Sendable {
     public mutating func append(_ id: UUID) {
         startField()
         appendInteger(Int32(16))
-        withUnsafeBytes(of: id.uuid) { bytes.append(contentsOf: $0) }
+        withUnsafeBytes(of: id.uuid) { appendBytes($0) }
     }
 
     /// A `timestamptz` field.
@@ -84,7 +93,7 @@ public struct PostgresCopyBuffer: Sendable {
         startField()
         guard let flag else { return appendInteger(Int32(-1)) }
         appendInteger(Int32(1))
-        bytes.append(flag ? 1 : 0)
+        appendInteger(UInt8(flag ? 1 : 0))
     }
 
     /// Ends the current row, which must have exactly `columns` fields.
@@ -102,8 +111,29 @@ public struct PostgresCopyBuffer: Sendable {
         fieldsInRow += 1
     }
 
+    private mutating func reserve(_ count: Int) {
+        if used + count > storage.count {
+            storage.append(contentsOf: repeatElement(0, count: max(count, storage.count)))
+        }
+    }
+
     private mutating func appendInteger<T: FixedWidthInteger>(_ value: T) {
-        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+        reserve(MemoryLayout<T>.size)
+        let offset = used
+        storage.withUnsafeMutableBytes { $0.storeBytes(of: value.bigEndian, toByteOffset: offset, as: T.self) }
+        used += MemoryLayout<T>.size
+    }
+
+    private mutating func appendBytes(_ source: UnsafeRawBufferPointer) {
+        guard !source.isEmpty else { return }
+        reserve(source.count)
+        let offset = used
+        storage.withUnsafeMutableBytes { $0.baseAddress!.advanced(by: offset).copyMemory(from: source.baseAddress!, byteCount: source.count) }
+        used += source.count
+    }
+
+    private mutating func appendBytes(_ source: [UInt8]) {
+        source.withUnsafeBytes { appendBytes($0) }
     }
 
     /// The end-of-data marker that follows the last row.

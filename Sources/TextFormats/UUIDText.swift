@@ -8,20 +8,26 @@ public enum UUIDText {
         var text = text
         return text.withUTF8 { bytes -> UUID? in
             guard bytes.count == 36, bytes[8] == 0x2D, bytes[13] == 0x2D, bytes[18] == 0x2D, bytes[23] == 0x2D else { return nil }
-            var raw = [UInt8](repeating: 0, count: 16)
-            var out = 0
-            var index = 0
-            while index < 36 {
-                if index == 8 || index == 13 || index == 18 || index == 23 { index += 1; continue }
-                guard let high = hex(bytes[index]), let low = hex(bytes[index + 1]) else { return nil }
-                raw[out] = high << 4 | low
-                out += 1
-                index += 2
+            // The 32 hex digits as two 64-bit halves: no array per UUID.
+            var halves: (UInt64, UInt64) = (0, 0)
+            var digits = 0
+            for index in 0..<36 where index != 8 && index != 13 && index != 18 && index != 23 {
+                let value = hexValues[Int(bytes[index])]
+                guard value != 0xFF else { return nil }
+                if digits < 16 { halves.0 = halves.0 << 4 | UInt64(value) } else { halves.1 = halves.1 << 4 | UInt64(value) }
+                digits += 1
             }
-            return UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-                               raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15]))
+            var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &uuid) { raw in
+                raw.storeBytes(of: halves.0.bigEndian, toByteOffset: 0, as: UInt64.self)
+                raw.storeBytes(of: halves.1.bigEndian, toByteOffset: 8, as: UInt64.self)
+            }
+            return UUID(uuid: uuid)
         }
     }
+
+    /// Hex digit values by byte; 0xFF for bytes that are not hex digits.
+    static let hexValues: [UInt8] = (0...255).map { byte in hex(UInt8(byte)) ?? 0xFF }
 
     /// Appends the lowercase canonical form.
     public static func append(_ id: UUID, to out: inout [UInt8]) {

@@ -94,6 +94,18 @@ struct RollupCompactorTests {
         }
     }
 
+    @Test("a group spanning many apps and networks sums each pair apart")
+    func manySourcesInOneGroup() async throws {
+        try await withServices { services in
+            // 12 apps x 2 networks: more pairs than the accumulator scans before it hashes.
+            let events = (0..<12).flatMap { Self.events(app: "app\($0)", count: 40) }.shuffled()
+            #expect(try await services.eventStore.store(events).allSatisfy { $0 })
+            #expect(try await Self.totals(services) == (try await Self.totalsFromEvents(services)))
+            try await services.compactor.compactOnce()
+            #expect(try await Self.totals(services) == (try await Self.totalsFromEvents(services)))
+        }
+    }
+
     @Test("a duplicate adds nothing to the deltas")
     func duplicatesAddNoDelta() async throws {
         try await withServices { services in
