@@ -8,7 +8,9 @@
 #    events/s, acknowledgement latency p50/p99, peak server RSS;
 # 4. the same with 32 connections on a second set of events (group commit
 #    gathers more per transaction when more requests are in flight);
-# 5. psql \copy the first set's rows into a plain table indexed like `events`;
+# 5. psql \copy the first set's rows into a fresh plain table indexed like
+#    `events`, three times: before, between and after the AdTally legs (the
+#    machine is shared and its speed drifts; the ratio uses the median);
 # 6. print the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,34 +51,55 @@ for i in $(seq 0 19); do
   printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
 done
 
-echo "== AdTally: POST /v1/events, batches of 100, $connections keep-alive connections"
-"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
-  --connections "$connections" --server-pid "$server" | tee "$work/adtally.txt"
-
-echo "== AdTally: the same with $more_connections connections (second set of events)"
-"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/second/batches.jsonl" \
-  --connections "$more_connections" --server-pid "$server" | tee "$work/adtally-more.txt"
-
-echo "== PostgreSQL: psql \\copy of the same rows into a plain table indexed like events"
 socket="$data/run"
 [ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
 conn="host=$socket port=5432 user=adtally dbname=adtally"
-psql "$conn" -qc "CREATE TABLE bench_copy (LIKE events INCLUDING DEFAULTS INCLUDING INDEXES)"
 columns="app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version, app_version, device, revenue_micros, currency, error_code, will_leave, shown"
-start=$(date +%s.%N)
-psql "$conn" -qc "\\copy bench_copy ($columns) FROM '$work/rows.csv' WITH (FORMAT csv)"
-end=$(date +%s.%N)
-rows=$(psql "$conn" -tAc "SELECT count(*) FROM bench_copy")
-python3 - "$work/adtally.txt" "$work/adtally-more.txt" "$rows" "$start" "$end" "$connections" "$more_connections" <<'PY'
-import sys
+: > "$work/copy.txt"
+# Every measured phase starts right after a CHECKPOINT, so none pays for the
+# previous phase's dirty pages and full-page writes.
+checkpoint() { psql "$conn" -qc "CHECKPOINT"; }
+copy_once() {  # $1: run number; appends "rows seconds" to copy.txt
+  psql "$conn" -qc "CREATE TABLE bench_copy_$1 (LIKE events INCLUDING DEFAULTS INCLUDING INDEXES)"
+  checkpoint
+  local start end
+  start=$(date +%s.%N)
+  psql "$conn" -qc "\\copy bench_copy_$1 ($columns) FROM '$work/rows.csv' WITH (FORMAT csv)"
+  end=$(date +%s.%N)
+  echo "$(psql "$conn" -tAc "SELECT count(*) FROM bench_copy_$1") $(python3 -c "print($end - $start)")" >> "$work/copy.txt"
+  psql "$conn" -qc "DROP TABLE bench_copy_$1"
+}
+
+echo "== PostgreSQL: psql \\copy of the first set's rows into a plain table indexed like events (1 of 3)"
+copy_once 1
+
+echo "== AdTally: POST /v1/events, batches of 100, $connections keep-alive connections"
+checkpoint
+"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
+  --connections "$connections" --server-pid "$server" | tee "$work/adtally.txt"
+
+echo "== PostgreSQL: the same COPY (2 of 3)"
+copy_once 2
+
+echo "== AdTally: the same with $more_connections connections (second set of events)"
+checkpoint
+"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/second/batches.jsonl" \
+  --connections "$more_connections" --server-pid "$server" | tee "$work/adtally-more.txt"
+
+echo "== PostgreSQL: the same COPY (3 of 3)"
+copy_once 3
+
+python3 - "$work/adtally.txt" "$work/adtally-more.txt" "$work/copy.txt" "$connections" "$more_connections" <<'PY'
+import statistics, sys
 def read(path):
     return dict(line.strip().split("=", 1) for line in open(path) if "=" in line)
 few, more = read(sys.argv[1]), read(sys.argv[2])
-rows, start, end = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-copy_rate = rows / (end - start)
-print(f"copy_rows={rows}")
-print(f"copy_seconds={end - start:.3f}")
-print(f"copy_events_per_second={copy_rate:.0f}")
-print(f"ratio_adtally_to_copy_{sys.argv[6]}_connections={float(few['events_per_second']) / copy_rate:.2f}")
-print(f"ratio_adtally_to_copy_{sys.argv[7]}_connections={float(more['events_per_second']) / copy_rate:.2f}")
+runs = [line.split() for line in open(sys.argv[3]) if line.strip()]
+rates = [int(rows) / float(seconds) for rows, seconds in runs]
+copy_rate = statistics.median(rates)
+print(f"copy_rows={runs[0][0]}")
+print("copy_events_per_second_runs=" + ",".join(f"{rate:.0f}" for rate in rates))
+print(f"copy_events_per_second_median={copy_rate:.0f}")
+print(f"ratio_adtally_to_copy_{sys.argv[4]}_connections={float(few['events_per_second']) / copy_rate:.2f}")
+print(f"ratio_adtally_to_copy_{sys.argv[5]}_connections={float(more['events_per_second']) / copy_rate:.2f}")
 PY
