@@ -76,6 +76,17 @@ final class ServerProcess: @unchecked Sendable {
     }
 }
 
+/// Opens and migrates a test database and creates an app with an ingest key, as an
+/// operator would before starting `adtally serve`; the caller closes the database.
+func openWithApp(_ conninfo: String, app: String) async throws -> (database: Database, secret: String) {
+    let settings = try Settings.resolve(flags: .init(databaseURL: conninfo), environment: [:])
+    let database = try await Database.open(settings, logger: Logger(label: "test"))
+    try await database.migrate()
+    _ = try await AppStore(pool: database.pool).createApp(id: app, name: nil)
+    let secret = try await AppStore(pool: database.pool).createKey(app: app, scope: .ingest).secret
+    return (database, secret)
+}
+
 struct Counts: Sendable {
     var accepted: Int
     var duplicates: Int
@@ -86,12 +97,7 @@ struct CrashRecoveryTests {
     @Test("after SIGKILL under load and a restart, retrying everything unacknowledged stores every event exactly once")
     func killUnderLoad() async throws {
         try await TestDatabase.withDatabase { conninfo in
-            // Schema, app and key, as an operator would set them up.
-            let settings = try Settings.resolve(flags: .init(databaseURL: conninfo), environment: [:])
-            let database = try await Database.open(settings, logger: Logger(label: "test"))
-            try await database.migrate()
-            _ = try await AppStore(pool: database.pool).createApp(id: "crash", name: nil)
-            let secret = try await AppStore(pool: database.pool).createKey(app: "crash", scope: .ingest).secret
+            let (database, secret) = try await openWithApp(conninfo, app: "crash")
 
             let batchCount = 60
             let batches: [String] = (0..<batchCount).map { _ in

@@ -1,9 +1,7 @@
 import AdTallyApp
-import AdTallyStorage
 import AdTallyTestSupport
 import AsyncHTTPClient
 import Foundation
-import Logging
 import NIOCore
 import Testing
 
@@ -14,11 +12,7 @@ struct ServeProcessTests {
     @Test("ingest and rollup metrics made at start-up reach /metrics")
     func metricsFromStartUp() async throws {
         try await TestDatabase.withDatabase { conninfo in
-            let settings = try Settings.resolve(flags: .init(databaseURL: conninfo), environment: [:])
-            let database = try await Database.open(settings, logger: Logger(label: "test"))
-            try await database.migrate()
-            _ = try await AppStore(pool: database.pool).createApp(id: "metrics", name: nil)
-            let secret = try await AppStore(pool: database.pool).createKey(app: "metrics", scope: .ingest).secret
+            let (database, secret) = try await openWithApp(conninfo, app: "metrics")
             await database.close()
 
             let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-serve-\(UUID().uuidString).log")
