@@ -55,7 +55,7 @@ struct CopyTests {
         let sent = buffer
         try await TestDatabase.withPool(maxConnections: 1) { pool in
             try await pool.query("CREATE TABLE t (n serial, id uuid, at timestamptz, big bigint, small integer, flag boolean, code char(2), label text)")
-            try await pool.withConnection {
+            _ = try await pool.withConnection {
                 try $0.copyIn(unsafeSQL: "COPY t (id, at, big, small, flag, code, label) FROM STDIN (FORMAT binary)", data: sent)
             }
             let rows = try await pool.query("""
