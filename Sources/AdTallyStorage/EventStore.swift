@@ -45,12 +45,23 @@ public struct EventStore: Sendable {
         let partitions = self.partitions
         return try await pool.withConnection { connection in
             try partitions.ensure(days: Set(events.map { EventPartitions.day(ofMicros: $0.event.occurredAtMicros) }), on: connection)
+            // Usually no id is known yet: claim them all with COPY. If one is, that
+            // transaction is lost (the COPY was its first statement) and a second one
+            // sorts new from old ids with ON CONFLICT. Cheaper than a savepoint in
+            // every transaction, which costs a round trip and a subtransaction.
+            func attempt() throws -> [Bool] {
+                do {
+                    return try connection.withTransaction { try Self.write(events, claimWithCopy: true, on: $0) }
+                } catch is KnownIDs {
+                    return try connection.withTransaction { try Self.write(events, claimWithCopy: false, on: $0) }
+                }
+            }
             // A deadlock or serialization failure cannot happen with sorted writes, but
             // another server may not be this version: retry such transient errors once.
             do {
-                return try connection.withTransaction { try Self.write(events, on: $0) }
+                return try attempt()
             } catch let error as PostgresError where error.sqlState == .deadlockDetected || error.sqlState == .serializationFailure {
-                return try connection.withTransaction { try Self.write(events, on: $0) }
+                return try attempt()
             }
         }
     }
@@ -67,30 +78,33 @@ public struct EventStore: Sendable {
         return .seconds(try rows.first?.decode(0, as: Int64.self) ?? 7 * 86_400)
     }
 
-    static func write(_ events: [AppEvent], on connection: PostgresConnection) throws -> [Bool] {
+    /// Some id of the group is in the ledger already: the COPY that claims ids failed.
+    struct KnownIDs: Error {}
+
+    static func write(_ events: [AppEvent], claimWithCopy: Bool, on connection: PostgresConnection) throws -> [Bool] {
         // 1. First occurrence of each (app, id) within the call, in (app, id) order.
         let ordered = LedgerKey.firstOccurrences(of: events)
 
-        // 2. Claim the ids in the ledger. Fast path, for the usual group with no
-        // duplicate: COPY the ids in (no array parsing, one B-tree descent each). If
-        // any id is there already, the unique index stops the COPY: roll back to the
-        // savepoint and let INSERT ... ON CONFLICT sort new from old.
+        // 2. Claim the ids in the ledger: with COPY (no array parsing, one B-tree
+        // descent each), which the unique index stops if any id is known; or with
+        // INSERT ... ON CONFLICT DO NOTHING, which sorts new from old.
         var isNew = [Bool](repeating: false, count: events.count)
-        var ledger = PostgresCopyBuffer(columns: 3, capacity: ordered.count * 60)
-        for index in ordered {
-            let event = events[index]
-            try ledger.append(event.appID)
-            ledger.append(event.event.id)
-            ledger.append(PostgresMicros(event.event.occurredAtMicros))
-            ledger.endRow()
-        }
-        try connection.execute(unsafeSQL: "SAVEPOINT claim_ids")
-        do {
-            try connection.copyIn(unsafeSQL: "COPY event_ids (app_id, event_id, occurred_at) FROM STDIN (FORMAT binary)", data: ledger)
-            // No RELEASE: the savepoint ends with the transaction, one round trip fewer.
+        if claimWithCopy {
+            var ledger = PostgresCopyBuffer(columns: 3, capacity: ordered.count * 60)
+            for index in ordered {
+                let event = events[index]
+                try ledger.append(event.appID)
+                ledger.append(event.event.id)
+                ledger.append(PostgresMicros(event.event.occurredAtMicros))
+                ledger.endRow()
+            }
+            do {
+                try connection.copyIn(unsafeSQL: "COPY event_ids (app_id, event_id, occurred_at) FROM STDIN (FORMAT binary)", data: ledger)
+            } catch let error as PostgresError where error.sqlState == .uniqueViolation {
+                throw KnownIDs()
+            }
             for index in ordered { isNew[index] = true }
-        } catch let error as PostgresError where error.sqlState == .uniqueViolation {
-            try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT claim_ids")
+        } else {
             let apps = ordered.map { events[$0].appID }
             let ids = ordered.map { events[$0].event.id }
             let times = ordered.map { PostgresMicros(events[$0].event.occurredAtMicros) }

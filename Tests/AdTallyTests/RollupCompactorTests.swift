@@ -106,7 +106,7 @@ struct RollupCompactorTests {
         }
     }
 
-    @Test("a duplicate adds nothing to the deltas")
+    @Test("a duplicate adds nothing to the deltas, also beside new events")
     func duplicatesAddNoDelta() async throws {
         try await withServices { services in
             let events = Self.events(count: 50)
@@ -114,6 +114,12 @@ struct RollupCompactorTests {
             let deltas = try await Self.pendingDeltas(services)
             #expect(try await services.eventStore.store(events).allSatisfy { !$0 })
             #expect(try await Self.pendingDeltas(services) == deltas)
+            // Known and new ids in one call: only the new ones are stored and counted.
+            let more = Self.events(count: 30)
+            let stored = try await services.eventStore.store(Array(events.prefix(20)) + more)
+            #expect(stored == Array(repeating: false, count: 20) + Array(repeating: true, count: 30))
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 80)
+            #expect(try await Self.totals(services) == (try await Self.totalsFromEvents(services)))
         }
     }
 
