@@ -73,18 +73,20 @@ copy_once() {  # $1: run number; appends "rows seconds" to copy.txt
 echo "== PostgreSQL: psql \\copy of the first set's rows into a plain table indexed like events (1 of 3)"
 copy_once 1
 
+drive() {  # $1: batches file, $2: connections, $3: where the results go
+  checkpoint
+  "$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$1" \
+    --connections "$2" --server-pid "$server" | tee "$3"
+}
+
 echo "== AdTally: POST /v1/events, batches of 100, $connections keep-alive connections"
-checkpoint
-"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
-  --connections "$connections" --server-pid "$server" | tee "$work/adtally.txt"
+drive "$work/batches.jsonl" "$connections" "$work/adtally.txt"
 
 echo "== PostgreSQL: the same COPY (2 of 3)"
 copy_once 2
 
 echo "== AdTally: the same with $more_connections connections (second set of events)"
-checkpoint
-"$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/second/batches.jsonl" \
-  --connections "$more_connections" --server-pid "$server" | tee "$work/adtally-more.txt"
+drive "$work/second/batches.jsonl" "$more_connections" "$work/adtally-more.txt"
 
 echo "== PostgreSQL: the same COPY (3 of 3)"
 copy_once 3
