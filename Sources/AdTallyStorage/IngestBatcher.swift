@@ -238,7 +238,7 @@ public final class IngestBatcher: Sendable {
         do {
             let isNew = try await store.store(events)
             let elapsed = ContinuousClock.now - started
-            flushTimer.recordNanoseconds(elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
+            flushTimer.record(duration: elapsed)
             var offset = 0
             var accepted = 0
             for ticket in live {

@@ -44,7 +44,7 @@ public struct RollupCompactor: Sendable {
         }
         if moved > 0 {
             let elapsed = ContinuousClock.now - started
-            passTimer.recordNanoseconds(elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
+            passTimer.record(duration: elapsed)
             movedCounter.increment(by: moved)
             logger.debug("rollups compacted", metadata: ["delta_rows": "\(moved)"])
         }

@@ -9,22 +9,15 @@ import PostgresKit
 /// that also carries its country and currency. Nothing is locked or updated, so
 /// the rows need no order.
 struct RollupAccumulator {
-    /// A delta row's key, all integers: the (app, network) pair as its index in
-    /// `sources`, and format, country and currency packed into one integer.
+    /// A delta row's key, without strings: the (app, network) pair as its index in
+    /// `sources`, and country and currency packed into one integer.
     struct Key: Hashable {
         var source: UInt32
         var bucket: Int64
-        /// format ordinal << 56 | has revenue dimension << 48 | country bytes << 24 | currency bytes.
+        var format: AdFormat
+        /// has revenue dimension << 48 | country bytes << 24 | currency bytes.
         var dimensions: UInt64
 
-        var format: AdFormat {
-            switch dimensions >> 56 {
-            case 0: .banner
-            case 1: .interstitial
-            case 2: .native
-            default: .rewarded
-            }
-        }
         /// nil for events that have no revenue dimension.
         var country: String? { hasRevenueDimension ? Self.text(UInt32(truncatingIfNeeded: dimensions >> 24) & 0xFFFF) : nil }
         /// nil likewise; "" for an impression or tap without reported revenue.
@@ -55,7 +48,7 @@ struct RollupAccumulator {
         var revenueMicros: Int64 = 0, pricedEvents: Int64 = 0, unpricedImpressions: Int64 = 0, unpricedTaps: Int64 = 0
     }
 
-    private(set) var rows: [Key: Sums] = [:]
+    private var rows: [Key: Sums] = [:]
     /// The (app, network) pairs seen, by index.
     private var sources: [(app: String, network: String)] = []
     private var sourceIndexes: [SourcePair: UInt32] = [:]
@@ -85,21 +78,15 @@ struct RollupAccumulator {
 
     mutating func add(_ item: AppEvent) {
         let event = item.event
-        var dimensions = Self.formatOrdinal(event.format) << 56
+        var dimensions: UInt64 = 0
         if event.type == .impression || event.type == .tap {
-            dimensions |= 1 << 48 | Key.code(event.country) << 24 | Key.code(event.currency ?? "")
+            dimensions = 1 << 48 | Key.code(event.country) << 24 | Key.code(event.currency ?? "")
         }
-        let key = Key(source: sourceIndex(app: item.appID, network: event.network), bucket: event.bucketStartSeconds, dimensions: dimensions)
+        let key = Key(
+            source: sourceIndex(app: item.appID, network: event.network), bucket: event.bucketStartSeconds,
+            format: event.format, dimensions: dimensions
+        )
         Self.count(event, into: &rows[key, default: Sums()])
-    }
-
-    private static func formatOrdinal(_ format: AdFormat) -> UInt64 {
-        switch format {
-        case .banner: 0
-        case .interstitial: 1
-        case .native: 2
-        case .rewarded: 3
-        }
     }
 
     private static func count(_ event: AdEvent, into sums: inout Sums) {

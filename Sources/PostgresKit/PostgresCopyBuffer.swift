@@ -34,10 +34,8 @@ public struct PostgresCopyBuffer: Sendable {
         appendInteger(Int32(0))
     }
 
-    /// The encoded header and rows (the trailer is sent by `copyIn`).
-    public var bytes: [UInt8] { Array(storage[0..<used]) }
-
-    /// Calls `body` with the encoded bytes, without copying them.
+    /// Calls `body` with the encoded header and rows, without copying them (the
+    /// trailer is sent by `copyIn`).
     func withBytes<T>(_ body: (UnsafeBufferPointer<UInt8>) throws -> T) rethrows -> T {
         try storage.withUnsafeBufferPointer { try body(UnsafeBufferPointer(rebasing: $0[0..<used])) }
     }
