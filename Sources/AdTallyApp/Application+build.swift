@@ -19,7 +19,7 @@ public struct AppServices: Sendable {
     /// Folds rollup deltas into the compacted rollups.
     public let compactor: RollupCompactor
     /// Limits of one ingest request.
-    public let limits: IngestLimits
+    public var limits: IngestLimits
 
     /// Wires the stores and the ingest batcher over a database.
     public init(settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil) {

@@ -34,7 +34,7 @@ public struct FileImporter: Sendable {
     }
 
     let store: EventStore
-    let validator: EventValidator
+    var validator: EventValidator
     let batchSize: Int
     /// How many rejections the summary lists.
     public static let rejectionsShown = 10
@@ -55,10 +55,11 @@ public struct FileImporter: Sendable {
     public func importFiles(
         _ paths: [String], format: Format? = nil, report: (Progress) -> Void = { _ in }
     ) async throws -> Progress {
-        try await store.widenIDHorizon(to: validator.maxAge)
+        var importer = self
+        importer.validator.idsPrunedBeforeMicros = try await store.widenIDHorizon(to: validator.maxAge)
         var progress = Progress()
         for path in paths {
-            try await importFile(path, format: format ?? .guess(path: path), progress: &progress, report: report)
+            try await importer.importFile(path, format: format ?? .guess(path: path), progress: &progress, report: report)
         }
         // A bulk load leaves many deltas; fold them now rather than leave them to the next server.
         try await RollupCompactor(store: store).compactOnce()
@@ -75,6 +76,7 @@ public struct FileImporter: Sendable {
         var pending: [(line: Int, raw: RawEvent)] = []
         var csv = CSVRecordReader()
         var header: [String]?
+        var repeatedColumn: String?
         var carry: [UInt8] = []
         var lineNumber = 0
 
@@ -91,7 +93,14 @@ public struct FileImporter: Sendable {
         }
         func csvRecord(_ record: CSVRecordReader.Record, progress: inout Progress) {
             guard let columns = header else {
-                header = record.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+                let names = record.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+                header = names
+                var seen = Set<String>()
+                repeatedColumn = names.first { !seen.insert($0).inserted }
+                return
+            }
+            if let repeatedColumn {
+                reject("\(name):\(record.line): the header names the column \"\(repeatedColumn)\" twice", &progress)
                 return
             }
             var raw = RawEvent()

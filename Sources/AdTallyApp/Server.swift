@@ -11,8 +11,8 @@ public enum Server {
         do {
             let applied = try await database.migrate()
             if !applied.isEmpty { logger.info("database migrated", metadata: ["applied": "\(applied.joined(separator: ", "))"]) }
-            let services = AppServices(settings: settings, database: database, logger: logger)
-            try await services.eventStore.widenIDHorizon(to: settings.maxEventAge)
+            var services = AppServices(settings: settings, database: database, logger: logger)
+            services.limits.idsPrunedBeforeMicros = try await services.eventStore.widenIDHorizon(to: settings.maxEventAge)
             let app = buildApplication(settings: settings, services: services, logger: logger)
             let group = ServiceGroup(configuration: .init(
                 services: [app],

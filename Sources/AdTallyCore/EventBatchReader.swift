@@ -11,8 +11,15 @@ public enum EventBatchReader {
 
     /// Parses a `{"events": [...]}` body. Throws when the body is not readable JSON
     /// of that shape; an element that is not an object becomes an `.unreadable` slot.
-    public static func readJSON(_ bytes: [UInt8]) throws(BodyError) -> [Slot] {
-        try bytes.withUnsafeBufferPointer { buffer throws(BodyError) in
+    /// Stops at element `maxEvents + 1` and throws `BodyError.tooManyEvents`: a body
+    /// of tiny elements (`{},{},…`) never becomes more slots than the limit.
+    public static func readJSON(_ bytes: [UInt8], maxEvents: Int = .max) throws(BodyError) -> [Slot] {
+        try bytes.withUnsafeBufferPointer { buffer throws(BodyError) in try readJSON(buffer, maxEvents: maxEvents) }
+    }
+
+    /// The same, over bytes in place.
+    public static func readJSON(_ buffer: UnsafeBufferPointer<UInt8>, maxEvents: Int = .max) throws(BodyError) -> [Slot] {
+        do {
             var scanner = JSONScanner(buffer)
             var slots: [Slot] = []
             var sawEvents = false
@@ -37,6 +44,7 @@ public enum EventBatchReader {
                         } else {
                             while true {
                                 scanner.skipWhitespace()
+                                guard slots.count < maxEvents else { throw BodyError.tooManyEvents(maxEvents) }
                                 if scanner.peek() == UInt8(ascii: "{") {
                                     slots.append(.event(try scanner.readEvent()))
                                 } else {
@@ -68,8 +76,14 @@ public enum EventBatchReader {
     /// Parses NDJSON: one event object per non-blank line. A line that is not a JSON
     /// object becomes an `.unreadable` slot naming its line, so one bad line loses
     /// only itself.
-    public static func readNDJSON(_ bytes: [UInt8]) -> [Slot] {
-        bytes.withUnsafeBufferPointer { buffer in
+    /// Stops at line `maxEvents + 1` that is not blank and throws `BodyError.tooManyEvents`.
+    public static func readNDJSON(_ bytes: [UInt8], maxEvents: Int = .max) throws(BodyError) -> [Slot] {
+        try bytes.withUnsafeBufferPointer { buffer throws(BodyError) in try readNDJSON(buffer, maxEvents: maxEvents) }
+    }
+
+    /// The same, over bytes in place.
+    public static func readNDJSON(_ buffer: UnsafeBufferPointer<UInt8>, maxEvents: Int = .max) throws(BodyError) -> [Slot] {
+        do {
             var slots: [Slot] = []
             var lineStart = 0
             var lineNumber = 0
@@ -78,7 +92,10 @@ public enum EventBatchReader {
                 while lineEnd < buffer.count, buffer[lineEnd] != UInt8(ascii: "\n") { lineEnd += 1 }
                 lineNumber += 1
                 let line = UnsafeBufferPointer(rebasing: buffer[lineStart..<lineEnd])
-                if let slot = readLine(line, number: lineNumber) { slots.append(slot) }
+                if let slot = readLine(line, number: lineNumber) {
+                    guard slots.count < maxEvents else { throw BodyError.tooManyEvents(maxEvents) }
+                    slots.append(slot)
+                }
                 lineStart = lineEnd + 1
             }
             return slots
@@ -108,8 +125,17 @@ public enum EventBatchReader {
 public struct BodyError: Error, Sendable, Equatable {
     /// What is wrong, with the byte offset where it was found.
     public var message: String
+    /// Whether the body holds more events than allowed (a 413, not a 400).
+    public var isTooManyEvents = false
     /// Creates an error.
     public init(message: String) { self.message = message }
+
+    /// More than `limit` events: reading stopped at the one past it.
+    public static func tooManyEvents(_ limit: Int) -> BodyError {
+        var error = BodyError(message: "more than \(limit) events in one request; the limit is \(limit)")
+        error.isTooManyEvents = true
+        return error
+    }
 }
 
 /// A forward-only JSON scanner over bytes.
@@ -153,10 +179,16 @@ struct JSONScanner {
             skipWhitespace()
             try expect(UInt8(ascii: ":"), "expected ':' after a field name")
             skipWhitespace()
+            let valueStart = index
             let value = try readValue()
+            let outcome: RawEvent.SetOutcome
             switch key {
-            case .raw(let name): event.set(nameBytes: name, value)
-            case .decoded(let name): event.set(name, value)
+            case .raw(let name): outcome = event.set(nameBytes: name, value)
+            case .decoded(let name): outcome = event.set(name, value)
+            }
+            if outcome == .duplicate {
+                index = valueStart
+                throw failure("the field \"\(key.text)\" appears twice in one event")
             }
             skipWhitespace()
             if peek() == UInt8(ascii: ",") { index += 1; continue }
@@ -214,6 +246,13 @@ struct JSONScanner {
     enum Key {
         case raw(UnsafeBufferPointer<UInt8>)
         case decoded(String)
+
+        var text: String {
+            switch self {
+            case .raw(let bytes): String(decoding: bytes, as: UTF8.self)
+            case .decoded(let text): text
+            }
+        }
     }
 
     mutating func readKey() throws(BodyError) -> Key {

@@ -14,6 +14,10 @@ public struct EventValidator: Sendable {
     public var maxAhead: Duration
     /// Accept numbers and booleans written as strings (CSV files carry only text).
     public var acceptsTextValues: Bool
+    /// Ids of events before this time (microseconds since the epoch) may have been
+    /// pruned from the dedupe ledger, so such events are refused whatever `maxAge`
+    /// says: a retry of one could not be told from a new event. Nil: none were.
+    public var idsPrunedBeforeMicros: Int64?
 
     /// Creates a validator for one app.
     public init(appID: String, maxAge: Duration = .seconds(7 * 86_400), maxAhead: Duration = .seconds(3600), acceptsTextValues: Bool = false) {
@@ -30,6 +34,11 @@ public struct EventValidator: Sendable {
         /// The rule it broke.
         public var rule: String
         public var description: String { "\(field): \(rule)" }
+        /// A rejection of `field` for breaking `rule`.
+        public init(field: String, rule: String) {
+            self.field = field
+            self.rule = rule
+        }
     }
 
     /// Validates one event against the clock `nowMicros` (microseconds since the epoch).
@@ -48,6 +57,12 @@ public struct EventValidator: Sendable {
         }
         if occurredAt < nowMicros - Self.micros(maxAge) {
             throw Rejection(field: "occurred_at", rule: "is more than \(Self.describe(maxAge)) in the past (outside the accepted window)")
+        }
+        if let prunedBefore = idsPrunedBeforeMicros, occurredAt < prunedBefore {
+            throw Rejection(
+                field: "occurred_at",
+                rule: "is before \(CivilTime.timestamp(micros: prunedBefore)), from when the dedupe ledger has been pruned (a copy of it could not be recognised)"
+            )
         }
         if occurredAt > nowMicros + Self.micros(maxAhead) {
             throw Rejection(field: "occurred_at", rule: "is more than \(Self.describe(maxAhead)) ahead of server time (outside the accepted window)")
@@ -96,7 +111,9 @@ public struct EventValidator: Sendable {
         case (.some, nil): throw Rejection(field: "currency", rule: "is required with revenue_micros")
         case (nil, .some): throw Rejection(field: "revenue_micros", rule: "is required with currency")
         case (.some(let micros), .some(let code)):
-            guard micros >= 0 else { throw Rejection(field: "revenue_micros", rule: "must be an integer ≥ 0") }
+            guard (0...Self.maxRevenueMicros).contains(micros) else {
+                throw Rejection(field: "revenue_micros", rule: "must be an integer from 0 to \(Self.maxRevenueMicros)")
+            }
             guard ISOCodes.isCurrency(code) else { throw Rejection(field: "currency", rule: "must be an ISO 4217 currency code, e.g. USD") }
             guard type == .impression || type == .tap else {
                 throw Rejection(field: "revenue_micros", rule: "is allowed only on impression and tap events")
@@ -214,6 +231,13 @@ public struct EventValidator: Sendable {
         }
     }
 
+    /// The most revenue one event may report: 10^15 micros, a billion units of its
+    /// currency. No single impression or tap earns near that in any currency (even at
+    /// ~10^6 units to the US dollar it is $1,000 per event), and it keeps every sum
+    /// of one request (at most 1,000 events: 10^18) inside a 64-bit integer. Larger
+    /// sums (a group commit, the rollups over years) are checked or numeric.
+    public static let maxRevenueMicros: Int64 = 1_000_000_000_000_000
+
     /// `WxH` with 1–4 digit sides, both non-zero.
     static func isBannerSize(_ text: String) -> Bool {
         var width = 0, height = 0, digits = 0, seenX = false
@@ -224,6 +248,9 @@ public struct EventValidator: Sendable {
                 digits = 0
             } else if byte >= 0x30 && byte <= 0x39 {
                 digits += 1
+                // A fifth digit already breaks the rule; stopping here also keeps the
+                // side from growing past any integer.
+                guard digits <= 4 else { return false }
                 if seenX { height = height * 10 + Int(byte - 0x30) } else { width = width * 10 + Int(byte - 0x30) }
             } else {
                 return false

@@ -63,9 +63,19 @@ public struct RawEvent: Sendable, Equatable {
     /// An event with no fields.
     public init() {}
 
-    /// Sets a field by its wire name; returns false for a name events do not have.
+    /// What `set` did with a field.
+    public enum SetOutcome: Sendable, Equatable {
+        /// The field was stored.
+        case stored
+        /// Events have no field of that name; nothing was stored.
+        case unknown
+        /// The field had a value already (the name came twice); the first is kept.
+        case duplicate
+    }
+
+    /// Sets a field by its wire name.
     @discardableResult
-    public mutating func set(_ name: String, _ value: RawValue) -> Bool {
+    public mutating func set(_ name: String, _ value: RawValue) -> SetOutcome {
         var name = name
         return name.withUTF8 { set(nameBytes: $0, value) }
     }
@@ -73,33 +83,37 @@ public struct RawEvent: Sendable, Equatable {
     /// The same, by the name's UTF-8 bytes: dispatches on length and first byte
     /// instead of comparing against every field name in turn.
     @discardableResult
-    public mutating func set(nameBytes name: UnsafeBufferPointer<UInt8>, _ value: RawValue) -> Bool {
+    public mutating func set(nameBytes name: UnsafeBufferPointer<UInt8>, _ value: RawValue) -> SetOutcome {
         func matches(_ field: StaticString) -> Bool {
             field.utf8CodeUnitCount == name.count && memcmp(field.utf8Start, name.baseAddress!, name.count) == 0
         }
-        guard let first = name.first else { return false }
-        switch (name.count, first) {
-        case (2, UInt8(ascii: "i")) where matches("id"): id = value
-        case (4, UInt8(ascii: "t")) where matches("type"): type = value
-        case (11, UInt8(ascii: "o")) where matches("occurred_at"): occurredAt = value
-        case (7, UInt8(ascii: "n")) where matches("network"): network = value
-        case (6, UInt8(ascii: "f")) where matches("format"): format = value
-        case (9, UInt8(ascii: "p")) where matches("placement"): placement = value
-        case (4, UInt8(ascii: "s")) where matches("size"): size = value
-        case (7, UInt8(ascii: "c")) where matches("country"): country = value
-        case (8, UInt8(ascii: "p")) where matches("platform"): platform = value
-        case (10, UInt8(ascii: "o")) where matches("os_version"): osVersion = value
-        case (11, UInt8(ascii: "a")) where matches("app_version"): appVersion = value
-        case (6, UInt8(ascii: "d")) where matches("device"): device = value
-        case (14, UInt8(ascii: "r")) where matches("revenue_micros"): revenueMicros = value
-        case (8, UInt8(ascii: "c")) where matches("currency"): currency = value
-        case (10, UInt8(ascii: "e")) where matches("error_code"): errorCode = value
-        case (10, UInt8(ascii: "w")) where matches("will_leave"): willLeave = value
-        case (5, UInt8(ascii: "s")) where matches("shown"): shown = value
-        case (3, UInt8(ascii: "a")) where matches("app"): app = value
-        default: return false
+        func store(_ field: inout RawValue?) -> SetOutcome {
+            if field != nil { return .duplicate }
+            field = value
+            return .stored
         }
-        return true
+        guard let first = name.first else { return .unknown }
+        switch (name.count, first) {
+        case (2, UInt8(ascii: "i")) where matches("id"): return store(&id)
+        case (4, UInt8(ascii: "t")) where matches("type"): return store(&type)
+        case (11, UInt8(ascii: "o")) where matches("occurred_at"): return store(&occurredAt)
+        case (7, UInt8(ascii: "n")) where matches("network"): return store(&network)
+        case (6, UInt8(ascii: "f")) where matches("format"): return store(&format)
+        case (9, UInt8(ascii: "p")) where matches("placement"): return store(&placement)
+        case (4, UInt8(ascii: "s")) where matches("size"): return store(&size)
+        case (7, UInt8(ascii: "c")) where matches("country"): return store(&country)
+        case (8, UInt8(ascii: "p")) where matches("platform"): return store(&platform)
+        case (10, UInt8(ascii: "o")) where matches("os_version"): return store(&osVersion)
+        case (11, UInt8(ascii: "a")) where matches("app_version"): return store(&appVersion)
+        case (6, UInt8(ascii: "d")) where matches("device"): return store(&device)
+        case (14, UInt8(ascii: "r")) where matches("revenue_micros"): return store(&revenueMicros)
+        case (8, UInt8(ascii: "c")) where matches("currency"): return store(&currency)
+        case (10, UInt8(ascii: "e")) where matches("error_code"): return store(&errorCode)
+        case (10, UInt8(ascii: "w")) where matches("will_leave"): return store(&willLeave)
+        case (5, UInt8(ascii: "s")) where matches("shown"): return store(&shown)
+        case (3, UInt8(ascii: "a")) where matches("app"): return store(&app)
+        default: return .unknown
+        }
     }
 
     /// The id as submitted, when it is a string (for rejection reports).

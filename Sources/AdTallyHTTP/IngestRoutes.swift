@@ -19,6 +19,9 @@ public struct IngestLimits: Sendable {
     /// that the request bodies held in memory (each at most `maxBytes`, plus as
     /// much again when gzipped) stay bounded.
     public var maxConcurrent: Int
+    /// Events before this time (microseconds since the epoch) are refused: their ids
+    /// may be gone from the dedupe ledger (`EventStore.widenIDHorizon`).
+    public var idsPrunedBeforeMicros: Int64?
 
     /// The limits; the defaults are DESIGN §2's.
     public init(
@@ -78,21 +81,19 @@ public struct IngestRoutes: Sendable {
 
         let isNDJSON = try Self.bodyKind(request)
         let body = try await collectBody(request)
+        let maxEvents = limits.maxEvents
         let slots: [EventBatchReader.Slot]
-        if isNDJSON {
-            slots = EventBatchReader.readNDJSON(body)
-        } else {
-            do {
-                slots = try EventBatchReader.readJSON(body)
-            } catch {
-                throw ProblemDetails(.badRequest, title: "Unreadable body", detail: error.message)
+        do {
+            slots = try body.withBytes { bytes throws(BodyError) in
+                isNDJSON ? try EventBatchReader.readNDJSON(bytes, maxEvents: maxEvents) : try EventBatchReader.readJSON(bytes, maxEvents: maxEvents)
             }
-        }
-        guard slots.count <= limits.maxEvents else {
-            throw ProblemDetails(.contentTooLarge, detail: "\(slots.count) events in one request; the limit is \(limits.maxEvents)")
+        } catch {
+            if error.isTooManyEvents { throw ProblemDetails(.contentTooLarge, detail: error.message) }
+            throw ProblemDetails(.badRequest, title: "Unreadable body", detail: error.message)
         }
 
-        let validator = EventValidator(appID: appID, maxAge: limits.maxAge, maxAhead: limits.maxAhead)
+        var validator = EventValidator(appID: appID, maxAge: limits.maxAge, maxAhead: limits.maxAhead)
+        validator.idsPrunedBeforeMicros = limits.idsPrunedBeforeMicros
         let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
         var events: [AppEvent] = []
         events.reserveCapacity(slots.count)
@@ -144,8 +145,33 @@ public struct IngestRoutes: Sendable {
         }
     }
 
+    /// A request body as received, or inflated: read in place, not copied.
+    enum Body {
+        case received(ByteBuffer)
+        case inflated([UInt8])
+
+        func withBytes<T>(_ body: (UnsafeBufferPointer<UInt8>) throws(BodyError) -> T) throws(BodyError) -> T {
+            switch self {
+            case .received(let buffer):
+                let result: Result<T, BodyError> = buffer.withUnsafeReadableBytes { raw in
+                    do throws(BodyError) {
+                        return .success(try body(UnsafeBufferPointer(start: raw.baseAddress?.assumingMemoryBound(to: UInt8.self), count: raw.count)))
+                    } catch {
+                        return .failure(error)
+                    }
+                }
+                return try result.get()
+            case .inflated(let bytes):
+                let result: Result<T, BodyError> = bytes.withUnsafeBufferPointer { buffer in
+                    do throws(BodyError) { return .success(try body(buffer)) } catch { return .failure(error) }
+                }
+                return try result.get()
+            }
+        }
+    }
+
     /// The body, inflated when gzip-encoded, never more than `maxBytes` either way.
-    func collectBody(_ request: Request) async throws -> [UInt8] {
+    func collectBody(_ request: Request) async throws -> Body {
         let limit = limits.maxBytes
         let tooLarge = ProblemDetails(.contentTooLarge, detail: "the body is larger than \(limit) bytes (the limit holds after decompression too)")
         if let length = request.headers[.contentLength].flatMap(Int.init), length > limit { throw tooLarge }
@@ -155,13 +181,15 @@ public struct IngestRoutes: Sendable {
         } catch is NIOTooManyBytesError {
             throw tooLarge
         }
-        let bytes = Array(buffer.readableBytesView)
         switch request.headers[.contentEncoding]?.lowercased().trimmingCharacters(in: .whitespaces) {
         case nil, "", "identity":
-            return bytes
+            return .received(buffer)
         case "gzip", "x-gzip":
-            do {
-                return try Gunzip.inflate(bytes, limit: limit)
+            let inflated: Result<[UInt8], Gunzip.Failure> = buffer.withUnsafeReadableBytes { bytes in
+                do throws(Gunzip.Failure) { return .success(try Gunzip.inflate(bytes, limit: limit)) } catch { return .failure(error) }
+            }
+            do throws(Gunzip.Failure) {
+                return .inflated(try inflated.get())
             } catch .tooLarge {
                 throw tooLarge
             } catch .corrupt(let reason) {

@@ -42,21 +42,54 @@ public struct EventMaintenance: Sendable {
             try partitions.ensure(days: Set((today - ageDays)...(today + 2)), on: connection)
             return try partitions.drop(before: today - retentionDays + 1, on: connection)
         }
-        // Ids live as long as the widest accepted window any process has used, plus a day.
-        let horizon = try await EventStore.idHorizon(pool)
-        let cutoff = Date(timeIntervalSince1970: now.timeIntervalSince1970 - Double(max(horizon, maxEventAge).components.seconds) - 86_400)
-        var pruned = 0
-        while true {
-            let rows = try await pool.query("""
-                DELETE FROM event_ids WHERE ctid = ANY (ARRAY(
-                    SELECT ctid FROM event_ids WHERE occurred_at < \(cutoff) LIMIT 50000))
-                """)
-            pruned += rows.affectedRows
-            if rows.affectedRows < 50000 { break }
-        }
+        let pruned = try await pruneIDs(now: now)
         if !dropped.isEmpty || pruned > 0 {
             logger.info("event maintenance", metadata: ["dropped": "\(dropped.joined(separator: ","))", "pruned_ids": "\(pruned)"])
         }
         return Report(droppedPartitions: dropped, prunedIDs: pruned)
+    }
+
+    /// Deletes the ledger ids that no accepted event can carry any more: older than
+    /// the widest window any process has used (`id_horizon`), plus a day.
+    ///
+    /// By ranges of `occurred_at` (an hour each, one transaction each), found through
+    /// the ledger's BRIN index: no `ctid`, which on Citus names a row only within one
+    /// shard, and no scan of the whole ledger per batch. Each range first locks the
+    /// horizon row, recomputes the cutoff under that lock and records how far ids are
+    /// gone (`pruned_before`), so a process that widens its window at the same time
+    /// either waits and learns the new bound or is seen by this pass.
+    func pruneIDs(now: Date) async throws -> Int {
+        let ownAge = maxEventAge.components.seconds
+        let nowMicros = Int64(now.timeIntervalSince1970 * 1_000_000)
+        let cutoffSQL = "to_timestamp(\(nowMicros)::double precision / 1000000) - make_interval(secs => GREATEST(max_event_age_seconds, \(ownAge))) - interval '1 day'"
+        // The oldest id below the cutoff; the BRIN index reads only the ranges below it.
+        let oldest = try await pool.query(PostgresQuery(unsafeSQL: """
+            SELECT (extract(epoch FROM min(occurred_at)) * 1000000)::bigint FROM event_ids
+            WHERE occurred_at < (SELECT \(cutoffSQL) FROM id_horizon)
+            """)).first?.decode(0, as: Int64?.self)
+        guard var lower = oldest else { return 0 }
+        var pruned = 0
+        while true {
+            let upper = lower / 3_600_000_000 * 3_600_000_000 + 3_600_000_000
+            let (deleted, done) = try await pool.withTransaction { [lower] connection -> (Int, Bool) in
+                let cutoff = try connection.query(PostgresQuery(unsafeSQL: """
+                    SELECT (extract(epoch FROM \(cutoffSQL)) * 1000000)::bigint FROM id_horizon FOR UPDATE
+                    """))[0].decode(0, as: Int64.self)
+                let end = min(upper, cutoff)
+                guard end > lower else { return (0, true) }
+                try connection.query("""
+                    UPDATE id_horizon SET pruned_before = GREATEST(coalesce(pruned_before, '-infinity'), to_timestamp(\(Double(end) / 1_000_000)))
+                    """)
+                let rows = try connection.query("""
+                    DELETE FROM event_ids
+                    WHERE occurred_at >= to_timestamp(\(Double(lower) / 1_000_000)) AND occurred_at < to_timestamp(\(Double(end) / 1_000_000))
+                    """)
+                return (rows.affectedRows, end == cutoff)
+            }
+            pruned += deleted
+            if done { break }
+            lower = upper
+        }
+        return pruned
     }
 }

@@ -67,15 +67,18 @@ public struct EventStore: Sendable {
     }
 
     /// Records that events up to `maxAge` old may be accepted, so that their ids are
-    /// kept at least that long (never narrows what is recorded).
-    public func widenIDHorizon(to maxAge: Duration) async throws {
-        try await pool.query("UPDATE id_horizon SET max_event_age_seconds = GREATEST(max_event_age_seconds, \(maxAge.components.seconds))")
-    }
-
-    /// The widest accepted event age recorded.
-    static func idHorizon(_ pool: PostgresPool) async throws -> Duration {
-        let rows = try await pool.query("SELECT max_event_age_seconds FROM id_horizon")
-        return .seconds(try rows.first?.decode(0, as: Int64.self) ?? 7 * 86_400)
+    /// kept at least that long (never narrows what is recorded). Returns the time
+    /// before which ids may already have been pruned, in microseconds since the epoch
+    /// (nil: none ever were): an event older than that must be refused, whatever the
+    /// window, or a retry of it would count twice. The update waits for a pruning
+    /// pass in progress (it locks the same row), so the answer covers that pass too.
+    @discardableResult
+    public func widenIDHorizon(to maxAge: Duration) async throws -> Int64? {
+        let rows = try await pool.query("""
+            UPDATE id_horizon SET max_event_age_seconds = GREATEST(max_event_age_seconds, \(maxAge.components.seconds))
+            RETURNING (extract(epoch FROM pruned_before) * 1000000)::bigint
+            """)
+        return try rows.first?.decode(0, as: Int64?.self)
     }
 
     /// Some id of the group is in the ledger already: the COPY that claims ids failed.

@@ -49,6 +49,10 @@ struct RollupAccumulator {
     }
 
     private var rows: [Key: Sums] = [:]
+    /// Rows of a key whose revenue would no longer fit in 64 bits with the next
+    /// event's added: written as they are, and the key starts a new row. The delta
+    /// table has no unique key, and the compactor sums into numeric columns.
+    private var fullRows: [(Key, Sums)] = []
     /// The (app, network) pairs seen, by index.
     private var sources: [(app: String, network: String)] = []
     private var sourceIndexes: [SourcePair: UInt32] = [:]
@@ -86,10 +90,15 @@ struct RollupAccumulator {
             source: sourceIndex(app: item.appID, network: event.network), bucket: event.bucketStartSeconds,
             format: event.format, dimensions: dimensions
         )
-        Self.count(event, into: &rows[key, default: Sums()])
+        if !Self.count(event, into: &rows[key, default: Sums()]) {
+            fullRows.append((key, rows[key]!))
+            rows[key] = Sums()
+            _ = Self.count(event, into: &rows[key]!)
+        }
     }
 
-    private static func count(_ event: AdEvent, into sums: inout Sums) {
+    /// Adds the event; false, changing nothing, when its revenue would overflow the row's sum.
+    private static func count(_ event: AdEvent, into sums: inout Sums) -> Bool {
         switch event.type {
         case .request: sums.requests += 1
         case .load: sums.loads += 1
@@ -102,7 +111,9 @@ struct RollupAccumulator {
             let isImpression = event.type == .impression
             if isImpression { sums.impressions += 1 } else { sums.taps += 1 }
             if let micros = event.revenueMicros {
-                sums.revenueMicros += micros
+                let (total, overflow) = sums.revenueMicros.addingReportingOverflow(micros)
+                if overflow { return false }
+                sums.revenueMicros = total
                 sums.pricedEvents += 1
             } else if isImpression {
                 sums.unpricedImpressions += 1
@@ -110,13 +121,14 @@ struct RollupAccumulator {
                 sums.unpricedTaps += 1
             }
         }
+        return true
     }
 
     /// Appends the rows to `rollup_delta`.
     func write(on connection: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
-        var buffer = PostgresCopyBuffer(columns: 18, capacity: rows.count * 180)
-        for (key, sums) in rows {
+        var buffer = PostgresCopyBuffer(columns: 18, capacity: (rows.count + fullRows.count) * 180)
+        func appendRow(_ key: Key, _ sums: Sums) throws {
             let source = sources[Int(key.source)]
             try buffer.append(source.app)
             buffer.append(PostgresMicros(key.bucket * 1_000_000))
@@ -138,6 +150,8 @@ struct RollupAccumulator {
             try buffer.appendInt32(sums.unpricedTaps)
             buffer.endRow()
         }
+        for (key, sums) in rows { try appendRow(key, sums) }
+        for (key, sums) in fullRows { try appendRow(key, sums) }
         try connection.copyIn(unsafeSQL: "COPY rollup_delta (\(Self.columns)) FROM STDIN (FORMAT binary)", data: buffer)
     }
 }

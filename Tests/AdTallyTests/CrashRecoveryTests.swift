@@ -40,10 +40,10 @@ final class ServerProcess: @unchecked Sendable {
     let process = Process()
     let port: Int
 
-    init(databaseURL: String, port: Int, log: URL) throws {
+    init(databaseURL: String, port: Int, log: URL, arguments: [String] = []) throws {
         self.port = port
         process.executableURL = URL(fileURLWithPath: adtallyBinary())
-        process.arguments = ["serve", "--database-url", databaseURL, "--port", "\(port)", "--pool-size", "4"]
+        process.arguments = ["serve", "--database-url", databaseURL, "--port", "\(port)", "--pool-size", "4"] + arguments
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         let handle = try FileHandle(forWritingTo: log)
         handle.seekToEndOfFile()
@@ -61,6 +61,16 @@ final class ServerProcess: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(100))
         }
         throw TestSetupError(description: "adtally serve did not become ready on port \(port)")
+    }
+
+    /// Peak resident memory so far (VmHWM), in bytes.
+    func peakRSS() throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else {
+            throw TestSetupError(description: "no VmHWM in /proc/\(process.processIdentifier)/status")
+        }
+        return kib * 1024
     }
 
     func kill() {

@@ -98,6 +98,7 @@ struct MigrationTests {
                 JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
                 WHERE EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = t.oid AND x.attname = 'app_id')
                   AND t.relname NOT IN ('apps', 'api_keys') AND NOT t.relispartition
+                  AND (i.indisunique OR i.indisprimary)
                 """)
             #expect(!rows.isEmpty)
             for row in rows {
