@@ -102,6 +102,7 @@ let package = Package(
             name: "AdTallyTestSupport",
             dependencies: ["PostgresKit"],
             path: "Tests/Support",
+            exclude: ["fake_postgres.py"],
             swiftSettings: strict
         ),
         // make bench-*: generates realistic events and drives a running server over HTTP.

@@ -32,6 +32,7 @@ public struct AppServices: Sendable {
             maxEvents: settings.maxEventsPerRequest, maxBytes: settings.maxBodyBytes,
             maxAge: settings.maxEventAge, maxAhead: settings.maxEventAhead
         )
+        limits.bodyTimeout = .seconds(settings.httpBodyTimeoutSeconds)
         var configuration = configuration ?? IngestBatcher.Configuration(flushers: settings.ingestFlushers)
         // Each flusher holds a connection; leave at least one for everything else.
         configuration.flushers = max(1, min(configuration.flushers, settings.poolSize - 1))
@@ -51,14 +52,21 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     let router = Router(context: AdTallyRequestContext.self)
     router.add(middleware: ProblemMiddleware())
     router.add(middleware: MetricsMiddleware())
-    HealthRoutes(readiness: DatabaseReadiness(database: services.database)).register(on: router)
+    HealthRoutes(readiness: DatabaseReadiness(database: services.database, compaction: services.compactor.health)).register(on: router)
     MetricsRoutes.register(on: router)
-    let authenticator = KeyAuthenticator(store: services.appStore)
+    let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))
     IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: router)
     AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: router)
     return Application(
         router: router,
-        configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "adtally"),
+        // The idle timeout closes a connection that sends no complete request head, no
+        // body chunk or (kept alive) no new request for that long: slow-header clients
+        // included, as the head only counts once it is whole.
+        server: .http1(configuration: .init(idleTimeout: .seconds(Int64(settings.httpIdleTimeoutSeconds)))),
+        configuration: .init(
+            address: .hostname(settings.host, port: settings.port), serverName: "adtally",
+            availableConnectionsDelegate: .maximum(settings.maxConnections, logger: logger)
+        ),
         services: services.backgroundServices,
         logger: logger
     )
@@ -69,9 +77,16 @@ struct IngestService: Service {
     let batcher: IngestBatcher
 
     func run() async throws {
-        await withGracefulShutdownHandler {
-            await batcher.run()
-        } onGracefulShutdown: {
+        // Graceful shutdown drains the queue; cancellation (the server failed to
+        // start, or the shutdown deadline passed) stops taking events too, or the
+        // flushers would wait for work forever and the process would never exit.
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                await batcher.run()
+            } onGracefulShutdown: {
+                batcher.finish()
+            }
+        } onCancel: {
             batcher.finish()
         }
     }
@@ -87,6 +102,8 @@ struct MaintenanceService: Service {
             while !Task.isCancelled {
                 do {
                     try await maintenance.runOnce()
+                } catch where Task.isCancelled {
+                    break
                 } catch {
                     Logger(label: "adtally.maintenance").error("event maintenance failed", metadata: ["error": "\(error)"])
                 }
@@ -101,7 +118,8 @@ struct MaintenanceService: Service {
 /// key it saw and the current quarter hour's keys recur in every pass, so fewer
 /// passes cost less: every second, compaction took ~15% of PostgreSQL's statement
 /// time under `make bench-ingest`. A failure is logged once, and again only after a
-/// pass succeeded in between (the database being down is reported elsewhere).
+/// pass succeeded in between, but counted every time, and `/readyz` reports a
+/// failure that lasts (`CompactionHealth`).
 struct CompactorService: Service {
     let compactor: RollupCompactor
     var interval: Duration = .seconds(5)
@@ -113,9 +131,15 @@ struct CompactorService: Service {
             while !Task.isCancelled {
                 do {
                     try await compactor.compactOnce()
+                    compactor.health.succeeded()
                     if failing { logger.info("rollup compaction recovered") }
                     failing = false
+                } catch where Task.isCancelled {
+                    break
                 } catch {
+                    // Counted every time (adtally_rollup_compaction_failures_total, and the lag
+                    // in adtally_rollup_lag_seconds); /readyz says so after a minute.
+                    compactor.health.failed(error)
                     if !failing { logger.error("rollup compaction failed", metadata: ["error": "\(error)"]) }
                     failing = true
                 }

@@ -10,6 +10,9 @@ import PostgresKit
 public final class Database: Sendable {
     /// The connection pool.
     public let pool: PostgresPool
+    /// A small pool of its own for API key lookups, so that a flood of unknown keys
+    /// (each a lookup) never takes the connections ingest writes with.
+    public let authPool: PostgresPool
     /// The schema migrations.
     public let migrator: Migrator
     /// The embedded cluster, when no URL was given.
@@ -17,8 +20,9 @@ public final class Database: Sendable {
     private let startedEmbedded: Bool
     private let logger: Logger
 
-    private init(pool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger) {
+    private init(pool: PostgresPool, authPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger) {
         self.pool = pool
+        self.authPool = authPool
         self.migrator = migrator
         self.embedded = embedded
         self.startedEmbedded = startedEmbedded
@@ -43,10 +47,15 @@ public final class Database: Sendable {
             conninfo = cluster.conninfo
         }
         let pool = PostgresPool(
-            configuration: .init(conninfo: conninfo, maxConnections: settings.poolSize),
+            configuration: .init(conninfo: conninfo, maxConnections: settings.poolSize, options: settings.databaseOptions),
             logger: logger
         )
-        return Database(pool: pool, migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger)
+        // Key lookups are one indexed row each: two connections, and a short wait.
+        let authPool = PostgresPool(
+            configuration: .init(conninfo: conninfo, maxConnections: 2, acquireTimeout: .seconds(2), options: settings.databaseOptions),
+            logger: logger
+        )
+        return Database(pool: pool, authPool: authPool, migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger)
     }
 
     /// Applies pending migrations.
@@ -58,6 +67,7 @@ public final class Database: Sendable {
     /// Closes the pool and stops the embedded cluster if this process started it
     /// and no other process still uses it.
     public func close() async {
+        await authPool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }
         do {
@@ -68,14 +78,18 @@ public final class Database: Sendable {
     }
 }
 
-/// Ready when the database answers and every migration is applied unchanged.
+/// Ready when the database answers, every migration is applied unchanged, and
+/// rollup compaction has not been failing for over a minute.
 struct DatabaseReadiness: ReadinessProbe {
     let database: Database
+    let compaction: CompactionHealth
+    var compactionGrace: Duration = .seconds(60)
 
     func notReadyReason() async -> String? {
         do {
             let status = try await database.migrator.status(database.pool)
-            return status.isCurrent ? nil : "migrations pending: \(status.pending.joined(separator: ", "))"
+            guard status.isCurrent else { return "migrations pending: \(status.pending.joined(separator: ", "))" }
+            return compaction.problem(grace: compactionGrace)
         } catch let error as PostgresError {
             return "database unreachable: \(error.message)"
         } catch {

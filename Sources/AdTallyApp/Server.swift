@@ -1,11 +1,18 @@
+import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 import ServiceLifecycle
 
 /// `adtally serve`: database, migrations, then the HTTP server and background
 /// services in one service group that shuts down gracefully on SIGTERM/SIGINT.
 public enum Server {
     /// Runs until a shutdown signal.
+    ///
+    /// A graceful shutdown waits `shutdownTimeoutSeconds` for requests in progress,
+    /// then cancels them (a client holding a request open cannot keep the process
+    /// up). Whatever ends the run — a signal, a port already taken — the pool closes
+    /// and an embedded cluster this process started is stopped before it returns.
     public static func run(settings: Settings, logger: Logger) async throws {
         let database = try await Database.open(settings, logger: logger)
         do {
@@ -14,16 +21,34 @@ public enum Server {
             var services = AppServices(settings: settings, database: database, logger: logger)
             services.limits.idsPrunedBeforeMicros = try await services.eventStore.widenIDHorizon(to: settings.maxEventAge)
             let app = buildApplication(settings: settings, services: services, logger: logger)
-            let group = ServiceGroup(configuration: .init(
-                services: [app],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger
-            ))
-            try await group.run()
+            var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            configuration.maximumGracefulShutdownDuration = .seconds(settings.shutdownTimeoutSeconds)
+            do {
+                try await ServiceGroup(configuration: configuration).run()
+            } catch let error as IOError where error.errnoCode == EADDRINUSE {
+                throw ServeError.portInUse(host: settings.host, port: settings.port)
+            } catch let error as IOError where error.errnoCode == EACCES || error.errnoCode == EADDRNOTAVAIL {
+                throw ServeError.cannotListen(host: settings.host, port: settings.port, reason: "\(error)")
+            }
         } catch {
             await database.close()
             throw error
         }
         await database.close()
+    }
+}
+
+/// Why `adtally serve` could not serve.
+public enum ServeError: Error, CustomStringConvertible {
+    case portInUse(host: String, port: Int)
+    case cannotListen(host: String, port: Int, reason: String)
+
+    public var description: String {
+        switch self {
+        case .portInUse(let host, let port):
+            "cannot listen on \(host):\(port): the port is already in use (choose another with --port or ADTALLY_PORT)"
+        case .cannotListen(let host, let port, let reason):
+            "cannot listen on \(host):\(port): \(reason)"
+        }
     }
 }

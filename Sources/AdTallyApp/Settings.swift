@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PostgresKit
 
 /// Everything configurable about AdTally, resolved flag → environment → default.
 public struct Settings: Sendable {
@@ -31,6 +32,19 @@ public struct Settings: Sendable {
     public var maxEventAgeDays: Int
     /// How far ahead of server time an event's `occurred_at` may be (minutes).
     public var maxEventAheadMinutes: Int
+    /// Seconds an HTTP connection may go without a complete request head, a body
+    /// chunk, or (kept alive) a new request before it is closed.
+    public var httpIdleTimeoutSeconds: Int
+    /// Seconds an ingest request body may take to arrive in full.
+    public var httpBodyTimeoutSeconds: Int
+    /// Most HTTP connections open at once; more wait in the kernel's accept queue.
+    public var maxConnections: Int
+    /// Seconds a graceful shutdown waits for requests in progress before cancelling them.
+    public var shutdownTimeoutSeconds: Int
+    /// PostgreSQL `statement_timeout` of every connection, in seconds (0: none).
+    public var dbStatementTimeoutSeconds: Int
+    /// libpq `connect_timeout`, in seconds.
+    public var dbConnectTimeoutSeconds: Int
 
     /// The accepted age of `occurred_at`.
     public var maxEventAge: Duration { .seconds(maxEventAgeDays * 86_400) }
@@ -42,8 +56,18 @@ public struct Settings: Sendable {
         databaseURL: nil, dataDirectory: ".adtally", embeddedTCPPort: nil, migrationsDirectory: nil,
         host: "127.0.0.1", port: 8080, poolSize: 8, logLevel: .info,
         retentionDays: 90, maxEventsPerRequest: 1000, maxBodyBytes: 1 << 20, ingestFlushers: 4,
-        maxEventAgeDays: 7, maxEventAheadMinutes: 60
+        maxEventAgeDays: 7, maxEventAheadMinutes: 60,
+        httpIdleTimeoutSeconds: 60, httpBodyTimeoutSeconds: 60, maxConnections: 1024, shutdownTimeoutSeconds: 15,
+        dbStatementTimeoutSeconds: 60, dbConnectTimeoutSeconds: 10
     )
+
+    /// Connect, TCP keepalive and statement timeouts for every PostgreSQL connection.
+    public var databaseOptions: PostgresConnection.Options {
+        PostgresConnection.Options(
+            connectTimeout: .seconds(dbConnectTimeoutSeconds),
+            statementTimeout: dbStatementTimeoutSeconds == 0 ? nil : .seconds(dbStatementTimeoutSeconds)
+        )
+    }
 
     /// The flags a command was given; nil means "not given".
     public struct Flags: Sendable {
@@ -75,6 +99,18 @@ public struct Settings: Sendable {
         public var maxEventAgeDays: Int?
         /// `--max-event-ahead-minutes`, when given.
         public var maxEventAheadMinutes: Int?
+        /// `--idle-timeout`, when given.
+        public var httpIdleTimeoutSeconds: Int?
+        /// `--body-timeout`, when given.
+        public var httpBodyTimeoutSeconds: Int?
+        /// `--max-connections`, when given.
+        public var maxConnections: Int?
+        /// `--shutdown-timeout`, when given.
+        public var shutdownTimeoutSeconds: Int?
+        /// `--statement-timeout`, when given.
+        public var dbStatementTimeoutSeconds: Int?
+        /// `--connect-timeout`, when given.
+        public var dbConnectTimeoutSeconds: Int?
 
         /// Flags as given; nil means not given.
         public init(
@@ -123,7 +159,7 @@ public struct Settings: Sendable {
         settings.migrationsDirectory = text(flags.migrationsDirectory, "ADTALLY_MIGRATIONS_DIR")
         settings.host = text(flags.host, "ADTALLY_HOST") ?? defaults.host
         settings.port = try number(flags.port, "ADTALLY_PORT", range: 0...65535) ?? defaults.port
-        settings.poolSize = try number(flags.poolSize, "ADTALLY_POOL_SIZE", range: 1...256) ?? defaults.poolSize
+        settings.poolSize = try number(flags.poolSize, "ADTALLY_POOL_SIZE", range: 2...256) ?? defaults.poolSize
         settings.retentionDays = try number(flags.retentionDays, "ADTALLY_RETENTION_DAYS", range: 9...36_500) ?? defaults.retentionDays
         settings.maxEventsPerRequest = try number(flags.maxEventsPerRequest, "ADTALLY_MAX_EVENTS", range: 1...1_000_000)
             ?? defaults.maxEventsPerRequest
@@ -132,6 +168,17 @@ public struct Settings: Sendable {
         settings.maxEventAgeDays = try number(flags.maxEventAgeDays, "ADTALLY_MAX_EVENT_AGE_DAYS", range: 1...36_499) ?? defaults.maxEventAgeDays
         settings.maxEventAheadMinutes = try number(flags.maxEventAheadMinutes, "ADTALLY_MAX_EVENT_AHEAD_MINUTES", range: 0...10_080)
             ?? defaults.maxEventAheadMinutes
+        settings.httpIdleTimeoutSeconds = try number(flags.httpIdleTimeoutSeconds, "ADTALLY_IDLE_TIMEOUT_SECONDS", range: 1...3600)
+            ?? defaults.httpIdleTimeoutSeconds
+        settings.httpBodyTimeoutSeconds = try number(flags.httpBodyTimeoutSeconds, "ADTALLY_BODY_TIMEOUT_SECONDS", range: 1...3600)
+            ?? defaults.httpBodyTimeoutSeconds
+        settings.maxConnections = try number(flags.maxConnections, "ADTALLY_MAX_CONNECTIONS", range: 1...1_000_000) ?? defaults.maxConnections
+        settings.shutdownTimeoutSeconds = try number(flags.shutdownTimeoutSeconds, "ADTALLY_SHUTDOWN_TIMEOUT_SECONDS", range: 1...3600)
+            ?? defaults.shutdownTimeoutSeconds
+        settings.dbStatementTimeoutSeconds = try number(flags.dbStatementTimeoutSeconds, "ADTALLY_STATEMENT_TIMEOUT_SECONDS", range: 0...86_400)
+            ?? defaults.dbStatementTimeoutSeconds
+        settings.dbConnectTimeoutSeconds = try number(flags.dbConnectTimeoutSeconds, "ADTALLY_CONNECT_TIMEOUT_SECONDS", range: 2...3600)
+            ?? defaults.dbConnectTimeoutSeconds
         // Events older than the retention period would land in partitions about to be dropped.
         guard settings.maxEventAgeDays < settings.retentionDays else {
             throw SettingsError.invalid(

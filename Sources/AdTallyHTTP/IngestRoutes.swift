@@ -22,6 +22,9 @@ public struct IngestLimits: Sendable {
     /// Events before this time (microseconds since the epoch) are refused: their ids
     /// may be gone from the dedupe ledger (`EventStore.widenIDHorizon`).
     public var idsPrunedBeforeMicros: Int64?
+    /// Longest a body may take to arrive in full: a client that sends a byte now and
+    /// then would otherwise hold an ingest slot for good (408, and the connection closes).
+    public var bodyTimeout: Duration = .seconds(60)
 
     /// The limits; the defaults are DESIGN §2's.
     public init(
@@ -54,7 +57,7 @@ public struct IngestRoutes: Sendable {
 
     /// Adds the route to a router.
     public func register(on router: Router<AdTallyRequestContext>) {
-        router.post("v1/events") { request, _ in try await ingest(request) }
+        router.post("v1/events") { request, context in try await ingest(request, channel: context.channel) }
     }
 
     struct Rejected: Encodable {
@@ -69,8 +72,9 @@ public struct IngestRoutes: Sendable {
         var rejected: [Rejected]
     }
 
-    func ingest(_ request: Request) async throws -> Response {
+    func ingest(_ request: Request, channel: (any Channel)? = nil) async throws -> Response {
         guard gate.tryEnter() else {
+            Self.countRefusal("concurrency")
             throw ProblemDetails(
                 .serviceUnavailable, detail: "too many ingest requests in progress (\(gate.limit)); retry shortly", headers: [.retryAfter: "1"]
             )
@@ -80,7 +84,7 @@ public struct IngestRoutes: Sendable {
         guard let appID = key.app else { throw ProblemDetails(.forbidden, detail: "an ingest key must belong to an app") }
 
         let isNDJSON = try Self.bodyKind(request)
-        let body = try await collectBody(request)
+        let body = try await collectBody(request, channel: channel)
         let maxEvents = limits.maxEvents
         let slots: [EventBatchReader.Slot]
         do {
@@ -116,6 +120,7 @@ public struct IngestRoutes: Sendable {
         do {
             receipt = try await batcher.submit(events)
         } catch let refusal as IngestBatcher.Refusal {
+            Self.countRefusal(refusal.reason)
             throw ProblemDetails(.serviceUnavailable, detail: refusal.description, headers: [.retryAfter: "1"])
         }
         let json: ByteBuffer
@@ -128,6 +133,12 @@ public struct IngestRoutes: Sendable {
             json = ByteBuffer(bytes: try encoder.encode(IngestReceipt(accepted: receipt.accepted, duplicates: receipt.duplicates, rejected: rejected)))
         }
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: json))
+    }
+
+    /// Every 503 of ingest, by why: `concurrency` (too many requests in progress)
+    /// and the batcher's refusals.
+    static func countRefusal(_ reason: String) {
+        Counter(label: "adtally_ingest_refusals_total", dimensions: [("reason", reason)]).increment()
     }
 
     /// JSON (false) or NDJSON (true), from Content-Type; anything else is 415.
@@ -171,13 +182,33 @@ public struct IngestRoutes: Sendable {
     }
 
     /// The body, inflated when gzip-encoded, never more than `maxBytes` either way.
-    func collectBody(_ request: Request) async throws -> Body {
+    func collectBody(_ request: Request, channel: (any Channel)?) async throws -> Body {
         let limit = limits.maxBytes
         let tooLarge = ProblemDetails(.contentTooLarge, detail: "the body is larger than \(limit) bytes (the limit holds after decompression too)")
         if let length = request.headers[.contentLength].flatMap(Int.init), length > limit { throw tooLarge }
+        let timeout = limits.bodyTimeout
         let buffer: ByteBuffer
         do {
-            buffer = try await request.body.collect(upTo: limit)
+            let collected = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
+                group.addTask { try await request.body.collect(upTo: limit) }
+                group.addTask {
+                    try await Task.sleep(for: timeout)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                return try await group.next()!
+            }
+            guard let collected else {
+                // Answer, then close the connection: the rest of the body is not wanted.
+                if let channel {
+                    channel.eventLoop.scheduleTask(in: .milliseconds(200)) { channel.close(promise: nil) }
+                }
+                throw ProblemDetails(
+                    .requestTimeout, detail: "the body did not arrive in full within \(timeout.components.seconds) s",
+                    headers: [.connection: "close"]
+                )
+            }
+            buffer = collected
         } catch is NIOTooManyBytesError {
             throw tooLarge
         }

@@ -9,20 +9,38 @@ import Synchronization
 /// Lookups are cached for a few seconds (hits and misses) so that ingest does not
 /// query the key table on every request; a revocation through this server takes
 /// effect at once, one through another server or the CLI within `ttl`.
+///
+/// Anyone can send any bearer token, so what a token costs is bounded: a token that
+/// cannot be a key (`atk_` and 48 hex digits) is refused without a lookup; lookups
+/// run on the store's own small pool (never the ingest writers' connections); and
+/// both caches are bounded in entries, so random tokens cannot grow memory or push
+/// out the live keys (misses and hits are kept apart).
 public final class KeyAuthenticator: Sendable {
     private struct Entry {
         var key: APIKey?
         var expires: ContinuousClock.Instant
     }
 
+    /// At most this many entries per cache (~250 bytes each: a 64-character hash
+    /// and a key without its secret): under 5 MB for both.
+    public static let maxCachedKeys = 10_000
+
     private let store: AppStore
     private let ttl: Duration
-    private let cache = Mutex([String: Entry]())
+    private let known = Mutex([String: Entry]())
+    private let unknown = Mutex([String: Entry]())
 
     /// Creates an authenticator over the app store.
     public init(store: AppStore, ttl: Duration = .seconds(5)) {
         self.store = store
         self.ttl = ttl
+    }
+
+    /// Whether a secret has the shape AdTally gives keys (`AppStore.createKey`).
+    static func isKeyShaped(_ secret: Substring) -> Bool {
+        let utf8 = secret.utf8
+        guard utf8.count == 52, secret.hasPrefix("atk_") else { return false }
+        return utf8.dropFirst(4).allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
     /// The request's live key, or a 401 problem.
@@ -34,23 +52,42 @@ public final class KeyAuthenticator: Sendable {
         guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].isEmpty else {
             throw Self.unauthorized("Authorization must be \"Bearer <key>\"")
         }
-        let secret = String(parts[1]).trimmingCharacters(in: .whitespaces)
+        let secret = parts[1].trimmingCharacters(in: .whitespaces)
+        guard Self.isKeyShaped(Substring(secret)) else { throw Self.unauthorized("unknown or revoked key") }
         let hash = SHA256.hex(secret)
         let now = ContinuousClock.now
-        let cached = cache.withLock { $0[hash] }
+        let cached = known.withLock { $0[hash] } ?? unknown.withLock { $0[hash] }
         let key: APIKey?
         if let cached, cached.expires > now {
             key = cached.key
         } else {
             key = try await store.authenticate(secret: secret)
-            cache.withLock { cache in
-                if cache.count > 10_000 { cache = cache.filter { $0.value.expires > now } }
-                cache[hash] = Entry(key: key, expires: now + ttl)
-            }
+            let entry = Entry(key: key, expires: now + ttl)
+            if key == nil { Self.remember(hash, entry, in: unknown, now: now) } else { Self.remember(hash, entry, in: known, now: now) }
         }
         guard let key else { throw Self.unauthorized("unknown or revoked key") }
         return key
     }
+
+    /// Caches an entry; when the cache is full, drops expired entries, and failing
+    /// that an arbitrary one (in place: the map is never copied under the lock).
+    private static func remember(_ hash: String, _ entry: Entry, in cache: borrowing Mutex<[String: Entry]>, now: ContinuousClock.Instant) {
+        cache.withLock { cache in
+            if cache[hash] == nil, cache.count >= maxCachedKeys {
+                var expired: [String] = []
+                for (key, value) in cache where value.expires <= now {
+                    expired.append(key)
+                    if expired.count == 64 { break }
+                }
+                if expired.isEmpty, let any = cache.keys.first { expired.append(any) }
+                for key in expired { cache.removeValue(forKey: key) }
+            }
+            cache[hash] = entry
+        }
+    }
+
+    /// Entries cached now, for tests.
+    var cachedEntries: Int { known.withLock { $0.count } + unknown.withLock { $0.count } }
 
     /// The request's key, which must have `scope` (and belong to `app` when given), else 401/403.
     public func require(_ scope: KeyScope, app: String? = nil, _ request: Request) async throws -> APIKey {
@@ -66,7 +103,10 @@ public final class KeyAuthenticator: Sendable {
 
     /// Forgets a key at once (after revocation).
     public func forget(keyID: String) {
-        cache.withLock { cache in cache = cache.filter { $0.value.key?.id != keyID } }
+        known.withLock { cache in
+            let hashes = cache.compactMap { $0.value.key?.id == keyID ? $0.key : nil }
+            for hash in hashes { cache.removeValue(forKey: hash) }
+        }
     }
 
     static func unauthorized(_ detail: String) -> ProblemDetails {

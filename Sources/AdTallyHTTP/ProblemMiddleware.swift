@@ -22,7 +22,7 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                 problem.detail = "no route for \(request.method) \(request.uri.path)"
             }
             return try problem.response(from: request, context: context)
-        } catch let error as PostgresError where error.isConnectionBroken || error.kind == .poolTimeout || error.kind == .poolClosed {
+        } catch let error as PostgresError where error.isTransient {
             // The database is down or saturated: a retry later can succeed.
             context.logger.warning("database unavailable", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
             return try ProblemDetails(.serviceUnavailable, detail: "the database is unavailable; retry shortly", headers: [.retryAfter: "1"])

@@ -45,15 +45,17 @@ public struct EventStore: Sendable {
         let partitions = self.partitions
         return try await pool.withConnection { connection in
             try partitions.ensure(days: Set(events.map { EventPartitions.day(ofMicros: $0.event.occurredAtMicros) }), on: connection)
-            // Usually no id is known yet: claim them all with COPY. If one is, that
-            // transaction is lost (the COPY was its first statement) and a second one
-            // sorts new from old ids with ON CONFLICT. Cheaper than a savepoint in
-            // every transaction, which costs a round trip and a subtransaction.
+            // Usually no id is known yet: COPY the ids into a session temp table and
+            // claim them all with one INSERT ... ON CONFLICT DO NOTHING, which tells by
+            // its row count whether every id was new. If one was not, that transaction
+            // is rolled back and a second one sorts new from old ids with RETURNING.
+            // (A COPY straight into the ledger failed on a known id, and PostgreSQL
+            // logged that ERROR, with the app and id, for every retried batch.)
             func attempt() throws -> [Bool] {
                 do {
-                    return try connection.withTransaction { try Self.write(events, claimWithCopy: true, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, on: $0) }
                 } catch is KnownIDs {
-                    return try connection.withTransaction { try Self.write(events, claimWithCopy: false, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, on: $0) }
                 }
             }
             // A deadlock or serialization failure cannot happen with sorted writes, but
@@ -84,15 +86,22 @@ public struct EventStore: Sendable {
     /// Some id of the group is in the ledger already: the COPY that claims ids failed.
     struct KnownIDs: Error {}
 
-    static func write(_ events: [AppEvent], claimWithCopy: Bool, on connection: PostgresConnection) throws -> [Bool] {
+    static func write(_ events: [AppEvent], claimInBulk: Bool, on connection: PostgresConnection) throws -> [Bool] {
         // 1. First occurrence of each (app, id) within the call, in (app, id) order.
         let ordered = LedgerKey.firstOccurrences(of: events)
 
-        // 2. Claim the ids in the ledger: with COPY (no array parsing, one B-tree
-        // descent each), which the unique index stops if any id is known; or with
-        // INSERT ... ON CONFLICT DO NOTHING, which sorts new from old.
+        // 2. Claim the ids in the ledger: in bulk (binary COPY into a temp table, no
+        // WAL, then one INSERT ... SELECT in key order), which only counts what it
+        // claimed; or with INSERT ... RETURNING, which says which ids were new.
         var isNew = [Bool](repeating: false, count: events.count)
-        if claimWithCopy {
+        if claimInBulk {
+            if !connection.sessionSetUp.contains("ledger_in") {
+                try connection.execute(unsafeSQL: """
+                    CREATE TEMPORARY TABLE IF NOT EXISTS ledger_in (app_id text COLLATE "C", event_id uuid, occurred_at timestamptz)
+                    ON COMMIT DELETE ROWS
+                    """)
+                connection.sessionSetUp.insert("ledger_in")
+            }
             var ledger = PostgresCopyBuffer(columns: 3, capacity: ordered.count * 60)
             for index in ordered {
                 let event = events[index]
@@ -101,11 +110,14 @@ public struct EventStore: Sendable {
                 ledger.append(PostgresMicros(event.event.occurredAtMicros))
                 ledger.endRow()
             }
-            do {
-                try connection.copyIn(unsafeSQL: "COPY event_ids (app_id, event_id, occurred_at) FROM STDIN (FORMAT binary)", data: ledger)
-            } catch let error as PostgresError where error.sqlState == .uniqueViolation {
-                throw KnownIDs()
-            }
+            try connection.copyIn(unsafeSQL: "COPY ledger_in (app_id, event_id, occurred_at) FROM STDIN (FORMAT binary)", data: ledger)
+            // The temp table holds the rows in key order already (COPY keeps the order
+            // sent), so the ledger's index locks are taken in the order all writers use.
+            let claimed = try connection.execute(unsafeSQL: """
+                INSERT INTO event_ids (app_id, event_id, occurred_at) SELECT app_id, event_id, occurred_at FROM ledger_in
+                ON CONFLICT DO NOTHING
+                """).affectedRows
+            guard claimed == ordered.count else { throw KnownIDs() }
             for index in ordered { isNew[index] = true }
         } else {
             let apps = ordered.map { events[$0].appID }

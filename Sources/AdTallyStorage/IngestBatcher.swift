@@ -73,6 +73,16 @@ public final class IngestBatcher: Sendable {
             case .shuttingDown: "the server is shutting down; retry on another instance"
             }
         }
+
+        /// The `reason` label of `adtally_ingest_refusals_total`.
+        public var reason: String {
+            switch self {
+            case .queueFull: "queue_full"
+            case .databaseUnavailable: "database_unavailable"
+            case .timedOut: "commit_timeout"
+            case .shuttingDown: "shutting_down"
+            }
+        }
     }
 
     /// One request's events and the continuation that answers it, resumed exactly once.
@@ -123,7 +133,6 @@ public final class IngestBatcher: Sendable {
     private let flushTimer = Metrics.Timer(label: "adtally_ingest_flush_seconds")
     private let storedCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "accepted")])
     private let duplicateCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "duplicate")])
-    private let refusedCounter = Counter(label: "adtally_ingest_refusals_total")
 
     /// Creates a batcher; call `run()` to start its flushers.
     public init(store: EventStore, configuration: Configuration = .init(), logger: Logger = Logger(label: "adtally.ingest")) {
@@ -150,7 +159,6 @@ public final class IngestBatcher: Sendable {
             }
             switch outcome {
             case .failure(let refusal):
-                refusedCounter.increment()
                 ticket.finish(.failure(refusal))
             case .success(let flusher):
                 ticket.startTimer(timeout)
@@ -249,10 +257,14 @@ public final class IngestBatcher: Sendable {
             }
             storedCounter.increment(by: accepted)
             duplicateCounter.increment(by: events.count - accepted)
-        } catch let error as PostgresError where error.kind == .connectionFailed || error.kind == .connectionLost || error.kind == .poolTimeout {
+        } catch let error as PostgresError where error.isTransient {
+            // Unreachable, shutting down, out of a resource, read-only after a failover,
+            // a timeout or a deadlock after the retry: the client retries later (503).
             logger.warning("ingest flush failed: database unavailable", metadata: ["error": "\(error)"])
-            let backoff = configuration.unavailableBackoff
-            state.withLock { $0.refuseUntil = ContinuousClock.now + backoff }
+            if error.isConnectionBroken || error.kind == .poolTimeout {
+                let backoff = configuration.unavailableBackoff
+                state.withLock { $0.refuseUntil = ContinuousClock.now + backoff }
+            }
             live.forEach { $0.finish(.failure(Refusal.databaseUnavailable(error.message))) }
         } catch {
             logger.error("ingest flush failed", metadata: ["error": "\(String(reflecting: error))", "requests": "\(live.count)"])

@@ -114,6 +114,11 @@ public struct Migrator: Sendable {
         let migrations = self.migrations
         let logger = self.logger
         return try await pool.withConnection { connection in
+            // Waiting for another migrator, and a migration that rewrites a large
+            // table, may take longer than the pool's statement timeout.
+            let timeout = try connection.query("SELECT current_setting('statement_timeout')")[0].decode(0, as: String.self)
+            try connection.query("SELECT set_config('statement_timeout', '0', false)")
+            defer { _ = try? connection.query("SELECT set_config('statement_timeout', \(timeout), false)") }
             try connection.query("SELECT pg_advisory_lock(\(Self.lockKey))")
             defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))") }
             try Self.createLedger(connection)

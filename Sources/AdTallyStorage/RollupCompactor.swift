@@ -1,6 +1,58 @@
 import Logging
 import Metrics
 import PostgresKit
+import Synchronization
+
+/// How rollup compaction is doing, for `/readyz` and `/metrics`: a pass that fails
+/// again and again leaves the deltas growing while every request still succeeds.
+public final class CompactionHealth: Sendable {
+    private struct State {
+        var lastSuccess: ContinuousClock.Instant = .now
+        var failingSince: ContinuousClock.Instant?
+        var lastError: String?
+    }
+
+    private let state = Mutex(State())
+    private let failures = Counter(label: "adtally_rollup_compaction_failures_total")
+    private let lag = Gauge(label: "adtally_rollup_lag_seconds")
+
+    /// A tracker that counts from now.
+    public init() {}
+
+    /// Records a pass that worked (or found another server compacting).
+    public func succeeded() {
+        state.withLock { state in
+            state.lastSuccess = .now
+            state.failingSince = nil
+            state.lastError = nil
+        }
+        lag.record(0)
+    }
+
+    /// Records a failed pass.
+    public func failed(_ error: any Error) {
+        failures.increment()
+        let since = state.withLock { state -> ContinuousClock.Instant in
+            state.failingSince = state.failingSince ?? .now
+            state.lastError = "\(error)"
+            return state.lastSuccess
+        }
+        lag.record(Self.seconds(.now - since))
+    }
+
+    /// Why rollups are unhealthy, when compaction has failed for longer than `grace`.
+    public func problem(grace: Duration) -> String? {
+        state.withLock { state in
+            guard let since = state.failingSince, ContinuousClock.now - since > grace else { return nil }
+            let seconds = Int(Self.seconds(ContinuousClock.now - state.lastSuccess))
+            return "rollup compaction has failed for \(seconds) s (pending deltas grow): \(state.lastError ?? "unknown error")"
+        }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+}
 
 /// Moves the rollup deltas the ingest path appends (`rollup_delta`) into the
 /// compacted rollup tables: summed per key, upserted, and deleted from the delta
@@ -14,6 +66,8 @@ public struct RollupCompactor: Sendable {
     let logger: Logger
     private let passTimer = Metrics.Timer(label: "adtally_rollup_compaction_seconds")
     private let movedCounter = Counter(label: "adtally_rollup_delta_rows_compacted_total")
+    /// Successes and failures of the passes `CompactorService` runs.
+    public let health = CompactionHealth()
 
     /// "AdRoll" in ASCII; arbitrary but fixed across versions.
     static let lockKey = Int64(0x4164_526F_6C6C)

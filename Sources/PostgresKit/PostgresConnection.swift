@@ -13,13 +13,75 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Where the connection goes, for messages: host (or socket folder) and database.
     public let target: String
     private var isBroken = false
+    /// Names of per-session objects set up on this connection (e.g. a temporary
+    /// table), so that callers create them once per session.
+    public var sessionSetUp: Set<String> = []
+
+    /// How a connection guards against a database that stops answering: libpq's
+    /// connect and TCP timeouts, and the session's statement timeout. A conninfo
+    /// that sets any of the libpq ones itself wins over these.
+    public struct Options: Sendable, Equatable {
+        /// Longest wait to establish a connection (libpq `connect_timeout`, whole seconds, at least 2).
+        public var connectTimeout: Duration?
+        /// TCP keepalive: idle time before the first probe (`keepalives_idle`).
+        public var keepalivesIdle: Duration?
+        /// TCP keepalive: time between probes (`keepalives_interval`).
+        public var keepalivesInterval: Duration?
+        /// TCP keepalive: unanswered probes before the connection is dead (`keepalives_count`).
+        public var keepalivesCount: Int?
+        /// Longest time sent data may stay unacknowledged (`tcp_user_timeout`).
+        public var tcpUserTimeout: Duration?
+        /// The session's `statement_timeout`; nil or zero: none.
+        public var statementTimeout: Duration?
+
+        /// The defaults: like a reverse proxy's upstream timeouts.
+        public init(
+            connectTimeout: Duration? = .seconds(10), keepalivesIdle: Duration? = .seconds(30), keepalivesInterval: Duration? = .seconds(10),
+            keepalivesCount: Int? = 3, tcpUserTimeout: Duration? = .seconds(60), statementTimeout: Duration? = .seconds(60)
+        ) {
+            self.connectTimeout = connectTimeout
+            self.keepalivesIdle = keepalivesIdle
+            self.keepalivesInterval = keepalivesInterval
+            self.keepalivesCount = keepalivesCount
+            self.tcpUserTimeout = tcpUserTimeout
+            self.statementTimeout = statementTimeout
+        }
+
+        /// No timeouts at all (libpq's and PostgreSQL's own defaults).
+        public static let none = Options(
+            connectTimeout: nil, keepalivesIdle: nil, keepalivesInterval: nil, keepalivesCount: nil, tcpUserTimeout: nil, statementTimeout: nil
+        )
+
+        /// libpq keywords and values, placed before the conninfo so that it can override them.
+        var libpqParameters: [(String, String)] {
+            var parameters: [(String, String)] = []
+            func seconds(_ duration: Duration) -> String { "\(max(1, duration.components.seconds))" }
+            if let connectTimeout { parameters.append(("connect_timeout", "\(max(2, connectTimeout.components.seconds))")) }
+            if keepalivesIdle != nil || keepalivesInterval != nil || keepalivesCount != nil { parameters.append(("keepalives", "1")) }
+            if let keepalivesIdle { parameters.append(("keepalives_idle", seconds(keepalivesIdle))) }
+            if let keepalivesInterval { parameters.append(("keepalives_interval", seconds(keepalivesInterval))) }
+            if let keepalivesCount { parameters.append(("keepalives_count", "\(keepalivesCount)")) }
+            if let tcpUserTimeout { parameters.append(("tcp_user_timeout", "\(Self.milliseconds(tcpUserTimeout))")) }
+            return parameters
+        }
+
+        static func milliseconds(_ duration: Duration) -> Int64 {
+            duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        }
+    }
 
     /// Opens a connection from a `postgresql://` URL or a `key=value` conninfo string.
     ///
     /// A failure names host and database — never the password — and the libpq
-    /// handle is finished before the error is thrown.
-    public init(connecting conninfo: String) throws {
-        guard let handle = PQconnectdb(conninfo) else {
+    /// handle is finished before the error is thrown (by `deinit` once the object
+    /// exists: finishing it here too would free it twice).
+    public init(connecting conninfo: String, options: Options = Options()) throws {
+        // Our defaults first, the conninfo last: libpq keeps the last value of a keyword.
+        let parameters = options.libpqParameters + [("dbname", conninfo)]
+        let handle = Self.withCStrings(parameters.map(\.0)) { keywords in
+            Self.withCStrings(parameters.map(\.1)) { values in PQconnectdbParams(keywords, values, 1) }
+        }
+        guard let handle else {
             throw PostgresError(kind: .connectionFailed, message: "libpq could not allocate a connection")
         }
         let target = Self.describeTarget(handle)
@@ -35,17 +97,38 @@ public final class PostgresConnection: @unchecked Sendable {
         self.target = target
         // Server notices (e.g. "already exists, skipping") are not errors; keep them off stderr.
         PQsetNoticeProcessor(handle, { _, _ in }, nil)
-        do {
-            // Fixed session settings: the text formats PostgresDecodable parses.
-            try execute(unsafeSQL: """
-                SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, YMD';
-                SET TimeZone = 'UTC'; SET bytea_output = 'hex'; SET extra_float_digits = 1
-                """)
-        } catch {
-            PQfinish(handle)
-            throw error
-        }
+        // Fixed session settings: the text formats PostgresDecodable parses. If they
+        // fail, the error propagates and deinit finishes the handle.
+        let timeout = options.statementTimeout.map(Options.milliseconds) ?? 0
+        try execute(unsafeSQL: """
+            SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, YMD';
+            SET TimeZone = 'UTC'; SET bytea_output = 'hex'; SET extra_float_digits = 1;
+            SET statement_timeout = \(timeout)
+            """)
     }
+
+    /// Runs `body` with a NULL-terminated array of C strings that live for the call.
+    private static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+        let copies = strings.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        let pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) } + [nil]
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
+    }
+
+    /// The value libpq uses for a connection option (e.g. `keepalives_idle`), for tests and diagnostics.
+    public func option(_ keyword: String) -> String? {
+        guard let options = PQconninfo(handle) else { return nil }
+        defer { PQconninfoFree(options) }
+        var index = 0
+        while let name = options[index].keyword {
+            if String(cString: name) == keyword { return options[index].val.map { String(cString: $0) } }
+            index += 1
+        }
+        return nil
+    }
+
+    /// Whether no transaction is open or in progress on the connection (safe to lend again).
+    public var isIdle: Bool { PQtransactionStatus(handle) == PQTRANS_IDLE }
 
     deinit { PQfinish(handle) }
 
@@ -169,8 +252,11 @@ public final class PostgresConnection: @unchecked Sendable {
                 failure = Self.serverError(result, fallback: Self.lastError(handle))
             }
         }
-        if let failure {
+        if var failure {
             markBrokenIfNeeded()
+            // The server went away mid-COPY (its FATAL arrives as the result): a
+            // broken connection, not a statement the server refused.
+            if !isUsable { failure.kind = .connectionLost }
             throw failure
         }
         if let sendFailure {

@@ -94,4 +94,21 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
 
     /// Whether the connection that produced this error can no longer be used.
     public var isConnectionBroken: Bool { kind == .connectionLost || kind == .connectionFailed }
+
+    /// Whether the same work may well succeed if retried shortly: the database is
+    /// unreachable, busy, shutting down, read-only after a failover, out of a
+    /// resource, or the statement hit a timeout or lost a deadlock. Clients get 503
+    /// with `Retry-After` for these, not 500.
+    public var isTransient: Bool {
+        switch kind {
+        case .connectionFailed, .connectionLost, .poolTimeout, .poolClosed: return true
+        case .server, .copy, .invalidParameter, .decoding: break
+        }
+        guard let sqlState else { return false }
+        switch sqlState.errorClass {
+        case "08", "53", "57": return true  // connection exception, insufficient resources, operator intervention
+        case "40": return true  // serialization failure, deadlock
+        default: return sqlState == .readOnlySQLTransaction
+        }
+    }
 }

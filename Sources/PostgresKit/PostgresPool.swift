@@ -18,13 +18,19 @@ public final class PostgresPool: Sendable {
         public var maxConnections: Int
         /// How long a task waits for a connection before failing.
         public var acquireTimeout: Duration
+        /// Connect, TCP and statement timeouts of every connection.
+        public var options: PostgresConnection.Options
 
         /// Creates a configuration.
-        public init(conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10)) {
+        public init(
+            conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10),
+            options: PostgresConnection.Options = .init()
+        ) {
             precondition(maxConnections > 0, "a pool needs at least one connection")
             self.conninfo = conninfo
             self.maxConnections = maxConnections
             self.acquireTimeout = acquireTimeout
+            self.options = options
         }
     }
 
@@ -36,6 +42,14 @@ public final class PostgresPool: Sendable {
     private struct Waiter {
         var id: UInt64
         var continuation: CheckedContinuation<Grant, any Error>
+        /// Fails the wait after `acquireTimeout`; cancelled once the waiter is served.
+        var timer: Task<Void, Never>?
+
+        /// Hands the waiter its grant (or error) and stops its timer.
+        func resume(with result: Result<Grant, any Error>) {
+            timer?.cancel()
+            continuation.resume(with: result)
+        }
     }
 
     private struct State: ~Copyable {
@@ -104,7 +118,7 @@ public final class PostgresPool: Sendable {
             return (idle, waiters)
         }
         for waiter in waiters {
-            waiter.continuation.resume(throwing: PostgresError(kind: .poolClosed, message: "the connection pool is shut down"))
+            waiter.resume(with: .failure(PostgresError(kind: .poolClosed, message: "the connection pool is shut down")))
         }
         _ = idle  // released here; deinit calls PQfinish
         try? await threadPool.shutdownGracefully()
@@ -140,7 +154,15 @@ public final class PostgresPool: Sendable {
         case .openNew:
             return try await openConnection()
         case .connection(let connection):
-            let alive = try await threadPool.runIfActive { connection.checkAlive() }
+            let alive: Bool
+            do {
+                alive = try await threadPool.runIfActive { connection.checkAlive() }
+            } catch {
+                // Cancelled, or the pool's threads stopped: the connection is still
+                // ours to give back, or its slot would be lost for good.
+                release(connection)
+                throw error
+            }
             if alive { return connection }
             logger.info("replacing a broken PostgreSQL connection", metadata: ["target": "\(connection.target)"])
             return try await openConnection()
@@ -150,8 +172,9 @@ public final class PostgresPool: Sendable {
     /// Opens a connection in a slot already counted in `open`; frees the slot on failure.
     private func openConnection() async throws -> PostgresConnection {
         let conninfo = configuration.conninfo
+        let options = configuration.options
         do {
-            return try await threadPool.runIfActive { try PostgresConnection(connecting: conninfo) }
+            return try await threadPool.runIfActive { try PostgresConnection(connecting: conninfo, options: options) }
         } catch {
             freeSlot()
             throw error
@@ -161,29 +184,50 @@ public final class PostgresPool: Sendable {
     private func waitForGrant() async throws -> Grant {
         let timeout = configuration.acquireTimeout
         let maxConnections = configuration.maxConnections
-        return try await withCheckedThrowingContinuation { continuation in
-            let id = state.withLock { state -> UInt64 in
-                state.nextWaiterID += 1
-                state.waiters.append(Waiter(id: state.nextWaiterID, continuation: continuation))
-                return state.nextWaiterID
-            }
-            Task { [weak self] in
-                try? await Task.sleep(for: timeout)
-                guard let self else { return }
-                let expired = self.state.withLock { state -> Waiter? in
-                    guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                    return state.waiters.remove(at: index)
+        let id = state.withLock { state -> UInt64 in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let timer = Task { [weak self] in
+                    try? await Task.sleep(for: timeout)
+                    guard !Task.isCancelled else { return }
+                    self?.removeWaiter(id)?.continuation.resume(throwing: PostgresError(
+                        kind: .poolTimeout,
+                        message: "no PostgreSQL connection became free within \(timeout) (pool of \(maxConnections))"
+                    ))
                 }
-                expired?.continuation.resume(throwing: PostgresError(
-                    kind: .poolTimeout,
-                    message: "no PostgreSQL connection became free within \(timeout) (pool of \(maxConnections))"
-                ))
+                let closed = state.withLock { state -> Bool in
+                    if state.isClosed { return true }
+                    state.waiters.append(Waiter(id: id, continuation: continuation, timer: timer))
+                    return false
+                }
+                if closed {
+                    timer.cancel()
+                    continuation.resume(throwing: PostgresError(kind: .poolClosed, message: "the connection pool is shut down"))
+                } else if Task.isCancelled {
+                    // Cancelled before the waiter was queued: onCancel found nothing to remove.
+                    removeWaiter(id)?.resume(with: .failure(CancellationError()))
+                }
             }
+        } onCancel: {
+            removeWaiter(id)?.resume(with: .failure(CancellationError()))
+        }
+    }
+
+    /// Takes a waiter out of the queue, if it is still waiting.
+    private func removeWaiter(_ id: UInt64) -> Waiter? {
+        state.withLock { state in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return state.waiters.remove(at: index)
         }
     }
 
     private func release(_ connection: PostgresConnection) {
-        let usable = connection.isUsable
+        // A connection still inside a transaction (or not knowing, after an error)
+        // must not be lent to the next task: drop it and open a fresh one instead.
+        let usable = connection.isUsable && connection.isIdle
         let (waiter, grant) = state.withLock { state -> (Waiter?, Grant?) in
             if state.isClosed || !usable {
                 state.open -= 1
@@ -197,7 +241,7 @@ public final class PostgresPool: Sendable {
             state.idle.append(connection)
             return (nil, nil)
         }
-        if let waiter, let grant { waiter.continuation.resume(returning: grant) }
+        if let waiter, let grant { waiter.resume(with: .success(grant)) }
     }
 
     /// A slot whose connection failed to open: hand it to a waiter, who tries again.
@@ -209,6 +253,6 @@ public final class PostgresPool: Sendable {
             }
             return state.waiters.removeFirst()
         }
-        waiter?.continuation.resume(returning: .openNew)
+        waiter?.resume(with: .success(.openNew))
     }
 }

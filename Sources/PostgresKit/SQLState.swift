@@ -52,6 +52,8 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let connectionFailure = SQLState(rawValue: "08006")
     /// `53300`
     public static let tooManyConnections = SQLState(rawValue: "53300")
+    /// `25006` — a write on a read-only server (e.g. a standby after a failover).
+    public static let readOnlySQLTransaction = SQLState(rawValue: "25006")
     /// `25P02` — commands ignored until end of transaction block.
     public static let inFailedTransaction = SQLState(rawValue: "25P02")
 }

@@ -42,12 +42,21 @@ struct DatabaseOptions: ParsableArguments {
     @Option(name: .customLong("max-event-ahead-minutes"), help: "Furthest accepted occurred_at ahead of server time (env ADTALLY_MAX_EVENT_AHEAD_MINUTES; default 60).")
     var maxEventAheadMinutes: Int?
 
+    @Option(name: .customLong("statement-timeout"), help: "PostgreSQL statement_timeout in seconds, 0 for none (env ADTALLY_STATEMENT_TIMEOUT_SECONDS; default 60).")
+    var statementTimeout: Int?
+
+    @Option(name: .customLong("connect-timeout"), help: "PostgreSQL connect timeout in seconds (env ADTALLY_CONNECT_TIMEOUT_SECONDS; default 10).")
+    var connectTimeout: Int?
+
     var flags: Settings.Flags {
-        Settings.Flags(
+        var flags = Settings.Flags(
             databaseURL: databaseURL, dataDirectory: dataDirectory, embeddedTCPPort: embeddedTCPPort,
             migrationsDirectory: migrationsDirectory, poolSize: poolSize, logLevel: logLevel, retentionDays: retentionDays,
             maxEventAgeDays: maxEventAgeDays, maxEventAheadMinutes: maxEventAheadMinutes
         )
+        flags.dbStatementTimeoutSeconds = statementTimeout
+        flags.dbConnectTimeoutSeconds = connectTimeout
+        return flags
     }
 }
 
@@ -72,6 +81,18 @@ extension AdTally {
         @Option(name: .customLong("ingest-flushers"), help: "Ingest transactions in flight at once (env ADTALLY_INGEST_FLUSHERS; default 4).")
         var ingestFlushers: Int?
 
+        @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may wait for a request head, a body chunk or, kept alive, the next request (env ADTALLY_IDLE_TIMEOUT_SECONDS; default 60).")
+        var idleTimeout: Int?
+
+        @Option(name: .customLong("body-timeout"), help: "Seconds an ingest body may take to arrive in full (env ADTALLY_BODY_TIMEOUT_SECONDS; default 60).")
+        var bodyTimeout: Int?
+
+        @Option(name: .customLong("max-connections"), help: "Most HTTP connections open at once (env ADTALLY_MAX_CONNECTIONS; default 1024).")
+        var maxConnections: Int?
+
+        @Option(name: .customLong("shutdown-timeout"), help: "Seconds a graceful shutdown waits for requests in progress (env ADTALLY_SHUTDOWN_TIMEOUT_SECONDS; default 15).")
+        var shutdownTimeout: Int?
+
         func run() async throws {
             var flags = database.flags
             flags.host = host
@@ -79,6 +100,10 @@ extension AdTally {
             flags.maxEventsPerRequest = maxEvents
             flags.maxBodyBytes = maxBodyBytes
             flags.ingestFlushers = ingestFlushers
+            flags.httpIdleTimeoutSeconds = idleTimeout
+            flags.httpBodyTimeoutSeconds = bodyTimeout
+            flags.maxConnections = maxConnections
+            flags.shutdownTimeoutSeconds = shutdownTimeout
             let settings = try Settings.resolve(flags: flags)
             let logger = LogSetup.bootstrap(level: settings.logLevel)
             try await Server.run(settings: settings, logger: logger)

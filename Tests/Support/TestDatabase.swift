@@ -61,3 +61,37 @@ public final class Locked<Value: Sendable>: Sendable {
     public init(_ value: Value) { mutex = Mutex(value) }
     public func withLock<T: Sendable>(_ body: (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
 }
+
+/// `Tests/Support/fake_postgres.py` running on a free loopback port: a server that
+/// never answers (`silent`) or that refuses every statement (`reject-sql`).
+public final class FakePostgres: @unchecked Sendable {
+    public let port: Int
+    private let process = Process()
+    private let input = Pipe()
+
+    public init(mode: String, port: Int) throws {
+        self.port = port
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fake_postgres.py")
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path, "\(port)", mode]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = input
+        try process.run()
+        let ready = output.fileHandleForReading.availableData
+        guard String(decoding: ready, as: UTF8.self).hasPrefix("ready") else {
+            throw TestSetupError(description: "fake_postgres.py did not start")
+        }
+    }
+
+    /// A conninfo for it.
+    public var conninfo: String { "host=127.0.0.1 port=\(port) user=fake dbname=fake sslmode=disable gssencmode=disable" }
+
+    public func stop() {
+        try? input.fileHandleForWriting.close()
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    deinit { stop() }
+}

@@ -1,0 +1,114 @@
+import AdTallyTestSupport
+import Foundation
+import PostgresKit
+import Testing
+
+/// A database that stops answering, and a pool used under cancellation (issue 7).
+@Suite("PostgreSQL client defences")
+struct DefenceTests {
+    /// A free TCP port on 127.0.0.1.
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                guard bind(fd, $0, length) == 0, getsockname(fd, $0, &length) == 0 else { throw TestSetupError(description: "no free port") }
+            }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    @Test("a server that accepts and never answers fails the connect after connect_timeout")
+    func connectTimeout() async throws {
+        let server = try FakePostgres(mode: "silent", port: try Self.freePort())
+        defer { server.stop() }
+        let started = ContinuousClock.now
+        #expect(throws: PostgresError.self) {
+            try PostgresConnection(connecting: server.conninfo, options: .init(connectTimeout: .seconds(2)))
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(elapsed < .seconds(10), "took \(elapsed)")
+    }
+
+    /// The session settings used to be finished in a catch and again in deinit: a
+    /// double free that crashed the process.
+    @Test("a connection whose session set-up fails is finished once, and the error names the server's reason")
+    func failedSessionSetUp() async throws {
+        let server = try FakePostgres(mode: "reject-sql", port: try Self.freePort())
+        defer { server.stop() }
+        for _ in 0..<3 {
+            let error = #expect(throws: PostgresError.self) { try PostgresConnection(connecting: server.conninfo) }
+            #expect(error?.message.contains("refuses every statement") == true)
+        }
+    }
+
+    @Test("connections carry keepalives and a statement timeout; a conninfo overrides the defaults")
+    func timeoutsApplied() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let connection = try PostgresConnection(connecting: conninfo, options: .init(statementTimeout: .milliseconds(300)))
+            #expect(connection.option("keepalives_idle") == "30")
+            #expect(connection.option("connect_timeout") == "10")
+            #expect(connection.option("tcp_user_timeout") == "60000")
+            let error = #expect(throws: PostgresError.self) { try connection.query("SELECT pg_sleep(3)") }
+            #expect(error?.sqlState == .queryCanceled)
+            #expect(error?.isTransient == true)
+            let overridden = try PostgresConnection(connecting: conninfo + " keepalives_idle=7")
+            #expect(overridden.option("keepalives_idle") == "7")
+        }
+    }
+
+    @Test("a connection returned inside a transaction is not lent again")
+    func releaseChecksTransactionStatus() async throws {
+        try await TestDatabase.withPool(maxConnections: 1) { pool in
+            let first = try await pool.withConnection { connection in
+                try connection.execute(unsafeSQL: "BEGIN; CREATE TEMP TABLE leaked (x int)")
+                return connection.backendPID
+            }
+            let (second, inTransaction) = try await pool.withConnection { connection in
+                (connection.backendPID, try connection.query("SELECT count(*)::int FROM pg_class WHERE relname = 'leaked'")[0].decode(0, as: Int.self))
+            }
+            #expect(first != second)
+            #expect(inTransaction == 0)
+            #expect(pool.openConnections == 1)
+        }
+    }
+
+    @Test("a cancelled wait for a connection ends at once and leaks no slot")
+    func cancelledWaiter() async throws {
+        try await TestDatabase.withPool(maxConnections: 1, acquireTimeout: .seconds(30)) { pool in
+            let holder = Task { try await pool.withConnection { _ = try $0.query("SELECT pg_sleep(0.5)") } }
+            try await Task.sleep(for: .milliseconds(100))
+            let waiter = Task { try await pool.query("SELECT 1") }
+            try await Task.sleep(for: .milliseconds(50))
+            let started = ContinuousClock.now
+            waiter.cancel()
+            await #expect(throws: CancellationError.self) { try await waiter.value }
+            #expect(ContinuousClock.now - started < .seconds(5))
+            try await holder.value
+            // The slot is still usable, many times over.
+            for _ in 0..<20 { try await pool.query("SELECT 1") }
+            #expect(pool.openConnections == 1)
+        }
+    }
+
+    @Test("COPY on a connection the server dropped is a lost connection, not a server error")
+    func copyOnDroppedConnection() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let connection = try PostgresConnection(connecting: conninfo)
+            try connection.execute(unsafeSQL: "CREATE TABLE t (x int)")
+            let killer = try PostgresConnection(connecting: conninfo)
+            try killer.query("SELECT pg_terminate_backend(\(connection.backendPID))")
+            try await Task.sleep(for: .milliseconds(200))
+            var buffer = PostgresCopyBuffer(columns: 1)
+            try buffer.appendInt32(1)
+            buffer.endRow()
+            let error = #expect(throws: PostgresError.self) { try connection.copyIn(unsafeSQL: "COPY t (x) FROM STDIN (FORMAT binary)", data: buffer) }
+            #expect(error?.kind == .connectionLost)
+            #expect(error?.isTransient == true)
+        }
+    }
+}
