@@ -25,4 +25,6 @@ as_server "$bindir/initdb" -D "$root/data" -U adtally -A trust -E UTF8 --locale=
 as_server "$bindir/pg_ctl" start -w -D "$root/data" -l "$root/postgres.log" \
   -o "-c listen_addresses='' -c unix_socket_directories='$root' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
 export ADTALLY_TEST_DATABASE_URL="host=$root port=5432 user=adtally dbname=postgres"
+# Tests that check what PostgreSQL logged read it here.
+export ADTALLY_TEST_POSTGRES_LOG="$root/postgres.log"
 "$@"

@@ -49,20 +49,23 @@ public struct AppServices: Sendable {
 
 /// Builds the HTTP application with its background services; used by `adtally serve` and by the tests.
 public func buildApplication(settings: Settings, services: AppServices, logger: Logger) -> some ApplicationProtocol {
-    let router = Router(context: AdTallyRequestContext.self)
-    router.add(middleware: ProblemMiddleware())
+    let routes = Routes()
+    let router = routes.router
+    router.add(middleware: ProblemMiddleware(routes: routes.table))
     router.add(middleware: MetricsMiddleware())
-    HealthRoutes(readiness: DatabaseReadiness(database: services.database, compaction: services.compactor.health)).register(on: router)
-    MetricsRoutes.register(on: router)
+    HealthRoutes(readiness: DatabaseReadiness(database: services.database, compaction: services.compactor.health)).register(on: routes)
+    MetricsRoutes.register(on: routes)
     let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))
-    IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: router)
-    AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: router)
+    IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: routes)
+    AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: routes)
     return Application(
         router: router,
         // The idle timeout closes a connection that sends no complete request head, no
         // body chunk or (kept alive) no new request for that long: slow-header clients
         // included, as the head only counts once it is whole.
-        server: .http1(configuration: .init(idleTimeout: .seconds(Int64(settings.httpIdleTimeoutSeconds)))),
+        server: .http1(configuration: .init(
+            additionalChannelHandlers: [makeParserErrorHandler()], idleTimeout: .seconds(Int64(settings.httpIdleTimeoutSeconds))
+        )),
         configuration: .init(
             address: .hostname(settings.host, port: settings.port), serverName: "adtally",
             availableConnectionsDelegate: .maximum(settings.maxConnections, logger: logger)

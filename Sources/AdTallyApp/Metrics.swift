@@ -16,7 +16,7 @@ enum MetricsRoutes {
     /// (a Counter made earlier keeps a no-op handler for good), so `AppServices` calls it first.
     static func bootstrapOnce() { _ = bootstrapped }
 
-    static func register(on router: Router<AdTallyRequestContext>) {
+    static func register(on router: Routes) {
         bootstrapOnce()
         router.get("metrics") { _, _ in
             var buffer: [UInt8] = []

@@ -117,7 +117,9 @@ public struct Settings: Sendable {
             databaseURL: String? = nil, dataDirectory: String? = nil, embeddedTCPPort: Int? = nil,
             migrationsDirectory: String? = nil, host: String? = nil, port: Int? = nil, poolSize: Int? = nil,
             logLevel: String? = nil, retentionDays: Int? = nil, maxEventsPerRequest: Int? = nil, maxBodyBytes: Int? = nil,
-            ingestFlushers: Int? = nil, maxEventAgeDays: Int? = nil, maxEventAheadMinutes: Int? = nil
+            ingestFlushers: Int? = nil, maxEventAgeDays: Int? = nil, maxEventAheadMinutes: Int? = nil,
+            httpIdleTimeoutSeconds: Int? = nil, httpBodyTimeoutSeconds: Int? = nil, maxConnections: Int? = nil,
+            shutdownTimeoutSeconds: Int? = nil, dbStatementTimeoutSeconds: Int? = nil, dbConnectTimeoutSeconds: Int? = nil
         ) {
             self.databaseURL = databaseURL
             self.dataDirectory = dataDirectory
@@ -133,6 +135,12 @@ public struct Settings: Sendable {
             self.ingestFlushers = ingestFlushers
             self.maxEventAgeDays = maxEventAgeDays
             self.maxEventAheadMinutes = maxEventAheadMinutes
+            self.httpIdleTimeoutSeconds = httpIdleTimeoutSeconds
+            self.httpBodyTimeoutSeconds = httpBodyTimeoutSeconds
+            self.maxConnections = maxConnections
+            self.shutdownTimeoutSeconds = shutdownTimeoutSeconds
+            self.dbStatementTimeoutSeconds = dbStatementTimeoutSeconds
+            self.dbConnectTimeoutSeconds = dbConnectTimeoutSeconds
         }
     }
 

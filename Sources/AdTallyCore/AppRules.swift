@@ -18,10 +18,21 @@ public enum AppRules {
         TimeZone(identifier: name) != nil && (name == "UTC" || name.contains("/") || TimeZone.knownTimeZoneIdentifiers.contains(name))
     }
 
+    /// Most characters of an app's display name.
+    public static let maxNameLength = 200
+
     /// Validates an app's fields; the error names the field and the rule.
-    public static func validateApp(id: String, timezone: String, currency: String) throws(EventValidator.Rejection) {
+    public static func validateApp(id: String, name: String? = nil, timezone: String, currency: String) throws(EventValidator.Rejection) {
         guard isAppID(id) else {
             throw .init(field: "app", rule: "\"\(id)\" must match [a-z0-9][a-z0-9_.-]{0,63}")
+        }
+        if let name {
+            guard (1...maxNameLength).contains(EventValidator.characterCount(name, atMost: maxNameLength)) else {
+                throw .init(field: "name", rule: "must be 1 to \(maxNameLength) characters")
+            }
+            guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+                throw .init(field: "name", rule: "must not contain control characters (such as NUL or line breaks)")
+            }
         }
         guard isTimeZone(timezone) else {
             throw .init(field: "timezone", rule: "\"\(timezone)\" is not an IANA time zone (e.g. Europe/Berlin, UTC)")

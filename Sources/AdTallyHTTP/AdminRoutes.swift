@@ -1,6 +1,7 @@
 import AdTallyStorage
 import Foundation
 import Hummingbird
+import NIOCore
 
 /// Apps and keys over HTTP: `POST`/`GET /v1/apps`, `POST`/`GET /v1/apps/{app}/keys`,
 /// `DELETE /v1/keys/{id}`. Changes need an admin key; a read key may list its own app.
@@ -26,7 +27,7 @@ public struct AdminRoutes: Sendable {
     }
 
     /// Adds the routes to a router.
-    public func register(on router: Router<AdTallyRequestContext>) {
+    public func register(on router: Routes) {
         router.post("v1/apps") { request, _ in
             _ = try await authenticator.require(.admin, request)
             let body: CreateApp = try await Self.decode(request)
@@ -58,6 +59,7 @@ public struct AdminRoutes: Sendable {
         router.get("v1/apps/:app/keys") { request, context in
             _ = try await authenticator.require(.admin, request)
             let app = try context.parameters.require("app")
+            guard try await store.app(app) != nil else { throw Self.problem(.unknownApp(app)) }
             return try Self.json(["keys": try await store.listKeys(app: app)])
         }
         router.delete("v1/keys/:id") { request, context in
@@ -81,8 +83,16 @@ public struct AdminRoutes: Sendable {
         }
     }
 
+    /// Most bytes of an admin request body.
+    static let maxBodyBytes = 64 * 1024
+
     static func decode<T: Decodable>(_ request: Request) async throws -> T {
-        let buffer = try await request.body.collect(upTo: 64 * 1024)
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            throw ProblemDetails(.contentTooLarge, detail: "the body is larger than \(maxBodyBytes) bytes")
+        }
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
         } catch let DecodingError.keyNotFound(key, _) {

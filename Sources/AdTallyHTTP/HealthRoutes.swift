@@ -16,7 +16,7 @@ public struct HealthRoutes: Sendable {
     }
 
     /// Adds the routes to a router.
-    public func register(on router: Router<AdTallyRequestContext>) {
+    public func register(on router: Routes) {
         router.get("healthz") { _, _ in
             Self.json(#"{"status":"ok"}"#)
         }

@@ -56,7 +56,7 @@ public struct IngestRoutes: Sendable {
     }
 
     /// Adds the route to a router.
-    public func register(on router: Router<AdTallyRequestContext>) {
+    public func register(on router: Routes) {
         router.post("v1/events") { request, context in try await ingest(request, channel: context.channel) }
     }
 

@@ -8,8 +8,12 @@ import PostgresKit
 /// their status. Anything else is a 500 whose body says nothing internal and whose
 /// full detail is logged at error level.
 public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
-    /// Creates the middleware.
-    public init() {}
+    let routes: RouteTable?
+
+    /// Creates the middleware; with `routes`, a path routed under other methods is 405.
+    public init(routes: RouteTable? = nil) {
+        self.routes = routes
+    }
 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
@@ -20,6 +24,13 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             var problem = ProblemDetails(error.status, detail: error.body ?? error.status.reasonPhrase, headers: error.headers)
             if error.status == .notFound && error.body == nil {
                 problem.detail = "no route for \(request.method) \(request.uri.path)"
+                if let allowed = routes?.methods(for: request.uri.path), !allowed.isEmpty {
+                    let list = allowed.map(\.rawValue).joined(separator: ", ")
+                    problem = ProblemDetails(
+                        .methodNotAllowed, detail: "\(request.uri.path) does not take \(request.method); it takes \(list)",
+                        headers: [.allow: list]
+                    )
+                }
             }
             return try problem.response(from: request, context: context)
         } catch let error as PostgresError where error.isTransient {

@@ -90,7 +90,7 @@ public struct AppStore: Sendable {
     /// Creates an app; the id, zone and currency are checked first.
     public func createApp(id: String, name: String?, timezone: String = "UTC", currency: String = "USD") async throws -> App {
         do {
-            try AppRules.validateApp(id: id, timezone: timezone, currency: currency)
+            try AppRules.validateApp(id: id, name: name, timezone: timezone, currency: currency)
         } catch {
             throw AppStoreError.invalid(field: error.field, rule: error.rule)
         }

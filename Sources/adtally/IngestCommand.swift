@@ -18,6 +18,12 @@ struct IngestCommand: AsyncParsableCommand {
     @Flag(help: "Exit with status 1 when any event was rejected.") var strict = false
     @Argument(help: "Files to import.") var files: [String]
 
+    func validate() throws {
+        guard (1...1_000_000).contains(batchSize) else {
+            throw ValidationError("--batch-size must be from 1 to 1000000 events, got \(batchSize)")
+        }
+    }
+
     func run() async throws {
         let window = try Settings.resolve(flags: database.flags)
         let isTerminal = isatty(STDERR_FILENO) == 1

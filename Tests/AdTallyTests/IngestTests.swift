@@ -348,7 +348,7 @@ struct DatabaseDownTests {
         let services = AppServices(settings: settings, database: database, logger: .init(label: "test"))
         let app = buildApplication(settings: settings, services: services, logger: .init(label: "test"))
         try await app.test(.live) { client in
-            try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers("atk_x"), body: Ingest.body([])) { response in
+            try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers("atk_" + String(repeating: "0", count: 48)), body: Ingest.body([])) { response in
                 #expect(response.status == .serviceUnavailable)
                 #expect(response.headers[.retryAfter] != nil)
             }
