@@ -121,7 +121,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PostgresKitTests",
-            dependencies: ["PostgresKit", "AdTallyStorage", "AdTallyTestSupport"],
+            dependencies: ["PostgresKit", "AdTallyCore", "AdTallyStorage", "AdTallyTestSupport"],
             swiftSettings: strict
         ),
         .testTarget(

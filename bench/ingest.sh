@@ -53,7 +53,7 @@ done
 
 socket="$data/run"
 [ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
-conn="host=$socket port=5432 user=adtally dbname=adtally"
+conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
 columns="app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version, app_version, device, revenue_micros, currency, error_code, will_leave, shown"
 : > "$work/copy.txt"
 # Every measured phase starts right after a CHECKPOINT, so none pays for the

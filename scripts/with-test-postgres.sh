@@ -8,8 +8,10 @@ if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
   echo "PostgreSQL server programs not found; install the Debian package 'postgresql'" >&2
   exit 1
 fi
+# The cluster trusts whoever reaches its socket, so only its owner may: the folder
+# and the socket are mode 0700 (root, running the tests, gets in regardless).
 root=$(mktemp -d /tmp/adtally-test-pg.XXXXXX)
-chmod 755 "$root"
+chmod 700 "$root"
 as_server() {
   # PostgreSQL refuses to run as root; as root, run it as the postgres user.
   if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
@@ -23,7 +25,7 @@ trap cleanup EXIT
 as_server "$bindir/initdb" -D "$root/data" -U adtally -A trust -E UTF8 --locale=C.UTF-8 --no-instructions >/dev/null
 # Durability of the throwaway cluster itself is not under test: skip fsync for speed.
 as_server "$bindir/pg_ctl" start -w -D "$root/data" -l "$root/postgres.log" \
-  -o "-c listen_addresses='' -c unix_socket_directories='$root' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+  -o "-c listen_addresses='' -c unix_socket_directories='$root' -c unix_socket_permissions=0700 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
 export ADTALLY_TEST_DATABASE_URL="host=$root port=5432 user=adtally dbname=postgres"
 # Tests that check what PostgreSQL logged read it here.
 export ADTALLY_TEST_POSTGRES_LOG="$root/postgres.log"

@@ -9,6 +9,11 @@ import PostgresKit
 /// `pg/` the cluster, `run/` its unix socket and log, `lock` serializing starts.
 /// The server listens on a private unix socket only, unless a TCP port is asked for.
 /// A cluster already running is reused; only whoever started it stops it.
+///
+/// Nobody else on the machine gets in: the cluster's user has a generated password
+/// (scram-sha-256, for the socket and TCP alike), kept in `pgpass` (mode 0600) that
+/// only this user can read; the socket folder is the cluster's own (mode 0700), and
+/// a fallback folder under /tmp that someone else made first is refused.
 public final class EmbeddedPostgres: Sendable {
     /// The data folder.
     public let dataDirectory: URL
@@ -38,6 +43,8 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     var clusterDirectory: URL { dataDirectory.appendingPathComponent("pg") }
+    /// The password file libpq reads (`passfile`), mode 0600.
+    public var passwordFile: URL { dataDirectory.appendingPathComponent("pgpass") }
     var runDirectory: URL { dataDirectory.appendingPathComponent("run") }
     /// The server log.
     public var logFile: URL { runDirectory.appendingPathComponent("postgres.log") }
@@ -52,7 +59,8 @@ public final class EmbeddedPostgres: Sendable {
 
     /// The libpq conninfo for the cluster's database.
     public var conninfo: String {
-        "host='\(socketDirectory.path)' port=\(tcpPort ?? Self.socketPort) dbname=\(Self.databaseName) user=\(Self.userName) application_name=adtally"
+        "host='\(socketDirectory.path)' port=\(tcpPort ?? Self.socketPort) dbname=\(Self.databaseName) user=\(Self.userName) "
+            + "passfile='\(passwordFile.path)' application_name=adtally"
     }
 
     /// Whether the cluster's server is running.
@@ -69,8 +77,9 @@ public final class EmbeddedPostgres: Sendable {
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
         return try withStartLock {
             try prepareDirectories()
+            let password = try ensurePassword()
             if !FileManager.default.fileExists(atPath: clusterDirectory.appendingPathComponent("PG_VERSION").path) {
-                try initialize()
+                try initialize(password: password)
             }
             if try isRunning() {
                 logger.info("reusing the running embedded PostgreSQL", metadata: ["data": "\(dataDirectory.path)"])
@@ -78,6 +87,7 @@ public final class EmbeddedPostgres: Sendable {
                 return false
             }
             try writeSettings()
+            let upgrading = trustsConnections()
             let outcome = try CommandRunner.run(
                 tool("pg_ctl"),
                 ["start", "-w", "-t", "60", "-D", clusterDirectory.path, "-l", logFile.path],
@@ -86,6 +96,7 @@ public final class EmbeddedPostgres: Sendable {
             guard outcome.status == 0 else {
                 throw EmbeddedPostgresError.startFailed(output: outcome.output, log: tailOfLog())
             }
+            if upgrading { try setPasswordAndReload(password) }
             try createDatabaseIfMissing()
             logger.info("started embedded PostgreSQL", metadata: ["data": "\(dataDirectory.path)", "socket": "\(socketDirectory.path)"])
             return true
@@ -143,24 +154,86 @@ public final class EmbeddedPostgres: Sendable {
     private func tool(_ name: String) -> String { binaries.appendingPathComponent(name).path }
 
     private func prepareDirectories() throws {
-        for directory in [clusterDirectory, runDirectory, socketDirectory] {
+        for directory in [clusterDirectory, runDirectory] {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         }
-        guard let user = serverUser else { return }
-        guard let entry = getpwnam(user) else { throw EmbeddedPostgresError.noServerUser(user) }
-        for directory in [clusterDirectory, runDirectory, socketDirectory] {
-            guard chown(directory.path, entry.pointee.pw_uid, entry.pointee.pw_gid) == 0 else {
-                throw EmbeddedPostgresError.cannotPrepare(directory.path, String(cString: strerror(errno)))
+        let owner: (uid: uid_t, gid: gid_t)
+        if let user = serverUser {
+            guard let entry = getpwnam(user) else { throw EmbeddedPostgresError.noServerUser(user) }
+            owner = (entry.pointee.pw_uid, entry.pointee.pw_gid)
+        } else {
+            owner = (geteuid(), getegid())
+        }
+        if socketDirectory != runDirectory { try prepareSocketFallback(owner: owner.uid) }
+        if serverUser != nil {
+            for directory in [clusterDirectory, runDirectory, socketDirectory] {
+                guard chown(directory.path, owner.uid, owner.gid) == 0 else {
+                    throw EmbeddedPostgresError.cannotPrepare(directory.path, String(cString: strerror(errno)))
+                }
             }
         }
         _ = chmod(clusterDirectory.path, 0o700)
+        _ = chmod(runDirectory.path, 0o700)
+        if let user = serverUser {
+            // initdb and the server run as that user: every folder above the cluster must let it in.
+            let probe = try CommandRunner.run("/usr/bin/test", ["-w", clusterDirectory.path, "-a", "-x", clusterDirectory.path], asUser: user)
+            guard probe.status == 0 else { throw EmbeddedPostgresError.unreachableForServerUser(user, clusterDirectory.path) }
+        }
     }
 
-    private func initialize() throws {
+    /// The /tmp socket folder (for data folders whose path is too long for a socket
+    /// address): made here with mode 0700, or, if it exists, used only when it is a
+    /// real folder of the server's user (or ours) that nobody else may enter. Its
+    /// name is predictable, so another user could have made it first to catch the socket.
+    private func prepareSocketFallback(owner: uid_t) throws {
+        let path = socketDirectory.path
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw EmbeddedPostgresError.cannotPrepare(path, String(cString: strerror(errno)))
+        }
+        var info = stat()
+        guard lstat(path, &info) == 0 else { throw EmbeddedPostgresError.cannotPrepare(path, String(cString: strerror(errno))) }
+        let isDirectory = info.st_mode & S_IFMT == S_IFDIR
+        guard isDirectory, info.st_uid == owner || info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else {
+            throw EmbeddedPostgresError.unsafeSocketDirectory(path)
+        }
+    }
+
+    /// The cluster user's password: read from `pgpass`, or generated (24 random
+    /// bytes, hex) and written there with mode 0600 before the cluster first starts.
+    private func ensurePassword() throws -> String {
+        if let text = try? String(contentsOf: passwordFile, encoding: .utf8),
+           let line = text.split(separator: "\n").first, let password = line.split(separator: ":").last, !password.isEmpty {
+            _ = chmod(passwordFile.path, 0o600)
+            return String(password)
+        }
+        var generator = SystemRandomNumberGenerator()
+        let password = (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        try Self.writePrivately("*:*:*:\(Self.userName):\(password)\n", to: passwordFile)
+        return password
+    }
+
+    /// Writes a file only its owner may read (mode 0600 from the start).
+    private static func writePrivately(_ text: String, to url: URL) throws {
+        let descriptor = open(url.path, O_CREAT | O_WRONLY | O_TRUNC, 0o600)
+        guard descriptor >= 0 else { throw EmbeddedPostgresError.cannotPrepare(url.path, String(cString: strerror(errno))) }
+        defer { close(descriptor) }
+        _ = fchmod(descriptor, 0o600)
+        let bytes = Array(text.utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count else {
+            throw EmbeddedPostgresError.cannotPrepare(url.path, String(cString: strerror(errno)))
+        }
+    }
+
+    private func initialize(password: String) throws {
         logger.info("creating embedded PostgreSQL cluster", metadata: ["data": "\(clusterDirectory.path)"])
+        // initdb reads the password from a file its user can read; removed right after.
+        let passwordInput = runDirectory.appendingPathComponent("initdb-password")
+        try Self.writePrivately(password, to: passwordInput)
+        defer { try? FileManager.default.removeItem(at: passwordInput) }
+        if let user = serverUser, let entry = getpwnam(user) { _ = chown(passwordInput.path, entry.pointee.pw_uid, entry.pointee.pw_gid) }
         let outcome = try CommandRunner.run(
             tool("initdb"),
-            ["-D", clusterDirectory.path, "-U", Self.userName, "-A", "trust", "-E", "UTF8",
+            ["-D", clusterDirectory.path, "-U", Self.userName, "--pwfile", passwordInput.path, "-A", "scram-sha-256", "-E", "UTF8",
              "--locale=C.UTF-8", "--no-instructions"],
             asUser: serverUser
         )
@@ -170,6 +243,30 @@ public final class EmbeddedPostgres: Sendable {
         defer { try? handle.close() }
         handle.seekToEndOfFile()
         handle.write(Data("\n# AdTally: socket, port and listen address are set per start\ninclude_if_exists = 'adtally.conf'\n".utf8))
+    }
+
+    /// Whether pg_hba.conf still trusts connections: a cluster made by an earlier
+    /// version let every local user in as superuser, over TCP too.
+    private func trustsConnections() -> Bool {
+        guard let text = try? String(contentsOf: clusterDirectory.appendingPathComponent("pg_hba.conf"), encoding: .utf8) else { return false }
+        return text.split(separator: "\n").contains { !$0.hasPrefix("#") && $0.split(separator: " ").contains("trust") }
+    }
+
+    /// Sets the cluster user's password (the socket is still trusted at this point),
+    /// then switches every rule to scram-sha-256 and reloads.
+    private func setPasswordAndReload(_ password: String) throws {
+        let admin = "host='\(socketDirectory.path)' port=\(tcpPort ?? Self.socketPort) dbname=postgres user=\(Self.userName)"
+        let connection = try PostgresConnection(connecting: admin)
+        try connection.query("SELECT set_config('password_encryption', 'scram-sha-256', false)")
+        try connection.execute(unsafeSQL: "ALTER ROLE \(Self.userName) PASSWORD '\(password)'")
+        let hba = clusterDirectory.appendingPathComponent("pg_hba.conf")
+        let text = try String(contentsOf: hba, encoding: .utf8)
+        let rewritten = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.hasPrefix("#") ? String(line) : line.replacingOccurrences(of: " trust", with: " scram-sha-256")
+        }.joined(separator: "\n")
+        try rewritten.write(to: hba, atomically: false, encoding: .utf8)
+        try connection.query("SELECT pg_reload_conf()")
+        logger.notice("the embedded PostgreSQL now requires its generated password", metadata: ["passfile": "\(passwordFile.path)"])
     }
 
     private func writeSettings() throws {
@@ -190,7 +287,7 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     private func createDatabaseIfMissing() throws {
-        let admin = "host='\(socketDirectory.path)' port=\(tcpPort ?? Self.socketPort) dbname=postgres user=\(Self.userName)"
+        let admin = "host='\(socketDirectory.path)' port=\(tcpPort ?? Self.socketPort) dbname=postgres user=\(Self.userName) passfile='\(passwordFile.path)'"
         let connection = try PostgresConnection(connecting: admin)
         let rows = try connection.query("SELECT 1 FROM pg_database WHERE datname = \(Self.databaseName)")
         if rows.isEmpty {
@@ -243,6 +340,8 @@ public enum EmbeddedPostgresError: Error, CustomStringConvertible {
     case initdbFailed(output: String)
     case startFailed(output: String, log: String)
     case stopFailed(output: String)
+    case unsafeSocketDirectory(String)
+    case unreachableForServerUser(String, String)
 
     public var description: String {
         switch self {
@@ -259,6 +358,12 @@ public enum EmbeddedPostgresError: Error, CustomStringConvertible {
             "the embedded PostgreSQL did not start: \(output)\n\(log)"
         case .stopFailed(let output):
             "the embedded PostgreSQL did not stop: \(output)"
+        case .unsafeSocketDirectory(let path):
+            "refusing the socket folder \(path): it exists and is not a folder of the cluster's user closed to everyone else "
+                + "(someone else may have made it); remove it, or use a shorter --data-dir so that the socket stays inside it"
+        case .unreachableForServerUser(let user, let path):
+            "running as root, the embedded PostgreSQL runs as the '\(user)' user, which cannot reach \(path) "
+                + "(a folder above it is closed to that user); use a --data-dir that '\(user)' can enter (e.g. /var/lib/adtally), or set DATABASE_URL"
         }
     }
 }

@@ -1,3 +1,4 @@
+import AdTallyCore
 import AdTallyStorage
 import Foundation
 import PostgresKit
@@ -49,5 +50,97 @@ struct EmbeddedPostgresTests {
             try EmbeddedPostgres(dataDirectory: URL(fileURLWithPath: "/tmp/unused"), serverRoot: "/nonexistent", binarySearchPaths: ["/nonexistent/bin"])
         }
         #expect(error?.description.contains("apt-get install postgresql") == true)
+    }
+}
+
+@Suite("Embedded PostgreSQL cluster: nobody else gets in")
+struct EmbeddedPostgresSecurityTests {
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                _ = bind(fd, $0, length)
+                _ = getsockname(fd, $0, &length)
+            }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    @Test("over TCP a password is required; it is generated and kept in a file only its owner reads")
+    func passwordOverTCP() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-embedded-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let port = try Self.freePort()
+        let cluster = try EmbeddedPostgres(dataDirectory: folder, tcpPort: port)
+        try cluster.start()
+        defer { try? cluster.stop() }
+        let attributes = try FileManager.default.attributesOfItem(atPath: cluster.passwordFile.path)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        let error = #expect(throws: PostgresError.self) {
+            try PostgresConnection(connecting: "host=127.0.0.1 port=\(port) user=adtally dbname=adtally password=guess sslmode=disable")
+        }
+        #expect(error?.message.contains("password authentication failed") == true)
+        #expect(throws: PostgresError.self) {
+            try PostgresConnection(connecting: "host=127.0.0.1 port=\(port) user=adtally dbname=adtally passfile=/dev/null sslmode=disable")
+        }
+        let password = try String(contentsOf: cluster.passwordFile, encoding: .utf8).split(separator: ":").last!
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let connection = try PostgresConnection(connecting: "host=127.0.0.1 port=\(port) user=adtally dbname=adtally password=\(password) sslmode=disable")
+        #expect(try connection.query("SELECT 1 AS one")[0].decode("one", as: Int.self) == 1)
+        // The usual conninfo (socket and passfile) works too.
+        _ = try PostgresConnection(connecting: cluster.conninfo)
+    }
+
+    @Test("a cluster made by an earlier version, trusting everyone, gets a password on its next start")
+    func trustingClusterUpgraded() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-embedded-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let port = try Self.freePort()
+        let cluster = try EmbeddedPostgres(dataDirectory: folder, tcpPort: port)
+        try cluster.start()
+        try cluster.stop()
+        // What an earlier version left: trust everywhere, no password file.
+        let hba = folder.appendingPathComponent("pg/pg_hba.conf")
+        let text = try String(contentsOf: hba, encoding: .utf8).replacingOccurrences(of: "scram-sha-256", with: "trust")
+        try text.write(to: hba, atomically: false, encoding: .utf8)
+        try FileManager.default.removeItem(at: cluster.passwordFile)
+        try cluster.start()
+        defer { try? cluster.stop() }
+        #expect(throws: PostgresError.self) {
+            try PostgresConnection(connecting: "host=127.0.0.1 port=\(port) user=adtally dbname=adtally passfile=/dev/null sslmode=disable")
+        }
+        _ = try PostgresConnection(connecting: cluster.conninfo)
+    }
+
+    @Test("a /tmp socket folder someone else made first is refused")
+    func foreignSocketFolder() throws {
+        // A data folder whose path is too long for a socket address uses /tmp/adtally-<hash>.
+        let folder = FileManager.default.temporaryDirectory
+            .appendingPathComponent("adtally-embedded-\(UUID().uuidString)-\(String(repeating: "x", count: 60))")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let cluster = try EmbeddedPostgres(dataDirectory: folder)
+        let fallback = URL(fileURLWithPath: "/tmp/adtally-\(SHA256.hex(folder.appendingPathComponent("run").standardizedFileURL.path).prefix(16))")
+        try FileManager.default.createDirectory(at: fallback, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: fallback) }
+        chmod(fallback.path, 0o777)
+        let error = #expect(throws: EmbeddedPostgresError.self) { try cluster.start() }
+        #expect(error?.description.contains("refusing the socket folder \(fallback.path)") == true)
+    }
+
+    @Test("as root, a data folder the postgres user cannot reach fails with one clear message")
+    func unreachableDataFolder() throws {
+        guard geteuid() == 0 else { return }
+        let closed = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-closed-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: closed, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: closed) }
+        chmod(closed.path, 0o700)
+        let cluster = try EmbeddedPostgres(dataDirectory: closed.appendingPathComponent("data"))
+        let error = #expect(throws: EmbeddedPostgresError.self) { try cluster.start() }
+        #expect(error?.description.contains("'postgres' user, which cannot reach") == true)
     }
 }
