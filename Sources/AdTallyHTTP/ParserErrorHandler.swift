@@ -31,7 +31,9 @@ final class ParserErrorHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard let parserError = error as? HTTPParserError, !writingResponse, !answered else {
+        // EOF inside a request: the client has gone, so there is nobody to answer; the
+        // route reading the body sees the error (and answers 499 for the metrics).
+        guard let parserError = error as? HTTPParserError, parserError != .invalidEOFState, !writingResponse, !answered else {
             context.fireErrorCaught(error)
             return
         }
@@ -59,8 +61,6 @@ final class ParserErrorHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return (.badRequest, "Content-Length is not a valid length")
         case .invalidChunkSize:
             return (.badRequest, "the chunked body has an invalid chunk size")
-        case .invalidEOFState:
-            return (.badRequest, "the connection ended in the middle of a request")
         default:
             return (.badRequest, "the request is not valid HTTP/1.1 (\(error))")
         }

@@ -1,4 +1,5 @@
 import AdTallyApp
+import AdTallyCore
 import AdTallyStorage
 import Foundation
 import PostgresKit
@@ -63,6 +64,39 @@ struct MaintenanceTests {
             let wide = try await FileImporter(store: services.eventStore, appID: "history", maxAge: .seconds(30 * 86_400))
                 .importFiles([url.path])
             #expect(wide.accepted == 1)
+        }
+    }
+
+    /// Before: ids pruned under a 7-day window came back when an import widened it,
+    /// and the same events counted twice.
+    @Test("events whose ids were pruned are refused, whatever window a later import uses")
+    func prunedIDsStayRefused() async throws {
+        try await withServices { services in
+            _ = try await services.appStore.createApp(id: "history", name: nil)
+            let url = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-\(UUID().uuidString).ndjson")
+            let old = Date().addingTimeInterval(-10 * 86_400)
+            let line = Ingest.event(at: old)
+            try line.write(to: url, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(at: url) }
+            // Stored while it was recent (as a server would have), then pruned by a pass
+            // under the default 7-day horizon.
+            let raw = try EventBatchReader.readNDJSON(Array(line.utf8))
+            guard case .event(let fields) = raw.first else { Issue.record("unreadable"); return }
+            var validator = EventValidator(appID: "history", maxAge: .seconds(30 * 86_400))
+            validator.maxAge = .seconds(30 * 86_400)
+            let event = try validator.validate(fields, nowMicros: Int64(Date().timeIntervalSince1970 * 1_000_000))
+            #expect(try await services.eventStore.store([AppEvent(appID: "history", event: event)]) == [true])
+            let report = try await services.maintenance.runOnce()
+            #expect(report.prunedIDs == 1)
+            // An import with a 30-day window now refuses it instead of storing it again.
+            let again = try await FileImporter(store: services.eventStore, appID: "history", maxAge: .seconds(30 * 86_400))
+                .importFiles([url.path])
+            #expect(again.accepted == 0)
+            #expect(again.rejected == 1)
+            #expect(again.firstRejections.first?.contains("dedupe ledger has been pruned") == true)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 1)
+            // Pruning goes by time ranges and leaves younger ids alone.
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM event_ids") == 0)
         }
     }
 }

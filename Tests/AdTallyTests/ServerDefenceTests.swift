@@ -106,6 +106,25 @@ struct ServerDefenceTests {
         }
     }
 
+    @Test("a client that leaves mid-body is a 499, not a server error")
+    func clientLeavesMidBody() async throws {
+        try await withTestApp { services, client in
+            let keys = try await Ingest.keys(services)
+            let connection = try RawConnection(port: try #require(client.port))
+            connection.send("POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(keys.ingest)\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"events\":[")
+            try await Task.sleep(for: .milliseconds(200))
+            shutdown(connection.fd, Int32(SHUT_WR))
+            _ = connection.read(timeout: .seconds(2))
+            try await Task.sleep(for: .milliseconds(200))
+            try await client.execute(uri: "/metrics", method: .get) { response in
+                let text = String(buffer: response.body)
+                let lines = text.split(separator: "\n").filter { $0.hasPrefix("hb_requests") && $0.contains("/v1/events") }
+                #expect(lines.contains { $0.contains(#"http_response_status_code="499""#) }, "\(lines)")
+                #expect(!lines.contains { $0.contains(#"http_response_status_code="500""#) }, "\(lines)")
+            }
+        }
+    }
+
     @Test("connections past the cap wait until one closes")
     func connectionCap() async throws {
         try await TestDatabase.withDatabase { conninfo in
