@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test bench-ingest
+.PHONY: deps build build-release run test bench-ingest fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -29,3 +29,8 @@ test: deps
 bench-ingest: build-release
 	$(SWIFT) build -c release --product adtally-bench
 	bench/ingest.sh
+
+## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator and on
+## the CSV reader of adtally ingest, FUZZ_SECONDS each (default 600). Not part of test.
+fuzz: deps
+	scripts/fuzz.sh

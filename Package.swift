@@ -15,6 +15,8 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "adtally", targets: ["adtally"]),
+        // For the libFuzzer harnesses in Fuzz/ (make fuzz).
+        .library(name: "AdTallyCore", targets: ["AdTallyCore"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),

@@ -51,6 +51,15 @@ public struct EventStore: Sendable {
             // is rolled back and a second one sorts new from old ids with RETURNING.
             // (A COPY straight into the ledger failed on a known id, and PostgreSQL
             // logged that ERROR, with the app and id, for every retried batch.)
+            // The session's staging table, made outside any transaction: made inside
+            // one that rolls back, it would be gone while the connection thinks it is there.
+            if !connection.sessionSetUp.contains("ledger_in") {
+                try connection.execute(unsafeSQL: """
+                    CREATE TEMPORARY TABLE IF NOT EXISTS ledger_in (app_id text COLLATE "C", event_id uuid, occurred_at timestamptz)
+                    ON COMMIT DELETE ROWS
+                    """)
+                connection.sessionSetUp.insert("ledger_in")
+            }
             func attempt() throws -> [Bool] {
                 do {
                     return try connection.withTransaction { try Self.write(events, claimInBulk: true, on: $0) }
@@ -95,13 +104,6 @@ public struct EventStore: Sendable {
         // claimed; or with INSERT ... RETURNING, which says which ids were new.
         var isNew = [Bool](repeating: false, count: events.count)
         if claimInBulk {
-            if !connection.sessionSetUp.contains("ledger_in") {
-                try connection.execute(unsafeSQL: """
-                    CREATE TEMPORARY TABLE IF NOT EXISTS ledger_in (app_id text COLLATE "C", event_id uuid, occurred_at timestamptz)
-                    ON COMMIT DELETE ROWS
-                    """)
-                connection.sessionSetUp.insert("ledger_in")
-            }
             var ledger = PostgresCopyBuffer(columns: 3, capacity: ordered.count * 60)
             for index in ordered {
                 let event = events[index]

@@ -1,0 +1,16 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// libFuzzer harnesses, a package of their own: built only by `make fuzz`, with
+// -sanitize=fuzzer,address (libFuzzer supplies main, so they cannot live among the
+// main package's executables, which `swift build` links normally).
+let package = Package(
+    name: "adtally-fuzz",
+    dependencies: [.package(name: "adtally", path: "..")],
+    targets: [
+        // The ingest body readers (JSON and NDJSON, with the event limit) and the validator.
+        .executableTarget(name: "FuzzIngestBody", dependencies: [.product(name: "AdTallyCore", package: "adtally")]),
+        // The CSV reader of `adtally ingest` and the validator in its text-values mode.
+        .executableTarget(name: "FuzzCSV", dependencies: [.product(name: "AdTallyCore", package: "adtally")]),
+    ]
+)
