@@ -17,21 +17,7 @@ func adtallyBinary() -> String {
 }
 
 /// A free TCP port on 127.0.0.1, from the kernel.
-func freePort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    try withUnsafeMutablePointer(to: &address) { pointer in
-        try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            guard bind(fd, $0, length) == 0, getsockname(fd, $0, &length) == 0 else { throw TestSetupError(description: "no free port") }
-        }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
+func freePort() throws -> Int { try freeLoopbackPort() }
 
 /// A real `adtally serve` process on a test database.
 ///
@@ -83,6 +69,32 @@ final class ServerProcess: @unchecked Sendable {
             process.terminate()
             process.waitUntilExit()
         }
+    }
+}
+
+/// Runs `adtally serve` (with extra `arguments`) on a fresh test database that
+/// holds one app with an ingest key, waits until it is ready, and runs `body`
+/// with the process, the key's secret and an HTTP client.
+func withServeProcess(
+    app: String, arguments: [String] = [],
+    _ body: (ServerProcess, _ secret: String, HTTPClient) async throws -> Void
+) async throws {
+    try await TestDatabase.withDatabase { conninfo in
+        let (database, secret) = try await openWithApp(conninfo, app: app)
+        await database.close()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-\(app)-\(UUID().uuidString).log")
+        defer { try? FileManager.default.removeItem(at: log) }
+        let server = try ServerProcess(databaseURL: conninfo, port: try freePort(), log: log, arguments: arguments)
+        defer { server.terminate() }
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            try await server.waitUntilReady(client)
+            try await body(server, secret, client)
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+        try? await client.shutdown()  // the body may have shut it down already
     }
 }
 

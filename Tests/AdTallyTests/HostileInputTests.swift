@@ -137,17 +137,9 @@ struct HostileInputTests {
     /// holds its 1 MiB body and at most 1,001 slots.
     @Test("64 oversized requests in flight keep the server within its memory bound")
     func memoryBound() async throws {
-        try await TestDatabase.withDatabase { conninfo in
-            let (database, secret) = try await openWithApp(conninfo, app: "rss")
-            await database.close()
-            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-rss-\(UUID().uuidString).log")
-            defer { try? FileManager.default.removeItem(at: log) }
-            let port = try freePort()
-            let server = try ServerProcess(databaseURL: conninfo, port: port, log: log)
-            defer { server.terminate() }
-            let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        try await withServeProcess(app: "rss") { server, secret, client in
             do {
-                try await server.waitUntilReady(client)
+                let port = server.port
                 let before = try server.peakRSS()
                 let body = ByteBuffer(string: #"{"events":["# + Array(repeating: "{}", count: 349_000).joined(separator: ",") + "]}")
                 let statuses = try await withThrowingTaskGroup(of: UInt.self) { group in
@@ -168,11 +160,7 @@ struct HostileInputTests {
                 // Each request: its 1 MiB body, the NIO read buffers and 1,001 slots.
                 print("peak RSS growth with 64 oversized requests in flight: \(growth / 1_048_576) MiB")
                 #expect(growth < 64 * 3 * 1_048_576)
-            } catch {
-                try? await client.shutdown()
-                throw error
             }
-            try await client.shutdown()
         }
     }
 }

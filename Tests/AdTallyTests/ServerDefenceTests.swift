@@ -137,21 +137,8 @@ struct ServerDefenceTests {
 
     @Test("connections past the cap wait until one closes")
     func connectionCap() async throws {
-        try await TestDatabase.withDatabase { conninfo in
-            let (database, _) = try await openWithApp(conninfo, app: "cap")
-            await database.close()
-            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-cap-\(UUID().uuidString).log")
-            defer { try? FileManager.default.removeItem(at: log) }
-            let port = try freePort()
-            let server = try ServerProcess(databaseURL: conninfo, port: port, log: log, arguments: ["--max-connections", "2"])
-            defer { server.terminate() }
-            let client = HTTPClient(eventLoopGroupProvider: .singleton)
-            do {
-                try await server.waitUntilReady(client)
-            } catch {
-                try? await client.shutdown()
-                throw error
-            }
+        try await withServeProcess(app: "cap", arguments: ["--max-connections", "2"]) { server, _, client in
+            let port = server.port
             try await client.shutdown()
             try await Task.sleep(for: .milliseconds(300))  // the client's connection is gone
             let first = try RawConnection(port: port)
@@ -299,20 +286,8 @@ enum AppStoreKeys {
 struct ServeLifecycleTests {
     @Test("a port already in use fails at once, naming it, and stops the embedded cluster")
     func portInUse() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try loopbackSocket(listening: true)
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                _ = bind(listener, $0, length)
-                _ = getsockname(listener, $0, &length)
-            }
-        }
-        listen(listener, 1)
-        let port = Int(UInt16(bigEndian: address.sin_port))
         try await TestDatabase.withDatabase { conninfo in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: adtallyBinary())
@@ -335,22 +310,8 @@ struct ServeLifecycleTests {
 
     @Test("SIGTERM with a request stalled mid-body exits within the shutdown deadline")
     func shutdownDeadline() async throws {
-        try await TestDatabase.withDatabase { conninfo in
-            let (database, secret) = try await openWithApp(conninfo, app: "stall")
-            await database.close()
-            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-stall-\(UUID().uuidString).log")
-            defer { try? FileManager.default.removeItem(at: log) }
-            let port = try freePort()
-            let server = try ServerProcess(databaseURL: conninfo, port: port, log: log, arguments: ["--shutdown-timeout", "2"])
-            defer { server.terminate() }
-            let client = HTTPClient(eventLoopGroupProvider: .singleton)
-            do {
-                try await server.waitUntilReady(client)
-            } catch {
-                try? await client.shutdown()
-                throw error
-            }
-            try await client.shutdown()
+        try await withServeProcess(app: "stall", arguments: ["--shutdown-timeout", "2"]) { server, secret, _ in
+            let port = server.port
             let stalled = try RawConnection(port: port)
             stalled.send("POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(secret)\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
             try await Task.sleep(for: .milliseconds(300))

@@ -6,25 +6,9 @@ import Testing
 /// A database that stops answering, and a pool used under cancellation (issue 7).
 @Suite("PostgreSQL client defences")
 struct DefenceTests {
-    /// A free TCP port on 127.0.0.1.
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        try withUnsafeMutablePointer(to: &address) { pointer in
-            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                guard bind(fd, $0, length) == 0, getsockname(fd, $0, &length) == 0 else { throw TestSetupError(description: "no free port") }
-            }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     @Test("a server that accepts and never answers fails the connect after connect_timeout")
     func connectTimeout() async throws {
-        let server = try FakePostgres(mode: "silent", port: try Self.freePort())
+        let server = try FakePostgres(mode: "silent", port: try freeLoopbackPort())
         defer { server.stop() }
         let started = ContinuousClock.now
         #expect(throws: PostgresError.self) {
@@ -38,7 +22,7 @@ struct DefenceTests {
     /// double free that crashed the process.
     @Test("a connection whose session set-up fails is finished once, and the error names the server's reason")
     func failedSessionSetUp() async throws {
-        let server = try FakePostgres(mode: "reject-sql", port: try Self.freePort())
+        let server = try FakePostgres(mode: "reject-sql", port: try freeLoopbackPort())
         defer { server.stop() }
         for _ in 0..<3 {
             let error = #expect(throws: PostgresError.self) { try PostgresConnection(connecting: server.conninfo) }

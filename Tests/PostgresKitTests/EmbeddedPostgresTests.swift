@@ -1,5 +1,6 @@
 import AdTallyCore
 import AdTallyStorage
+import AdTallyTestSupport
 import Foundation
 import PostgresKit
 import Testing
@@ -55,27 +56,11 @@ struct EmbeddedPostgresTests {
 
 @Suite("Embedded PostgreSQL cluster: nobody else gets in")
 struct EmbeddedPostgresSecurityTests {
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                _ = bind(fd, $0, length)
-                _ = getsockname(fd, $0, &length)
-            }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     @Test("over TCP a password is required; it is generated and kept in a file only its owner reads")
     func passwordOverTCP() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-embedded-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: folder) }
-        let port = try Self.freePort()
+        let port = try freeLoopbackPort()
         let cluster = try EmbeddedPostgres(dataDirectory: folder, tcpPort: port)
         try cluster.start()
         defer { try? cluster.stop() }
@@ -100,7 +85,7 @@ struct EmbeddedPostgresSecurityTests {
     func trustingClusterUpgraded() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-embedded-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: folder) }
-        let port = try Self.freePort()
+        let port = try freeLoopbackPort()
         let cluster = try EmbeddedPostgres(dataDirectory: folder, tcpPort: port)
         try cluster.start()
         try cluster.stop()

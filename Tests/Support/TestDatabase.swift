@@ -95,3 +95,30 @@ public final class FakePostgres: @unchecked Sendable {
 
     deinit { stop() }
 }
+
+/// A TCP socket bound to a free port on 127.0.0.1 (listening when asked): its
+/// descriptor, which the caller closes, and the port.
+public func loopbackSocket(listening: Bool = false) throws -> (fd: Int32, port: Int) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    try withUnsafeMutablePointer(to: &address) { pointer in
+        try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            guard bind(fd, $0, length) == 0, getsockname(fd, $0, &length) == 0 else {
+                close(fd)
+                throw TestSetupError(description: "no free port")
+            }
+        }
+    }
+    if listening { listen(fd, 1) }
+    return (fd, Int(UInt16(bigEndian: address.sin_port)))
+}
+
+/// A free TCP port on 127.0.0.1, from the kernel.
+public func freeLoopbackPort() throws -> Int {
+    let (fd, port) = try loopbackSocket()
+    close(fd)
+    return port
+}
