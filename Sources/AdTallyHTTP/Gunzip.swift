@@ -13,13 +13,6 @@ enum Gunzip {
         case corrupt(String)
     }
 
-    static func inflate(_ input: [UInt8], limit: Int) throws(Failure) -> [UInt8] {
-        let result: Result<[UInt8], Failure> = input.withUnsafeBytes { bytes in
-            do throws(Failure) { return .success(try inflate(bytes, limit: limit)) } catch { return .failure(error) }
-        }
-        return try result.get()
-    }
-
     static func inflate(_ input: UnsafeRawBufferPointer, limit: Int) throws(Failure) -> [UInt8] {
         var stream = z_stream()
         // 15 + 32: zlib or gzip header, detected automatically.

@@ -86,9 +86,6 @@ public final class KeyAuthenticator: Sendable {
         }
     }
 
-    /// Entries cached now, for tests.
-    var cachedEntries: Int { known.withLock { $0.count } + unknown.withLock { $0.count } }
-
     /// The request's key, which must have `scope` (and belong to `app` when given), else 401/403.
     public func require(_ scope: KeyScope, app: String? = nil, _ request: Request) async throws -> APIKey {
         let key = try await authenticate(request)

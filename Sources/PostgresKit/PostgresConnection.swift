@@ -47,11 +47,6 @@ public final class PostgresConnection: @unchecked Sendable {
             self.statementTimeout = statementTimeout
         }
 
-        /// No timeouts at all (libpq's and PostgreSQL's own defaults).
-        public static let none = Options(
-            connectTimeout: nil, keepalivesIdle: nil, keepalivesInterval: nil, keepalivesCount: nil, tcpUserTimeout: nil, statementTimeout: nil
-        )
-
         /// libpq keywords and values, placed before the conninfo so that it can override them.
         var libpqParameters: [(String, String)] {
             var parameters: [(String, String)] = []
