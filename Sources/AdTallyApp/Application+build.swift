@@ -51,8 +51,9 @@ public struct AppServices: Sendable {
 public func buildApplication(settings: Settings, services: AppServices, logger: Logger) -> some ApplicationProtocol {
     let routes = Routes()
     let router = routes.router
-    router.add(middleware: ProblemMiddleware(routes: routes.table))
+    // Metrics outermost: they record the status actually sent, problem responses included.
     router.add(middleware: MetricsMiddleware())
+    router.add(middleware: ProblemMiddleware(routes: routes.table))
     HealthRoutes(readiness: DatabaseReadiness(database: services.database, compaction: services.compactor.health)).register(on: routes)
     MetricsRoutes.register(on: routes)
     let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))

@@ -39,11 +39,6 @@ public struct IngestLimits: Sendable {
     }
 }
 
-extension HTTPResponse.Status {
-    /// 499, nginx's "client closed request": the client left before it sent its body.
-    public static let clientClosedRequest = HTTPResponse.Status(code: 499, reasonPhrase: "Client Closed Request")
-}
-
 /// `POST /v1/events`: validate, queue for group commit, answer after the commit.
 public struct IngestRoutes: Sendable {
     let authenticator: KeyAuthenticator
@@ -216,12 +211,6 @@ public struct IngestRoutes: Sendable {
             buffer = collected
         } catch is NIOTooManyBytesError {
             throw tooLarge
-        } catch let problem as ProblemDetails {
-            throw problem
-        } catch {
-            // The client went away mid-body (EOF inside the body, a reset): nothing went
-            // wrong here, so no 500 and no error log; 499 as nginx counts it.
-            throw ProblemDetails(.clientClosedRequest, detail: "the connection closed before the body was complete")
         }
         switch request.headers[.contentEncoding]?.lowercased().trimmingCharacters(in: .whitespaces) {
         case nil, "", "identity":

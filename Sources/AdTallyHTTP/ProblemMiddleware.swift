@@ -1,12 +1,22 @@
+import Foundation
 import Hummingbird
 import Logging
+import NIOCore
+import NIOHTTP1
 import PostgresKit
+
+extension HTTPResponse.Status {
+    /// 499, nginx's "client closed request": the client left before its request was read.
+    public static let clientClosedRequest = HTTPResponse.Status(code: 499, reasonPhrase: "Client Closed Request")
+}
 
 /// Maps every error escaping a route into problem+json, once, at the HTTP boundary.
 ///
 /// Expected failures (`ProblemDetails`, Hummingbird's `HTTPError` such as 404) keep
 /// their status. Anything else is a 500 whose body says nothing internal and whose
-/// full detail is logged at error level.
+/// full detail is logged at error level. A client that went away mid-request (EOF
+/// inside the body, a reset) is nobody's fault here: 499, as nginx counts it, logged
+/// at debug level, whichever route was reading.
 public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
     let routes: RouteTable?
 
@@ -38,6 +48,10 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             context.logger.warning("database unavailable", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
             return try ProblemDetails(.serviceUnavailable, detail: "the database is unavailable; retry shortly", headers: [.retryAfter: "1"])
                 .response(from: request, context: context)
+        } catch let error where Self.isClientGone(error) {
+            context.logger.debug("client left mid-request", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            return try ProblemDetails(.clientClosedRequest, detail: "the connection closed before the request was complete")
+                .response(from: request, context: context)
         } catch let error as any HTTPResponseError {
             let problem = ProblemDetails(error.status, detail: "\(error)")
             return try problem.response(from: request, context: context)
@@ -47,6 +61,16 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             ])
             return try ProblemDetails(.internalServerError, detail: "an internal error occurred; it has been logged")
                 .response(from: request, context: context)
+        }
+    }
+
+    /// Errors that mean the client closed or reset the connection while the request was read.
+    static func isClientGone(_ error: any Error) -> Bool {
+        switch error {
+        case let parser as HTTPParserError: parser == .invalidEOFState
+        case let io as IOError: io.errnoCode == ECONNRESET || io.errnoCode == EPIPE
+        case let channel as ChannelError: channel == .eof || channel == .ioOnClosedChannel || channel == .inputClosed
+        default: false
         }
     }
 }
