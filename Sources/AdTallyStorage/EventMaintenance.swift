@@ -61,30 +61,32 @@ public struct EventMaintenance: Sendable {
     func pruneIDs(now: Date) async throws -> Int {
         let ownAge = maxEventAge.components.seconds
         let nowMicros = Int64(now.timeIntervalSince1970 * 1_000_000)
-        let cutoffSQL = "to_timestamp(\(nowMicros)::double precision / 1000000) - make_interval(secs => GREATEST(max_event_age_seconds, \(ownAge))) - interval '1 day'"
+        /// Ids older than this (microseconds) may go: the widest window recorded or ours, plus a day.
+        @Sendable func cutoff(horizonSeconds: Int64) -> Int64 { nowMicros - (max(horizonSeconds, ownAge) + 86_400) * 1_000_000 }
+        @Sendable func timestamp(_ micros: Int64) -> Double { Double(micros) / 1_000_000 }
+
         // The oldest id below the cutoff; the BRIN index reads only the ranges below it.
-        let oldest = try await pool.query(PostgresQuery(unsafeSQL: """
+        let recorded = try await pool.query("SELECT max_event_age_seconds FROM id_horizon")[0].decode(0, as: Int64.self)
+        let firstCutoff = cutoff(horizonSeconds: recorded)
+        let oldest = try await pool.query("""
             SELECT (extract(epoch FROM min(occurred_at)) * 1000000)::bigint FROM event_ids
-            WHERE occurred_at < (SELECT \(cutoffSQL) FROM id_horizon)
-            """)).first?.decode(0, as: Int64?.self)
+            WHERE occurred_at < to_timestamp(\(timestamp(firstCutoff)))
+            """).first?.decode(0, as: Int64?.self)
         guard var lower = oldest else { return 0 }
         var pruned = 0
         while true {
             let upper = lower / 3_600_000_000 * 3_600_000_000 + 3_600_000_000
             let (deleted, done) = try await pool.withTransaction { [lower] connection -> (Int, Bool) in
-                let cutoff = try connection.query(PostgresQuery(unsafeSQL: """
-                    SELECT (extract(epoch FROM \(cutoffSQL)) * 1000000)::bigint FROM id_horizon FOR UPDATE
-                    """))[0].decode(0, as: Int64.self)
-                let end = min(upper, cutoff)
+                let horizon = try connection.query("SELECT max_event_age_seconds FROM id_horizon FOR UPDATE")[0].decode(0, as: Int64.self)
+                let end = min(upper, cutoff(horizonSeconds: horizon))
                 guard end > lower else { return (0, true) }
                 try connection.query("""
-                    UPDATE id_horizon SET pruned_before = GREATEST(coalesce(pruned_before, '-infinity'), to_timestamp(\(Double(end) / 1_000_000)))
+                    UPDATE id_horizon SET pruned_before = GREATEST(coalesce(pruned_before, '-infinity'), to_timestamp(\(timestamp(end))))
                     """)
                 let rows = try connection.query("""
-                    DELETE FROM event_ids
-                    WHERE occurred_at >= to_timestamp(\(Double(lower) / 1_000_000)) AND occurred_at < to_timestamp(\(Double(end) / 1_000_000))
+                    DELETE FROM event_ids WHERE occurred_at >= to_timestamp(\(timestamp(lower))) AND occurred_at < to_timestamp(\(timestamp(end)))
                     """)
-                return (rows.affectedRows, end == cutoff)
+                return (rows.affectedRows, end < upper)
             }
             pruned += deleted
             if done { break }
