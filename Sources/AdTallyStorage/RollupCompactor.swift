@@ -8,7 +8,7 @@ import Synchronization
 public final class CompactionHealth: Sendable {
     private struct State {
         var lastSuccess: ContinuousClock.Instant = .now
-        var failingSince: ContinuousClock.Instant?
+        /// The last pass's error; nil while passes succeed.
         var lastError: String?
     }
 
@@ -23,7 +23,6 @@ public final class CompactionHealth: Sendable {
     public func succeeded() {
         state.withLock { state in
             state.lastSuccess = .now
-            state.failingSince = nil
             state.lastError = nil
         }
         lag.record(0)
@@ -33,19 +32,18 @@ public final class CompactionHealth: Sendable {
     public func failed(_ error: any Error) {
         failures.increment()
         let since = state.withLock { state -> ContinuousClock.Instant in
-            state.failingSince = state.failingSince ?? .now
             state.lastError = "\(error)"
             return state.lastSuccess
         }
         lag.record(Self.seconds(.now - since))
     }
 
-    /// Why rollups are unhealthy, when compaction has failed for longer than `grace`.
+    /// Why rollups are unhealthy: the last pass failed and none has succeeded for longer than `grace`.
     public func problem(grace: Duration) -> String? {
         state.withLock { state in
-            guard let since = state.failingSince, ContinuousClock.now - since > grace else { return nil }
-            let seconds = Int(Self.seconds(ContinuousClock.now - state.lastSuccess))
-            return "rollup compaction has failed for \(seconds) s (pending deltas grow): \(state.lastError ?? "unknown error")"
+            let behind = ContinuousClock.now - state.lastSuccess
+            guard let error = state.lastError, behind > grace else { return nil }
+            return "rollup compaction has failed for \(Int(Self.seconds(behind))) s (pending deltas grow): \(error)"
         }
     }
 
