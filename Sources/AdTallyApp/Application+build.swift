@@ -20,6 +20,8 @@ public struct AppServices: Sendable {
     public let compactor: RollupCompactor
     /// Limits of one ingest request.
     public var limits: IngestLimits
+    /// The report engine every reading surface calls.
+    public let reports: ReportEngine
 
     /// Wires the stores and the ingest batcher over a database.
     public init(settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil) {
@@ -39,6 +41,7 @@ public struct AppServices: Sendable {
         self.batcher = IngestBatcher(store: eventStore, configuration: configuration, logger: logger)
         self.maintenance = EventMaintenance(store: eventStore, retentionDays: settings.retentionDays, maxEventAge: limits.maxAge, logger: logger)
         self.compactor = RollupCompactor(store: eventStore, logger: logger)
+        self.reports = ReportEngine(pool: database.pool, logger: logger)
     }
 
     /// The background services, in start order (they stop in reverse).
@@ -59,6 +62,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))
     IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: routes)
     AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: routes)
+    ReportRoutes(engine: services.reports, authenticator: authenticator).register(on: routes)
     return Application(
         router: router,
         // The idle timeout closes a connection that sends no complete request head, no

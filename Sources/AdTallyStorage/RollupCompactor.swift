@@ -104,7 +104,8 @@ public struct RollupCompactor: Sendable {
     }
 
     /// Deletes every delta row the statement sees (rows committed later stay for the
-    /// next pass) and adds their sums to both compacted tables; returns the number of
+    /// next pass) and adds their sums to every compacted table (15-minute, hourly and
+    /// daily grains, Migrations/0004); returns the number of
     /// rows moved. Whole-table, not by ctid: on Citus a ctid names a row only within
     /// one shard. No ORDER BY: only one compactor writes the compacted tables at a
     /// time, so row lock order cannot deadlock, and hashing the groups is cheaper than
@@ -137,7 +138,45 @@ public struct RollupCompactor: Sendable {
                 unpriced_impressions = r.unpriced_impressions + excluded.unpriced_impressions,
                 unpriced_taps = r.unpriced_taps + excluded.unpriced_taps
             RETURNING 1
+        ), hourly AS (
+            INSERT INTO rollup_1h_compacted AS r
+                (app_id, hour, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
+            SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, sum(requests), sum(loads), sum(impressions),
+                   sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
+            FROM moved GROUP BY 1, 2, 3, 4
+            ON CONFLICT (app_id, hour, network, format) DO UPDATE SET \(countsUpdate)
+            RETURNING 1
+        ), hourly_revenue AS (
+            INSERT INTO rollup_revenue_1h_compacted AS r (app_id, hour, network, format, currency, revenue_micros)
+            SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, currency, sum(revenue_micros)
+            FROM moved WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (app_id, hour, network, format, currency) DO UPDATE SET revenue_micros = r.revenue_micros + excluded.revenue_micros
+            RETURNING 1
+        ), local AS (
+            -- Each app's local date, in its own (fixed) zone.
+            SELECT m.*, (m.bucket AT TIME ZONE a.timezone)::date AS day FROM moved m JOIN apps a USING (app_id)
+        ), daily AS (
+            INSERT INTO rollup_day_compacted AS r
+                (app_id, day, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
+            SELECT app_id, day, network, format, sum(requests), sum(loads), sum(impressions),
+                   sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
+            FROM local GROUP BY 1, 2, 3, 4
+            ON CONFLICT (app_id, day, network, format) DO UPDATE SET \(countsUpdate)
+            RETURNING 1
+        ), daily_revenue AS (
+            INSERT INTO rollup_revenue_day_compacted AS r (app_id, day, network, format, currency, revenue_micros)
+            SELECT app_id, day, network, format, currency, sum(revenue_micros)
+            FROM local WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (app_id, day, network, format, currency) DO UPDATE SET revenue_micros = r.revenue_micros + excluded.revenue_micros
+            RETURNING 1
         )
         SELECT count(*)::bigint FROM moved
+        """
+
+    static let countsUpdate = """
+        requests = r.requests + excluded.requests, loads = r.loads + excluded.loads, \
+        impressions = r.impressions + excluded.impressions, errors = r.errors + excluded.errors, \
+        taps = r.taps + excluded.taps, action_cancels = r.action_cancels + excluded.action_cancels, \
+        expiries = r.expiries + excluded.expiries, wasted_fills = r.wasted_fills + excluded.wasted_fills
         """
 }

@@ -90,6 +90,27 @@ public final class PostgresPool: Sendable {
         }
     }
 
+    /// Leases a connection for work that suspends between statements (a report streamed
+    /// to a socket chunk by chunk): each `lease.run` runs on a pool thread, and between
+    /// them the caller may await anything. The connection goes back to the pool when
+    /// `body` ends; a transaction left open (an error, a client gone mid-stream) is
+    /// rolled back first, or the connection is dropped if that fails.
+    public func withLease<T: Sendable>(_ body: (PostgresLease) async throws -> T) async throws -> T {
+        let connection = try await acquire()
+        let lease = PostgresLease(connection: connection, threadPool: threadPool)
+        let result: Result<T, any Error>
+        do {
+            result = .success(try await body(lease))
+        } catch {
+            result = .failure(error)
+        }
+        if connection.isUsable, !connection.isIdle {
+            _ = try? await threadPool.runIfActive { try connection.execute(unsafeSQL: "ROLLBACK") }
+        }
+        release(connection)
+        return try result.get()
+    }
+
     /// Runs `body` inside a transaction on a leased connection.
     public func withTransaction<T: Sendable>(
         _ body: @escaping @Sendable (PostgresConnection) throws -> T
@@ -254,5 +275,17 @@ public final class PostgresPool: Sendable {
             return state.waiters.removeFirst()
         }
         waiter?.resume(with: .success(.openNew))
+    }
+}
+
+/// A connection held across suspension points; see `PostgresPool.withLease`.
+public struct PostgresLease: Sendable {
+    let connection: PostgresConnection
+    let threadPool: NIOThreadPool
+
+    /// Runs `body` with the leased connection on a pool thread.
+    public func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let connection = self.connection
+        return try await threadPool.runIfActive { try body(connection) }
     }
 }

@@ -22,6 +22,8 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let notNullViolation = SQLState(rawValue: "23502")
     /// `23514`
     public static let checkViolation = SQLState(rawValue: "23514")
+    /// `22023` — a parameter value the server refuses (e.g. an unknown time zone in `set_config`).
+    public static let invalidParameterValue = SQLState(rawValue: "22023")
     /// `22P02` — e.g. text that is not a valid UUID.
     public static let invalidTextRepresentation = SQLState(rawValue: "22P02")
     /// `22P03` — binary COPY data that does not fit its column type.

@@ -1,0 +1,173 @@
+import TextFormats
+
+/// What a reader must know to trust a report's numbers (DESIGN §4 notes).
+public struct ReportNotes: Sendable, Equatable {
+    /// A day of the range that is not 24 hours long in the report's zone.
+    public struct DayLength: Sendable, Equatable {
+        /// The day.
+        public var day: Int
+        /// Its length in hours (23, 25, 23.5 …).
+        public var hours: Double
+
+        /// A day and its length.
+        public init(day: Int, hours: Double) {
+            self.day = day
+            self.hours = hours
+        }
+    }
+
+    /// Days whose length is not 24 hours.
+    public var dayLengths: [DayLength] = []
+    /// Days late events may still change (inside the accepted window).
+    public var provisionalDays: [Int] = []
+    /// Where the numbers were read: rollups or raw events.
+    public var source: String = ""
+    /// Whether money was asked for (then the revenue note applies).
+    public var hasMoney = false
+
+    /// Empty notes.
+    public init() {}
+
+    /// Weeks and months the range cuts: the first or last one is only partly inside it.
+    public static func cutPeriods(_ query: ReportQuery) -> [String] {
+        var cuts: [String] = []
+        if query.dimensions.contains(.week) {
+            // 1970-01-01 was a Thursday: Monday is (day + 3) % 7 == 0.
+            let fromWeekday = ((query.from + 3) % 7 + 7) % 7, toWeekday = ((query.to + 3) % 7 + 7) % 7
+            if fromWeekday != 0 {
+                cuts.append("week \(ReportQuery.formatDate(query.from - fromWeekday)) starts before the range: only from \(ReportQuery.formatDate(query.from)) is counted")
+            }
+            if toWeekday != 6 {
+                cuts.append("week \(ReportQuery.formatDate(query.to - toWeekday)) ends after the range: only up to \(ReportQuery.formatDate(query.to)) is counted")
+            }
+        }
+        if query.dimensions.contains(.month) {
+            let first = CivilTime.date(days: query.from), last = CivilTime.date(days: query.to + 1)
+            if first.day != 1 {
+                cuts.append("month \(ReportQuery.formatDate(query.from).prefix(7)) starts before the range: only from \(ReportQuery.formatDate(query.from)) is counted")
+            }
+            if last.day != 1 {
+                cuts.append("month \(ReportQuery.formatDate(query.to).prefix(7)) ends after the range: only up to \(ReportQuery.formatDate(query.to)) is counted")
+            }
+        }
+        return cuts
+    }
+}
+
+/// A JSON report page (DESIGN §4): `query`, `columns`, `rows`, `totals`, `notes`, `next_cursor`.
+public struct ReportDocument: Sendable {
+    /// The layout, with the query.
+    public var layout: ReportLayout
+    /// The rows of this page.
+    public var rows: [ReportRow]
+    /// Sums over every matching row, not just the page.
+    public var totals: ReportCounts
+    /// The compared period's totals.
+    public var previousTotals: ReportCounts?
+    /// The notes.
+    public var notes: ReportNotes
+    /// The cursor of the next page; nil on the last one.
+    public var nextCursor: String?
+
+    /// A page.
+    public init(layout: ReportLayout, rows: [ReportRow], totals: ReportCounts, previousTotals: ReportCounts?, notes: ReportNotes, nextCursor: String?) {
+        self.layout = layout
+        self.rows = rows
+        self.totals = totals
+        self.previousTotals = previousTotals
+        self.notes = notes
+        self.nextCursor = nextCursor
+    }
+
+    /// The page as JSON.
+    public func json() -> [UInt8] {
+        let query = layout.query
+        var out: [UInt8] = []
+        out.reserveCapacity(512 + rows.count * 24 * layout.columns.count)
+        func key(_ name: String) {
+            ReportText.appendJSONString(name, to: &out)
+            out.append(UInt8(ascii: ":"))
+        }
+        func string(_ text: String) { ReportText.appendJSONString(text, to: &out) }
+        func strings(_ items: [String]) {
+            out.append(UInt8(ascii: "["))
+            for (index, item) in items.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                string(item)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        func raw(_ text: String) { out.append(contentsOf: text.utf8) }
+
+        raw("{")
+        key("query"); raw("{")
+        key("apps"); strings(query.apps); raw(",")
+        key("from"); string(ReportQuery.formatDate(query.from)); raw(",")
+        key("to"); string(ReportQuery.formatDate(query.to)); raw(",")
+        key("tz"); string(query.timezone); raw(",")
+        key("dimensions"); strings(query.dimensions.map(\.rawValue)); raw(",")
+        key("metrics"); strings(query.metrics.map(\.rawValue)); raw(",")
+        key("filters"); raw("{")
+        for (index, filter) in query.filters.enumerated() {
+            if index > 0 { raw(",") }
+            key(filter.dimension.rawValue); strings(filter.values)
+        }
+        raw("},")
+        key("currency"); string(query.currency); raw(",")
+        key("sort"); string(query.sortText); raw(",")
+        key("limit"); raw(query.limit.map { String($0) } ?? "null"); raw(",")
+        key("compare"); if let comparison = query.comparison { string(comparison.rawValue) } else { raw("null") }
+        raw(",")
+        key("format"); string(query.format.rawValue)
+        raw("},")
+
+        key("columns"); raw("[")
+        for (index, column) in layout.columns.enumerated() {
+            if index > 0 { raw(",") }
+            raw("{"); key("name"); string(column.name); raw(","); key("type"); string(column.type.rawValue); raw("}")
+        }
+        raw("],")
+
+        key("rows"); raw("[")
+        for (index, row) in rows.enumerated() {
+            if index > 0 { raw(",") }
+            raw("[")
+            for (position, cell) in layout.cells(row).enumerated() {
+                if position > 0 { raw(",") }
+                ReportText.appendJSON(cell, to: &out)
+            }
+            raw("]")
+        }
+        raw("],")
+
+        key("totals"); raw("{")
+        var metricColumns = layout.columns.dropFirst(query.dimensions.count).makeIterator()
+        for (index, cell) in layout.totalCells(totals, previous: previousTotals).enumerated() {
+            if index > 0 { raw(",") }
+            key(metricColumns.next()?.name ?? "")
+            ReportText.appendJSON(cell, to: &out)
+        }
+        raw("},")
+
+        key("notes"); raw("{")
+        key("timezone"); string("\(query.timezone) (\(query.timezoneReason))"); raw(",")
+        key("currency"); string(query.currency); raw(",")
+        key("source"); string(notes.source); raw(",")
+        key("day_lengths"); raw("[")
+        for (index, length) in notes.dayLengths.enumerated() {
+            if index > 0 { raw(",") }
+            raw("{"); key("date"); string(ReportQuery.formatDate(length.day)); raw(","); key("hours"); raw(ReportText.ratio(length.hours)); raw("}")
+        }
+        raw("],")
+        key("provisional_days"); strings(notes.provisionalDays.map(ReportQuery.formatDate)); raw(",")
+        key("cut_periods"); strings(ReportNotes.cutPeriods(query)); raw(",")
+        key("approximate"); strings(query.metrics.contains(.uniqueDevices)
+            ? ["unique_devices is counted exactly from the raw events still kept (see retention)"] : []); raw(",")
+        key("estimated"); strings(notes.hasMoney
+            ? ["revenue is the revenue the network SDKs reported; nothing is estimated from a rate card yet"] : [])
+        raw("},")
+        key("next_cursor"); if let cursor = nextCursor { string(cursor) } else { raw("null") }
+        raw("}")
+        return out
+    }
+}

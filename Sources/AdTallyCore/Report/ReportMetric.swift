@@ -1,0 +1,205 @@
+/// What a report can group by (DESIGN §4).
+public enum ReportDimension: String, Sendable, CaseIterable {
+    case app, date, hour, week, month, network, placement, format, size, country, platform
+    case osVersion = "os_version"
+    case appVersion = "app_version"
+    case errorCode = "error_code"
+
+    /// A dimension of time in the report's zone.
+    public var isTime: Bool { self == .date || self == .hour || self == .week || self == .month }
+
+    /// Kept in the rollups; the others need the raw events.
+    public var isInRollups: Bool { isTime || self == .app || self == .network || self == .format }
+
+    /// How its values read.
+    public var valueType: ReportValueType {
+        switch self {
+        case .date, .week: .date
+        case .hour: .timestamp
+        case .month: .month
+        case .errorCode: .integer
+        default: .string
+        }
+    }
+}
+
+/// The type of a report column, as the JSON `columns` list names it.
+public enum ReportValueType: String, Sendable {
+    /// Text.
+    case string
+    /// `YYYY-MM-DD`.
+    case date
+    /// `YYYY-MM`.
+    case month
+    /// RFC 3339 local time with its offset.
+    case timestamp
+    /// A whole number.
+    case integer
+    /// A ratio, a fraction (0.25 is 25%); null when its denominator is 0.
+    case ratio
+    /// A decimal string in the report currency's precision.
+    case money
+    /// A relative change against the compared period (0.1 is +10%); null when the earlier value is 0 or missing.
+    case change
+}
+
+/// A quantity the engine sums per group; every metric is made of these.
+public enum ReportCount: Int, Sendable, CaseIterable {
+    case requests, loads, impressions, errors, taps, actionCancels, expiries, wastedFills
+    /// Reported revenue in the report currency, in micros.
+    case revenueMicros
+    /// Distinct `device` values.
+    case uniqueDevices
+}
+
+/// The sums of one group.
+public struct ReportCounts: Sendable, Equatable {
+    /// Every count but revenue, indexed by `ReportCount.rawValue`.
+    public var requests: Int64 = 0, loads: Int64 = 0, impressions: Int64 = 0, errors: Int64 = 0
+    public var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0
+    public var uniqueDevices: Int64 = 0
+    /// Revenue in micros; wider than 64 bits because totals over years may be.
+    public var revenueMicros: Int128 = 0
+
+    /// All zero.
+    public init() {}
+
+    /// Adds another group's sums (two earlier rows that line up with one row).
+    public mutating func add(_ other: ReportCounts) {
+        requests += other.requests; loads += other.loads; impressions += other.impressions; errors += other.errors
+        taps += other.taps; actionCancels += other.actionCancels; expiries += other.expiries; wastedFills += other.wastedFills
+        uniqueDevices += other.uniqueDevices; revenueMicros += other.revenueMicros
+    }
+
+    /// A count as a wide integer.
+    public subscript(count: ReportCount) -> Int128 {
+        switch count {
+        case .requests: Int128(requests)
+        case .loads: Int128(loads)
+        case .impressions: Int128(impressions)
+        case .errors: Int128(errors)
+        case .taps: Int128(taps)
+        case .actionCancels: Int128(actionCancels)
+        case .expiries: Int128(expiries)
+        case .wastedFills: Int128(wastedFills)
+        case .revenueMicros: revenueMicros
+        case .uniqueDevices: Int128(uniqueDevices)
+        }
+    }
+}
+
+/// A metric of DESIGN §3, defined once: by its formula over `ReportCount`s. The
+/// engine's SQL (for sorting) and the values shown both come from the formula.
+public enum ReportMetric: String, Sendable, CaseIterable {
+    case requests, impressions
+    case fillRate = "fill_rate"
+    case loads
+    case showRate = "show_rate"
+    case errors
+    case errorRate = "error_rate"
+    case taps, ctr
+    case actionCancels = "action_cancels"
+    case cancelRate = "cancel_rate"
+    case expiries
+    case expiryRate = "expiry_rate"
+    case wastedFills = "wasted_fills"
+    case revenue, ecpm, rpm
+    case uniqueDevices = "unique_devices"
+
+    /// DESIGN §4's default metrics.
+    public static let defaults: [ReportMetric] = [.requests, .impressions, .fillRate, .taps, .ctr, .revenue, .ecpm]
+
+    /// How a metric is computed from counts.
+    public enum Formula: Sendable, Equatable {
+        /// The count itself.
+        case count(ReportCount)
+        /// numerator / denominator; null when the denominator is 0.
+        case ratio(ReportCount, ReportCount)
+        /// A money count.
+        case money(ReportCount)
+        /// money × 1000 / denominator (eCPM, RPM); null when the denominator is 0.
+        case moneyPerMille(ReportCount, ReportCount)
+    }
+
+    /// The definition (DESIGN §3).
+    public var formula: Formula {
+        switch self {
+        case .requests: .count(.requests)
+        case .impressions: .count(.impressions)
+        case .fillRate: .ratio(.impressions, .requests)
+        case .loads: .count(.loads)
+        case .showRate: .ratio(.impressions, .loads)
+        case .errors: .count(.errors)
+        case .errorRate: .ratio(.errors, .requests)
+        case .taps: .count(.taps)
+        case .ctr: .ratio(.taps, .impressions)
+        case .actionCancels: .count(.actionCancels)
+        case .cancelRate: .ratio(.actionCancels, .taps)
+        case .expiries: .count(.expiries)
+        case .expiryRate: .ratio(.expiries, .requests)
+        case .wastedFills: .count(.wastedFills)
+        case .revenue: .money(.revenueMicros)
+        case .ecpm: .moneyPerMille(.revenueMicros, .impressions)
+        case .rpm: .moneyPerMille(.revenueMicros, .requests)
+        case .uniqueDevices: .count(.uniqueDevices)
+        }
+    }
+
+    /// The counts the formula reads.
+    public var counts: [ReportCount] {
+        switch formula {
+        case .count(let count), .money(let count): [count]
+        case .ratio(let numerator, let denominator), .moneyPerMille(let numerator, let denominator): [numerator, denominator]
+        }
+    }
+
+    /// How its values read.
+    public var valueType: ReportValueType {
+        switch formula {
+        case .count: .integer
+        case .ratio: .ratio
+        case .money, .moneyPerMille: .money
+        }
+    }
+
+    /// Whether it involves money (and so the report currency).
+    public var isMoney: Bool { valueType == .money }
+
+    /// The metric's value for a group's counts.
+    public func value(_ counts: ReportCounts) -> MetricValue {
+        switch formula {
+        case .count(let count): .integer(counts[count])
+        case .money(let count): .micros(counts[count])
+        case .ratio(let numerator, let denominator):
+            counts[denominator] == 0 ? .null : .ratio(Double(counts[numerator]) / Double(counts[denominator]))
+        case .moneyPerMille(let numerator, let denominator):
+            counts[denominator] == 0 ? .null : .micros(Money.divideHalfEven(counts[numerator] * 1000, by: counts[denominator]))
+        }
+    }
+}
+
+/// One metric value of one row.
+public enum MetricValue: Sendable, Equatable {
+    /// A ratio or change whose denominator was 0, or no value at all.
+    case null
+    /// A count.
+    case integer(Int128)
+    /// A fraction.
+    case ratio(Double)
+    /// An amount in micros of the report currency.
+    case micros(Int128)
+
+    /// The relative change from `earlier` to this value; null unless both are numbers and `earlier` is not 0.
+    public func change(from earlier: MetricValue) -> MetricValue {
+        guard let now = number, let before = earlier.number, before != 0 else { return .null }
+        return .ratio((now - before) / before)
+    }
+
+    var number: Double? {
+        switch self {
+        case .null: nil
+        case .integer(let value), .micros(let value): Double(value)
+        case .ratio(let value): value
+        }
+    }
+}

@@ -1,0 +1,203 @@
+/// One group of a report: its dimension values (as text, in the query's order;
+/// nil when the events had none) and its sums, with the compared period's sums.
+public struct ReportRow: Sendable, Equatable {
+    /// Dimension values, rendered (dates `YYYY-MM-DD`, hours with their offset).
+    public var dimensions: [String?]
+    /// The sums of this period.
+    public var counts: ReportCounts
+    /// The sums of the compared period (zero when it had none); nil without `compare`.
+    public var previous: ReportCounts?
+
+    /// A row.
+    public init(dimensions: [String?], counts: ReportCounts, previous: ReportCounts? = nil) {
+        self.dimensions = dimensions
+        self.counts = counts
+        self.previous = previous
+    }
+}
+
+/// A column of the output.
+public struct ReportColumn: Sendable, Equatable {
+    /// Its name in JSON `columns` and the CSV header.
+    public var name: String
+    /// How its values read.
+    public var type: ReportValueType
+}
+
+/// One cell, before it is written as JSON, CSV or a terminal table.
+public enum ReportCell: Sendable, Equatable {
+    case null
+    case text(String)
+    case integer(Int128)
+    case ratio(Double)
+    /// A decimal string in the currency's precision.
+    case money(String)
+}
+
+/// The columns of a query and the cells of its rows: the one place metric values
+/// are turned into what a reader sees, for every output format.
+public struct ReportLayout: Sendable {
+    /// The query.
+    public let query: ReportQuery
+    /// Dimensions, then each metric (with `_previous` and `_change` when comparing).
+    public let columns: [ReportColumn]
+
+    /// The layout of a query's output.
+    public init(query: ReportQuery) {
+        self.query = query
+        var columns = query.dimensions.map { ReportColumn(name: $0.rawValue, type: $0.valueType) }
+        for metric in query.metrics {
+            columns.append(ReportColumn(name: metric.rawValue, type: metric.valueType))
+            if query.comparison != nil {
+                columns.append(ReportColumn(name: metric.rawValue + "_previous", type: metric.valueType))
+                columns.append(ReportColumn(name: metric.rawValue + "_change", type: .change))
+            }
+        }
+        self.columns = columns
+    }
+
+    /// The cells of a row, one per column.
+    public func cells(_ row: ReportRow) -> [ReportCell] {
+        var cells: [ReportCell] = []
+        cells.reserveCapacity(columns.count)
+        for (index, dimension) in query.dimensions.enumerated() {
+            guard index < row.dimensions.count, let value = row.dimensions[index] else {
+                cells.append(.null)
+                continue
+            }
+            if dimension == .errorCode, let number = Int128(value) { cells.append(.integer(number)) } else { cells.append(.text(value)) }
+        }
+        metricCells(row.counts, previous: row.previous, into: &cells)
+        return cells
+    }
+
+    /// The metric cells of totals (no dimension cells).
+    public func totalCells(_ counts: ReportCounts, previous: ReportCounts?) -> [ReportCell] {
+        var cells: [ReportCell] = []
+        metricCells(counts, previous: previous, into: &cells)
+        return cells
+    }
+
+    private func metricCells(_ counts: ReportCounts, previous: ReportCounts?, into cells: inout [ReportCell]) {
+        for metric in query.metrics {
+            let value = metric.value(counts)
+            cells.append(cell(value))
+            if query.comparison != nil {
+                let earlier = metric.value(previous ?? ReportCounts())
+                cells.append(cell(earlier))
+                cells.append(cell(value.change(from: earlier)))
+            }
+        }
+    }
+
+    func cell(_ value: MetricValue) -> ReportCell {
+        switch value {
+        case .null: .null
+        case .integer(let number): .integer(number)
+        case .ratio(let number): number.isFinite ? .ratio(number) : .null
+        case .micros(let micros): .money(Money.format(micros: micros, currency: query.currency))
+        }
+    }
+}
+
+/// Writing cells as JSON, CSV (RFC 4180) and ratios as text.
+public enum ReportText {
+    /// A ratio with at most 6 decimals, no exponent: 0.123457, 1.5, 0.
+    public static func ratio(_ value: Double) -> String {
+        let scaled = (value * 1_000_000).rounded()
+        guard scaled.magnitude < 9e17 else { return String(value) }
+        let micros = Int64(scaled)
+        var text = micros < 0 ? "-" : ""
+        let magnitude = micros.magnitude
+        text += String(magnitude / 1_000_000)
+        let fraction = magnitude % 1_000_000
+        if fraction != 0 {
+            var digits = String(fraction)
+            digits = String(repeating: "0", count: 6 - digits.count) + digits
+            while digits.hasSuffix("0") { digits.removeLast() }
+            text += "." + digits
+        }
+        return text
+    }
+
+    /// Appends a JSON string literal.
+    public static func appendJSONString(_ text: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
+            case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends a cell as a JSON value (money as a decimal string, DESIGN §3).
+    public static func appendJSON(_ cell: ReportCell, to out: inout [UInt8]) {
+        switch cell {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .text(let text), .money(let text): appendJSONString(text, to: &out)
+        case .integer(let number): out.append(contentsOf: String(number).utf8)
+        case .ratio(let number): out.append(contentsOf: ratio(number).utf8)
+        }
+    }
+
+    /// Appends a cell as an RFC 4180 field: numbers bare, text quoted when it must be,
+    /// and text a spreadsheet would run as a formula (`= + - @` first, also after
+    /// leading spaces or tabs) neutralised with a leading `'`.
+    public static func appendCSV(_ cell: ReportCell, to out: inout [UInt8]) {
+        switch cell {
+        case .null: break
+        case .integer(let number): out.append(contentsOf: String(number).utf8)
+        case .ratio(let number): out.append(contentsOf: ratio(number).utf8)
+        case .money(let text): out.append(contentsOf: text.utf8)
+        case .text(let text): appendCSVText(text, to: &out)
+        }
+    }
+
+    /// Appends text as a CSV field (see `appendCSV`).
+    public static func appendCSVText(_ text: String, to out: inout [UInt8]) {
+        let utf8 = text.utf8
+        let first = utf8.first { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
+        let isFormula = first.map { [UInt8(ascii: "="), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "@")].contains($0) } ?? false
+        let needsQuotes = isFormula || utf8.contains { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 0x0A || $0 == 0x0D }
+        if !needsQuotes {
+            out.append(contentsOf: utf8)
+            return
+        }
+        out.append(UInt8(ascii: "\""))
+        if isFormula { out.append(UInt8(ascii: "'")) }
+        for byte in utf8 {
+            if byte == UInt8(ascii: "\"") { out.append(byte) }
+            out.append(byte)
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends a CSV record and its CRLF.
+    public static func appendCSVRecord(_ cells: [ReportCell], to out: inout [UInt8]) {
+        for (index, cell) in cells.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            appendCSV(cell, to: &out)
+        }
+        out.append(0x0D)
+        out.append(0x0A)
+    }
+
+    /// A cell for a terminal table.
+    public static func plain(_ cell: ReportCell) -> String {
+        switch cell {
+        case .null: ""
+        case .text(let text), .money(let text): text
+        case .integer(let number): String(number)
+        case .ratio(let number): ratio(number)
+        }
+    }
+}

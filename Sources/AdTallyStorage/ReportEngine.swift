@@ -1,0 +1,178 @@
+import AdTallyCore
+import Logging
+import PostgresKit
+
+/// A report needs money in a currency it cannot convert yet (no FX table): a 422
+/// that names the currency and the first UTC date it occurs on.
+public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
+    /// The currency that would need converting.
+    public var currency: String
+    /// The first UTC date with revenue in it.
+    public var date: String
+    /// The report currency.
+    public var reportCurrency: String
+
+    public var description: String {
+        "revenue in \(currency) (first on \(date), UTC) cannot be converted to \(reportCurrency): no FX rate is available; ask for currency=\(currency) or leave money metrics out"
+    }
+}
+
+/// The one reporting engine: plans a `ReportQuery` onto the cheapest source that
+/// answers it exactly, runs it, and returns typed rows — to the API, the CLI and
+/// everything later built on them. No other code computes a metric: they get
+/// `ReportCounts` from here and values from `ReportMetric.value` through `ReportLayout`.
+///
+/// Sources (Migrations/0004 explains the tables):
+/// - daily rollups in each app's own zone, when the report is in that zone and has
+///   no hour: one row per day and key;
+/// - otherwise hourly rollups for every UTC hour that lies in one group, and the
+///   15-minute rollups for the hours a group boundary cuts (local midnight at :30 in
+///   Asia/Kolkata), so a day is exactly its local midnights in every zone;
+/// - plus the pending rollup deltas (15-minute rows) either way;
+/// - raw events (pruned to the range's partitions) for the dimensions no rollup
+///   keeps (placement, size, country, platform, versions, error code) and for
+///   unique devices.
+///
+/// Day, hour, week and month are computed by PostgreSQL with the session's TimeZone
+/// set to the report's zone for the transaction, so PostgreSQL's zone data decides
+/// every local midnight, DST day and repeated hour.
+public struct ReportEngine: Sendable {
+    let pool: PostgresPool
+    let logger: Logger
+
+    /// Rows per FETCH when streaming.
+    public static let fetchSize = 5000
+
+    /// An engine over a database.
+    public init(pool: PostgresPool, logger: Logger = Logger(label: "adtally.reports")) {
+        self.pool = pool
+        self.logger = logger
+    }
+
+    /// The apps a key may read (`app` nil: every app), as report parsing needs them.
+    public func readableApps(only app: String?) async throws -> [ReportApp] {
+        let rows = try await pool.query("""
+            SELECT app_id, timezone, currency::text FROM apps WHERE \(app)::text IS NULL OR app_id = \(app)::text ORDER BY app_id
+            """)
+        return try rows.map { ReportApp(id: try $0.decode(0), timezone: try $0.decode(1), currency: try $0.decode(2)) }
+    }
+
+    /// Runs the checks a report makes before its first row (zone, currencies) and
+    /// returns its notes: for callers that must refuse before they start a stream.
+    public func check(_ query: ReportQuery) async throws -> ReportNotes {
+        let plan = ReportPlan(query)
+        return try await pool.withTransaction { try Self.begin(plan, on: $0) }
+    }
+
+    /// One page of a report with totals over every matching row (JSON).
+    public func page(_ query: ReportQuery) async throws -> ReportDocument {
+        let plan = ReportPlan(query)
+        logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
+        return try await pool.withTransaction { connection in
+            let notes = try Self.begin(plan, on: connection)
+            let limit = query.limit ?? ReportQuery.maxLimit
+            let rows = try connection.query(plan.page(limit: limit + 1, offset: query.offset))
+            var page = try rows.prefix(limit).map { try plan.decodeRow($0) }
+            var totals = ReportCounts()
+            if let first = rows.first {
+                totals = try plan.decodeCounts(first, at: plan.totalsColumn)
+            } else if query.offset > 0 {
+                totals = try plan.decodeCounts(try connection.query(plan.totals()).first!, at: 0)
+            }
+            if query.metrics.contains(.uniqueDevices) {
+                // Not additive: counted over all matching events at once.
+                let all = try connection.query(plan.totals())
+                totals.uniqueDevices = try plan.decodeCounts(all.first!, at: 0).uniqueDevices
+            }
+            let total = try rows.first.map { try $0.decode(plan.totalsColumn + ReportPlan.countColumns, as: Int.self) } ?? 0
+            let next = query.offset + page.count < total && !page.isEmpty ? ReportCursor.make(offset: query.offset + page.count, for: query) : nil
+            var previousTotals: ReportCounts?
+            if let compared = query.comparedQuery {
+                let earlier = try Self.compared(compared, on: connection)
+                for index in page.indices {
+                    page[index].previous = earlier.rows[ReportPlan.comparisonKey(page[index].dimensions, query.dimensions, shift: nil)] ?? ReportCounts()
+                }
+                previousTotals = earlier.totals
+            }
+            return ReportDocument(layout: ReportLayout(query: query), rows: page, totals: totals, previousTotals: previousTotals, notes: notes, nextCursor: next)
+        }
+    }
+
+    /// Streams every row of a report (the page of `limit`/`offset` when given), in
+    /// chunks fetched from a server-side cursor: memory does not grow with rows.
+    /// `start` gets the notes before the first row (a 422 is thrown before it).
+    public func stream(
+        _ query: ReportQuery, start: (ReportNotes) async throws -> Void, rows: ([ReportRow]) async throws -> Void
+    ) async throws {
+        let plan = ReportPlan(query)
+        logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
+        try await pool.withLease { lease in
+            let (notes, compared) = try await lease.run { connection -> (ReportNotes, [String: ReportCounts]?) in
+                try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                let notes = try Self.begin(plan, on: connection)
+                let compared = try query.comparedQuery.map { try Self.compared($0, on: connection).rows }
+                try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
+                return (notes, compared)
+            }
+            try await start(notes)
+            while true {
+                let chunk = try await lease.run { connection in
+                    try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { try plan.decodeRow($0) }
+                }
+                if chunk.isEmpty { break }
+                if let compared {
+                    try await rows(chunk.map { row in
+                        var row = row
+                        row.previous = compared[ReportPlan.comparisonKey(row.dimensions, query.dimensions, shift: nil)] ?? ReportCounts()
+                        return row
+                    })
+                } else {
+                    try await rows(chunk)
+                }
+                if chunk.count < Self.fetchSize { break }
+            }
+            try await lease.run { _ = try $0.execute(unsafeSQL: "COMMIT") }
+        }
+    }
+
+    /// Sets the zone, refuses money it cannot convert, and reads the notes.
+    static func begin(_ plan: ReportPlan, on connection: PostgresConnection) throws -> ReportNotes {
+        let query = plan.query
+        do {
+            try connection.query("SELECT set_config('TimeZone', \(query.timezone), true)")
+        } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
+            throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
+        }
+        var notes = ReportNotes()
+        notes.source = plan.sourceDescription
+        notes.hasMoney = query.metrics.contains(where: \.isMoney)
+        if notes.hasMoney, let foreign = try connection.query(plan.foreignCurrency()).first {
+            throw ReportCurrencyError(currency: try foreign.decode(0), date: try foreign.decode(1), reportCurrency: query.currency)
+        }
+        let days = try connection.query("""
+            SELECT d::date - DATE '1970-01-01', extract(epoch FROM (d::date + 1)::timestamptz - d::date::timestamptz)::bigint,
+                   (d::date + 1)::timestamptz > now() - make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon))
+            FROM generate_series(\(ReportQuery.formatDate(query.from))::date, \(ReportQuery.formatDate(query.to))::date, interval '1 day') AS d
+            """)
+        for row in days {
+            let day = try row.decode(0, as: Int.self)
+            let seconds = try row.decode(1, as: Int.self)
+            if seconds != 86_400 { notes.dayLengths.append(.init(day: day, hours: Double(seconds) / 3600)) }
+            if try row.decode(2, as: Bool.self) { notes.provisionalDays.append(day) }
+        }
+        return notes
+    }
+
+    /// Every row and the totals of the compared period, keyed by their dimensions
+    /// shifted onto this period's.
+    static func compared(_ compared: (query: ReportQuery, shiftDays: Int, shiftMonths: Int), on connection: PostgresConnection) throws -> (rows: [String: ReportCounts], totals: ReportCounts) {
+        let plan = ReportPlan(compared.query)
+        var rows: [String: ReportCounts] = [:]
+        for row in try connection.query(plan.grouped()) {
+            let decoded = try plan.decodeRow(row)
+            rows[ReportPlan.comparisonKey(decoded.dimensions, compared.query.dimensions, shift: compared), default: ReportCounts()].add(decoded.counts)
+        }
+        let totals = try plan.decodeCounts(try connection.query(plan.totals()).first!, at: 0)
+        return (rows, totals)
+    }
+}

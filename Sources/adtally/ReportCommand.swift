@@ -1,0 +1,168 @@
+import AdTallyApp
+import AdTallyCore
+import AdTallyStorage
+import ArgumentParser
+import Foundation
+
+/// `adtally report`: the report of `GET /v1/reports`, with the same options under the
+/// same names, read through the same engine straight from the database.
+struct ReportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "report",
+        abstract: "Print a report: a table on a terminal, CSV or JSON otherwise.",
+        discussion: """
+            Examples:
+              adtally report --apps my-app --days 30 --dimensions date,network
+              adtally report --days 7 --dimensions app --metrics requests,revenue,ecpm --sort -revenue
+              adtally report --apps my-app --from 2026-11-01 --to 2026-11-30 --dimensions date \\
+                  --filter network=admob,iad --format csv --output november.csv
+            """
+    )
+
+    enum Output: String, ExpressibleByArgument, CaseIterable {
+        case table, csv, json
+    }
+
+    @OptionGroup var database: DatabaseOptions
+    @Option(help: "Apps, comma-separated (default: all).") var apps: String?
+    @Option(help: "First day YYYY-MM-DD, in the report's zone.") var from: String?
+    @Option(help: "Last day YYYY-MM-DD, inclusive.") var to: String?
+    @Option(help: "The N whole days before today (instead of --from/--to).") var days: Int?
+    @Option(help: "IANA time zone (default: the apps' own, or UTC when they differ).") var tz: String?
+    @Option(help: "Group by: app date hour week month network placement format size country platform os_version app_version error_code.")
+    var dimensions: String?
+    @Option(help: "Metrics, comma-separated (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm).") var metrics: String?
+    @Option(name: .customLong("filter"), help: ArgumentHelp("Only these values of a dimension, e.g. network=admob,iad (repeatable).", valueName: "dimension=values"))
+    var filters: [String] = []
+    @Option(help: "Currency money is shown in (default: the app's; several apps: USD).") var currency: String?
+    @Option(help: "Sort keys, comma-separated, - for descending (e.g. -revenue,date).") var sort: String?
+    @Option(help: "Most rows (a table and JSON: 1000 unless given; CSV: all).") var limit: Int?
+    @Option(help: "previous_period or year_over_year.") var compare: String?
+    @Option(help: "table, csv or json (default: a table on a terminal, else CSV).") var format: Output?
+    @Option(help: "Write to this file instead of standard output.") var output: String?
+
+    func parameters() throws -> [(String, String)] {
+        var parameters: [(String, String)] = []
+        func add(_ name: String, _ value: String?) { if let value { parameters.append((name, value)) } }
+        add("apps", apps)
+        add("from", from)
+        add("to", to)
+        add("days", days.map(String.init))
+        add("tz", tz)
+        add("dimensions", dimensions)
+        add("metrics", metrics)
+        add("currency", currency)
+        add("sort", sort)
+        add("limit", limit.map(String.init))
+        add("compare", compare)
+        for filter in filters {
+            let parts = filter.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, !parts[0].isEmpty else {
+                throw ValidationError("--filter must be dimension=value[,value…], e.g. network=admob,iad")
+            }
+            parameters.append((String(parts[0]), String(parts[1])))
+        }
+        return parameters
+    }
+
+    func run() async throws {
+        let toTerminal = output == nil && isatty(STDOUT_FILENO) == 1
+        let chosen = format ?? (toTerminal ? .table : .csv)
+        let parameters = try parameters()
+        try await database.withDatabase { database, logger in
+            let engine = ReportEngine(pool: database.pool, logger: logger)
+            let query: ReportQuery
+            do {
+                query = try ReportQuery.parse(
+                    parameters, readable: try await engine.readableApps(only: nil), isAdmin: true, output: chosen == .csv ? .csv : .json
+                )
+            } catch let error as ReportQueryError {
+                throw ValidationError("--\(error.parameter.replacingOccurrences(of: "_", with: "-")): \(error.message)")
+            }
+            let sink = try OutputSink(path: output)
+            do {
+                switch chosen {
+                case .csv:
+                    let layout = ReportLayout(query: query)
+                    var bytes: [UInt8] = []
+                    ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &bytes)
+                    try sink.write(bytes)
+                    try await engine.stream(query) { _ in } rows: { rows in
+                        bytes.removeAll(keepingCapacity: true)
+                        for row in rows { ReportText.appendCSVRecord(layout.cells(row), to: &bytes) }
+                        try sink.write(bytes)
+                    }
+                case .json:
+                    try sink.write(try await engine.page(query).json() + [0x0A])
+                case .table:
+                    try sink.write(Array(Self.table(try await engine.page(query)).utf8))
+                }
+            } catch let error as ReportCurrencyError {
+                throw ValidationError(error.description)
+            }
+            try sink.close()
+        }
+    }
+
+    /// An aligned table: text left, numbers right, a totals line, then the notes that matter.
+    static func table(_ document: ReportDocument) -> String {
+        let layout = document.layout
+        let header = layout.columns.map(\.name)
+        let rightAligned = layout.columns.map { ![.string, .date, .month, .timestamp].contains($0.type) }
+        var rows = document.rows.map { layout.cells($0).map(ReportText.plain) }
+        let totals = Array(repeating: "", count: layout.query.dimensions.count) + layout.totalCells(document.totals, previous: document.previousTotals).map(ReportText.plain)
+        var totalsRow = totals
+        if !totalsRow.isEmpty { totalsRow[0] = totalsRow[0].isEmpty ? "TOTAL" : totalsRow[0] }
+        let widths = header.indices.map { column in ([header, totalsRow] + rows).map { $0[column].count }.max() ?? 0 }
+        func line(_ cells: [String]) -> String {
+            cells.indices.map { column in
+                let pad = String(repeating: " ", count: widths[column] - cells[column].count)
+                return rightAligned[column] ? pad + cells[column] : cells[column] + pad
+            }.joined(separator: "  ")
+        }
+        var text = line(header.map { $0.uppercased() }) + "\n"
+        rows.append(widths.map { String(repeating: "-", count: $0) })
+        for row in rows { text += line(row) + "\n" }
+        text += line(totalsRow) + "\n"
+        let query = layout.query
+        text += "\n\(ReportQuery.formatDate(query.from)) to \(ReportQuery.formatDate(query.to)), \(query.timezone) (\(query.timezoneReason)), \(query.currency)\n"
+        if let cursor = document.nextCursor {
+            text += "more rows follow (\(document.rows.count) shown): raise --limit, or use --format csv for all (cursor \(cursor))\n"
+        }
+        for length in document.notes.dayLengths {
+            text += "note: \(ReportQuery.formatDate(length.day)) is \(ReportText.ratio(length.hours)) hours long in \(query.timezone)\n"
+        }
+        if let first = document.notes.provisionalDays.first, let last = document.notes.provisionalDays.last {
+            text += "note: \(ReportQuery.formatDate(first))…\(ReportQuery.formatDate(last)) are provisional: late events may still arrive\n"
+        }
+        for cut in ReportNotes.cutPeriods(query) { text += "note: \(cut)\n" }
+        return text
+    }
+}
+
+/// Standard output or a file, written in chunks.
+final class OutputSink {
+    private let handle: FileHandle
+    private let isFile: Bool
+
+    init(path: String?) throws {
+        if let path {
+            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else {
+                throw ValidationError("--output: cannot write \(path)")
+            }
+            self.handle = handle
+            isFile = true
+        } else {
+            handle = FileHandle.standardOutput
+            isFile = false
+        }
+    }
+
+    func write(_ bytes: [UInt8]) throws {
+        try handle.write(contentsOf: Data(bytes))
+    }
+
+    func close() throws {
+        if isFile { try handle.close() }
+    }
+}
