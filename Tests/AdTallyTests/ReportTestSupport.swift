@@ -8,6 +8,14 @@ import Testing
 
 /// Helpers shared by the report tests.
 enum Reports {
+    /// Raw events kept ten years: the fixtures lie in the past, and the server's
+    /// retention pass would drop their partitions as it starts.
+    static var flags: Settings.Flags {
+        var flags = Settings.Flags()
+        flags.retentionDays = 3650
+        return flags
+    }
+
     /// Microseconds since the epoch of an RFC 3339 UTC time (`2025-11-02T05:00:00Z`).
     static func micros(_ text: String) -> Int64 {
         let formatter = ISO8601DateFormatter()
