@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test bench-ingest fuzz
+.PHONY: deps build build-release run test bench-ingest bench-report fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -24,6 +24,11 @@ test: deps
 	$(SWIFT) build --build-tests
 	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh $(SWIFT) test --skip-build
 
+
+## bench-report: report latency over HTTP (p50/p99) and CSV export rate against plain PostgreSQL, on 10 M loaded events.
+bench-report: build-release
+	$(SWIFT) build -c release --product adtally-bench
+	bench/report.sh
 
 ## bench-ingest: ingest rate, ack latency and server RSS against a raw COPY of the same rows.
 bench-ingest: build-release

@@ -10,7 +10,7 @@ struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "adtally-bench",
         abstract: "Generate realistic ad events and drive POST /v1/events with them.",
-        subcommands: [Generate.self, Drive.self]
+        subcommands: [Generate.self, Drive.self, Fetch.self]
     )
 }
 

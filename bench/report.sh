@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# make bench-report: the report engine over HTTP against plain PostgreSQL, in one run.
+#
+# 1. start `adtally serve` on the embedded database (a fresh data folder);
+# 2. load BENCH_EVENTS (default 10 M) events over 35 days for BENCH_APPS (60) apps,
+#    40% of them for one app (bench-00, America/New_York), the rest spread evenly
+#    (apps in five zones), straight into `events` with SQL, then build every rollup
+#    grain from them with the sums the ingest path and the compactor make;
+# 3. over HTTP, 200 calls each of the default report (30 days, date x network) for
+#    the largest app and a median app: p50, p99;
+# 4. the same report as a plain GROUP BY over the raw events in psql (the plain
+#    PostgreSQL peer), and a check that both give the same numbers;
+# 5. one raw-served shape (7 days x country,placement, largest app): p50;
+# 6. a CSV export of every app's hour x app x network x format over 35 days,
+#    streamed: rows/s and the server's RSS (idle and peak), against psql \copy of
+#    the same rows from the same rollups;
+# 7. one RESULT line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+events=${BENCH_EVENTS:-10000000}
+apps=${BENCH_APPS:-60}
+calls=${BENCH_CALLS:-200}
+bin=$(swift build -c release --show-bin-path)
+work=$(mktemp -d /tmp/adtally-bench-report.XXXXXX)
+chmod 755 "$work"
+server=
+cleanup() {
+  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
+    kill -TERM "$server"; wait "$server" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+data="$work/data"
+"$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning > "$work/server.log" 2>&1 &
+server=$!
+for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+admin=$("$bin/adtally" keys create --admin --data-dir "$data" | tail -n 1)
+
+socket="$data/run"
+[ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
+conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
+sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
+
+echo "== loading $events events for $apps apps over 35 days"
+load_started=$(date +%s)
+sql <<SQL
+INSERT INTO apps (app_id, name, timezone, currency)
+SELECT 'bench-' || lpad(i::text, 2, '0'), 'Bench ' || i,
+       CASE WHEN i = 0 THEN 'America/New_York' ELSE (ARRAY['UTC', 'Asia/Kolkata', 'Europe/London', 'Asia/Tokyo', 'America/Los_Angeles'])[1 + i % 5] END,
+       'USD'
+FROM generate_series(0, $apps - 1) AS i;
+
+DO \$\$
+DECLARE d date;
+BEGIN
+  FOR d IN SELECT generate_series((now() - interval '36 days')::date, now()::date, interval '1 day')::date LOOP
+    EXECUTE format('CREATE TABLE IF NOT EXISTS events_%s PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
+                   to_char(d, 'YYYYMMDD'), d::text || ' 00:00:00+00', (d + 1)::text || ' 00:00:00+00');
+  END LOOP;
+END \$\$;
+
+-- Loaded without the index, which is built once afterwards (as a restore would).
+DROP INDEX events_app_time;
+INSERT INTO events (app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version,
+                    app_version, device, revenue_micros, currency, error_code, will_leave, shown)
+SELECT app, at, gen_random_uuid(), type, network, format, placement, CASE WHEN format = 'banner' THEN '320x50' END, country,
+       platform, platform || '-17', '3.' || (r5 * 4)::int, 'device-' || (r6 * 200000)::int,
+       CASE WHEN type IN ('impression', 'tap') AND r5 < 0.6 THEN 200 + (r6 * 9000)::int END,
+       CASE WHEN type IN ('impression', 'tap') AND r5 < 0.6 THEN 'USD' END,
+       CASE WHEN type = 'error' THEN 1 + (r5 * 4)::int END, CASE WHEN type = 'tap' THEN r5 < 0.5 END,
+       CASE WHEN type = 'expiry' THEN r5 < 0.7 END
+FROM (
+  SELECT CASE WHEN i % 10 < 4 THEN 'bench-00' ELSE 'bench-' || lpad((1 + i % ($apps - 1))::text, 2, '0') END AS app,
+         -- a daily rhythm: more traffic in the (UTC) evening
+         now() - interval '35 days' + (floor(r1 * 35) * interval '1 day') + (power(r2, 0.7) * interval '1 day') AS at,
+         CASE WHEN r3 < 0.45 THEN 'request' WHEN r3 < 0.75 THEN 'impression' WHEN r3 < 0.83 THEN 'load' WHEN r3 < 0.88 THEN 'tap'
+              WHEN r3 < 0.95 THEN 'error' WHEN r3 < 0.98 THEN 'expiry' ELSE 'action_cancel' END AS type,
+         (ARRAY['admob', 'admob', 'admob', 'applovin', 'applovin', 'unity', 'meta', 'iad', 'nend'])[1 + (r4 * 9)::int % 9] AS network,
+         (ARRAY['banner', 'banner', 'banner', 'interstitial', 'interstitial', 'native', 'rewarded'])[1 + (r2 * 7000)::int % 7] AS format,
+         (ARRAY['home', 'feed', 'level_end', 'settings', 'default'])[1 + (r4 * 5000)::int % 5] AS placement,
+         (ARRAY['US', 'US', 'US', 'JP', 'JP', 'DE', 'GB', 'IN', 'IN', 'BR', 'FR', 'KR', 'CA', 'AU', 'NP', 'MX', 'ID', 'ZZ'])[1 + (r6 * 18000)::int % 18] AS country,
+         CASE WHEN r5 < 0.55 THEN 'android' ELSE 'ios' END AS platform, r5, r6
+  FROM (SELECT i, random() AS r1, random() AS r2, random() AS r3, random() AS r4, random() AS r5, random() AS r6
+        FROM generate_series(1, $events) AS i) AS g
+) AS e
+WHERE at < now() - interval '5 minutes';
+CREATE INDEX events_app_time ON events (app_id, occurred_at);
+
+-- The rollups the ingest path and the compactor would have made (RollupAccumulator, RollupCompactor).
+INSERT INTO rollup_15m_compacted
+SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
+       count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
+       count(*) FILTER (WHERE type = 'error'), count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'action_cancel'),
+       count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown)
+FROM events GROUP BY 1, 2, 3, 4;
+INSERT INTO rollup_revenue_15m_compacted
+SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format, country, coalesce(currency, ''),
+       coalesce(sum(revenue_micros), 0), count(revenue_micros),
+       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap')
+FROM events WHERE type IN ('impression', 'tap') GROUP BY 1, 2, 3, 4, 5, 6;
+INSERT INTO rollup_1h_compacted
+SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, sum(requests), sum(loads), sum(impressions),
+       sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
+FROM rollup_15m_compacted GROUP BY 1, 2, 3, 4;
+INSERT INTO rollup_revenue_1h_compacted
+SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, currency, sum(revenue_micros)
+FROM rollup_revenue_15m_compacted WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5;
+INSERT INTO rollup_day_compacted
+SELECT r.app_id, (r.bucket AT TIME ZONE a.timezone)::date, r.network, r.format, sum(r.requests), sum(r.loads), sum(r.impressions),
+       sum(r.errors), sum(r.taps), sum(r.action_cancels), sum(r.expiries), sum(r.wasted_fills)
+FROM rollup_15m_compacted r JOIN apps a USING (app_id) GROUP BY 1, 2, 3, 4;
+INSERT INTO rollup_revenue_day_compacted
+SELECT r.app_id, (r.bucket AT TIME ZONE a.timezone)::date, r.network, r.format, r.currency, sum(r.revenue_micros)
+FROM rollup_revenue_15m_compacted r JOIN apps a USING (app_id) WHERE r.currency <> '' GROUP BY 1, 2, 3, 4, 5;
+VACUUM ANALYZE;
+CHECKPOINT;
+SQL
+loaded=$(sql -c "SELECT count(*) FROM events")
+largest=$(sql -c "SELECT count(*) FROM events WHERE app_id = 'bench-00'")
+median_app=bench-30
+echo "events_loaded=$loaded largest_app_events=$largest median_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = '$median_app'") load_seconds=$(( $(date +%s) - load_started ))"
+sql -c "SELECT 'rollup rows: 15m ' || (SELECT count(*) FROM rollup_15m_compacted) || ', 1h ' || (SELECT count(*) FROM rollup_1h_compacted) || ', day ' || (SELECT count(*) FROM rollup_day_compacted)"
+
+url="http://127.0.0.1:$port/v1/reports"
+fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@"; }
+
+echo "== HTTP: 30-day date x network, $calls calls each"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name largest | tee "$work/largest.txt"
+fetch --url "$url?apps=$median_app&days=30&dimensions=date,network" --count "$calls" --name median | tee "$work/median.txt"
+
+echo "== plain PostgreSQL: the same report as a GROUP BY over raw events (5 runs), and the numbers compared"
+range=$(sql -c "SET TimeZone = 'America/New_York'; SELECT ((now()::date - 30)::timestamptz) || '|' || (now()::date::timestamptz)")
+from_ts=${range%|*}; to_ts=${range#*|}
+peer_sql="SELECT (occurred_at AT TIME ZONE 'America/New_York')::date AS date, network,
+  count(*) FILTER (WHERE type = 'request') AS requests, count(*) FILTER (WHERE type = 'impression') AS impressions,
+  round(count(*) FILTER (WHERE type = 'impression')::numeric / NULLIF(count(*) FILTER (WHERE type = 'request'), 0), 6) AS fill_rate,
+  count(*) FILTER (WHERE type = 'tap') AS taps,
+  round(count(*) FILTER (WHERE type = 'tap')::numeric / NULLIF(count(*) FILTER (WHERE type = 'impression'), 0), 6) AS ctr,
+  coalesce(sum(revenue_micros) FILTER (WHERE type IN ('impression', 'tap') AND currency = 'USD'), 0) AS revenue_micros
+FROM events WHERE app_id = 'bench-00' AND occurred_at >= '$from_ts' AND occurred_at < '$to_ts'
+GROUP BY 1, 2 ORDER BY 1, 2"
+{ echo '\timing on'; echo '\o /dev/null'; for _ in 1 2 3 4 5; do echo "$peer_sql;"; done; } | psql "$conn" -q 2>&1 | grep '^Time:' | awk '{print $2}' > "$work/peer.txt"
+raw_peer_p50=$(sort -n "$work/peer.txt" | sed -n 3p)
+echo "raw_peer_runs_ms=$(paste -sd, "$work/peer.txt") raw_peer_p50_ms=$raw_peer_p50"
+psql "$conn" -qAt -F, -c "$peer_sql" | awk -F, '{print $1","$2","$3","$4","$6}' > "$work/peer.csv"
+curl -fs -H "Authorization: Bearer $admin" "$url?apps=bench-00&days=30&dimensions=date,network&metrics=requests,impressions,taps&format=csv" \
+  | tail -n +2 | tr -d '\r' > "$work/engine.csv"
+if cmp -s "$work/peer.csv" "$work/engine.csv"; then echo "check=same numbers as the raw GROUP BY ($(wc -l < "$work/engine.csv") rows)"; else
+  echo "check=DIFFERENT"; diff "$work/peer.csv" "$work/engine.csv" | head; exit 1; fi
+
+echo "== HTTP: a raw-served shape, 7 days x country,placement (largest app), 20 calls"
+fetch --url "$url?apps=bench-00&days=7&dimensions=country,placement" --count 20 --name raw_shape | tee "$work/raw.txt"
+
+echo "== HTTP: CSV export, hour x app x network x format over 35 days, every app"
+fetch --url "$url?days=35&tz=UTC&dimensions=hour,app,network,format&format=csv" --count 0 --name export | tee "$work/export.txt"
+
+echo "== plain PostgreSQL: psql \\copy of the same rows from the same rollups"
+copy_sql="SELECT to_char(hour, 'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM'), app_id, network, format, sum(requests), sum(impressions),
+  round(sum(impressions)::numeric / NULLIF(sum(requests), 0), 6), sum(taps), round(sum(taps)::numeric / NULLIF(sum(impressions), 0), 6),
+  round(sum(revenue) / 1000000, 2), round(sum(revenue) * 1000 / NULLIF(sum(impressions), 0) / 1000000, 2)
+FROM (SELECT hour, app_id, network, format, requests, impressions, taps, 0::numeric AS revenue FROM rollup_1h_compacted
+      WHERE hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz
+      UNION ALL
+      SELECT hour, app_id, network, format, 0, 0, 0, revenue_micros FROM rollup_revenue_1h_compacted
+      WHERE currency = 'USD' AND hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz) AS s
+GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+copy_sql=$(echo "$copy_sql" | tr '\n' ' ')
+start=$(date +%s.%N)
+psql "$conn" -qc "SET TimeZone = 'UTC'" -c "\\copy ($copy_sql) TO '$work/copy.csv' WITH (FORMAT csv, HEADER)"
+end=$(date +%s.%N)
+copy_rows=$(( $(wc -l < "$work/copy.csv") - 1 ))
+copy_rate=$(python3 -c "print(round($copy_rows / ($end - $start)))")
+echo "copy_rows=$copy_rows copy_rows_per_s=$copy_rate"
+
+python3 - "$work" "$copy_rate" "$raw_peer_p50" <<'PY'
+import sys
+work, copy_rate, raw_peer = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+def read(name):
+    return dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
+largest, median, raw, export = read("largest"), read("median"), read("raw"), read("export")
+export_rate = float(export["export_lines_per_s"])
+print(f"ratio_raw_peer_to_report_p50={raw_peer / float(largest['largest_p50_ms']):.0f}")
+print(f"ratio_export_to_copy={export_rate / copy_rate:.2f}")
+print(f"export_rss_growth_mb={float(export['export_server_peak_rss_mb']) - float(export['export_server_idle_rss_mb']):.1f}")
+print("RESULT "
+      f"report_p50_ms={largest['largest_p50_ms']} report_p99_ms={largest['largest_p99_ms']} "
+      f"median_app_p50_ms={median['median_p50_ms']} median_app_p99_ms={median['median_p99_ms']} "
+      f"raw_peer_p50_ms={raw_peer:.1f} raw_shape_p50_ms={raw['raw_shape_p50_ms']} "
+      f"export_rows_per_s={export_rate:.0f} export_peak_rss_mb={export['export_server_peak_rss_mb']} "
+      f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f}")
+PY
