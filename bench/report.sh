@@ -125,12 +125,36 @@ median_app=bench-30
 echo "events_loaded=$loaded largest_app_events=$largest median_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = '$median_app'") load_seconds=$(( $(date +%s) - load_started ))"
 sql -c "SELECT 'rollup rows: 15m ' || (SELECT count(*) FROM rollup_15m_compacted) || ', 1h ' || (SELECT count(*) FROM rollup_1h_compacted) || ', day ' || (SELECT count(*) FROM rollup_day_compacted)"
 
+if [ "${BENCH_TRACE:-0}" = 1 ]; then
+  # Every statement's duration in the cluster's log, summarised at the end.
+  sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET log_min_duration_statement = 0" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \
+      -c "ALTER SYSTEM SET auto_explain.log_min_duration = '300ms'" -c "ALTER SYSTEM SET auto_explain.log_analyze = on" \
+      -c "SELECT pg_reload_conf()" >/dev/null
+  # The server's open connections predate the settings: end them (the pool replaces them).
+  sql -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" >/dev/null
+fi
+
 url="http://127.0.0.1:$port/v1/reports"
 fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@"; }
 
 echo "== HTTP: 30-day date x network, $calls calls each"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name largest | tee "$work/largest.txt"
 fetch --url "$url?apps=$median_app&days=30&dimensions=date,network" --count "$calls" --name median | tee "$work/median.txt"
+
+if [ "${BENCH_TRACE:-0}" = 1 ]; then
+  echo "== PostgreSQL time per statement kind during the report calls (ms: count, mean)"
+  python3 - "$data/run/postgres.log" <<'PY'
+import re, sys, collections
+stats = collections.defaultdict(list)
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"duration: ([0-9.]+) ms\s+(?:statement|execute [^:]*): (.*)", line)
+    if m:
+        stats[m.group(2).strip()[:70]].append(float(m.group(1)))
+for key, values in sorted(stats.items(), key=lambda item: -sum(item[1]))[:12]:
+    print(f"{len(values):6d} {sum(values) / len(values):8.3f}  {key}")
+PY
+  sql -c "ALTER SYSTEM RESET log_min_duration_statement" -c "SELECT pg_reload_conf()" >/dev/null
+fi
 
 echo "== plain PostgreSQL: the same report as a GROUP BY over raw events (5 runs), and the numbers compared"
 range=$(sql -c "SET TimeZone = 'America/New_York'; SELECT ((now()::date - 30)::timestamptz) || '|' || (now()::date::timestamptz)")
@@ -156,7 +180,13 @@ echo "== HTTP: a raw-served shape, 7 days x country,placement (largest app), 20 
 fetch --url "$url?apps=bench-00&days=7&dimensions=country,placement" --count 20 --name raw_shape | tee "$work/raw.txt"
 
 echo "== HTTP: CSV export, hour x app x network x format over 35 days, every app"
+if [ "${BENCH_PERF:-0}" = 1 ]; then perf record -q -F 499 -g -p "$server" -o "$work/perf.data" 2>/dev/null & perf=$!; sleep 0.5; fi
 fetch --url "$url?days=35&tz=UTC&dimensions=hour,app,network,format&format=csv" --count 0 --name export | tee "$work/export.txt"
+if [ "${BENCH_TRACE:-0}" = 1 ]; then grep -A60 "Query Text: DECLARE" "$data/run/postgres.log" | head -80; fi
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+  kill -INT "$perf"; wait "$perf" 2>/dev/null || true
+  perf report -q -i "$work/perf.data" --no-children --sort symbol --stdio 2>/dev/null | grep -v '^$' | grep '%' | head -40
+fi
 
 echo "== plain PostgreSQL: psql \\copy of the same rows from the same rollups"
 copy_sql="SELECT to_char(hour, 'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM'), app_id, network, format, sum(requests), sum(impressions),

@@ -87,7 +87,7 @@ public struct ReportRoutes: Sendable {
                 pending = []
             } rows: { rows in
                 out.removeAll(keepingCapacity: true)
-                for row in rows { ReportText.appendCSVRecord(layout.cells(row), to: &out) }
+                for row in rows { layout.appendCSV(row, to: &out) }
                 try await writer.write(ByteBuffer(bytes: out))
             }
             try await writer.finish(nil)

@@ -53,13 +53,31 @@ struct ReportPlan {
     /// End of the range (exclusive): local midnight after `to`.
     var t1: PostgresQuery { "(\(ReportQuery.formatDate(query.to))::date + 1)::timestamptz" }
 
-    /// A time dimension's value over the instant `time`, in the session's zone.
+    /// A time dimension's value over the instant `time`, in the session's zone (raw
+    /// events: one zone conversion per event).
     static func timeExpression(_ dimension: ReportDimension, _ time: String) -> String {
         switch dimension {
         case .date: "(\(time))::date::text"
         case .week: "date_trunc('week', \(time))::date::text"
         case .month: "to_char(\(time), 'YYYY-MM')"
-        case .hour: "to_char(date_trunc('hour', \(time)), 'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM')"
+        case .hour: hourText("date_trunc('hour', \(time))")
+        default: preconditionFailure("not a time dimension")
+        }
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS±HH:MM` of an instant, in the session's zone.
+    static func hourText(_ instant: String) -> String {
+        "to_char(\(instant), 'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM')"
+    }
+
+    /// A time dimension's value from a rollup row's local date `s.d` (no zone
+    /// conversion: the parts computed it once per day or hour) or hour text `s.hk`.
+    static func rollupTimeExpression(_ dimension: ReportDimension) -> String {
+        switch dimension {
+        case .date: "s.d::text"
+        case .week: "(s.d - (extract(isodow FROM s.d)::int - 1))::text"
+        case .month: "to_char(s.d::timestamp, 'YYYY-MM')"
+        case .hour: "s.hk"
         default: preconditionFailure("not a time dimension")
         }
     }
@@ -67,9 +85,8 @@ struct ReportPlan {
     /// A dimension's value in a row of the source (`s` for rollups, `e` for events).
     func expression(_ dimension: ReportDimension) -> String {
         let row = source == .raw ? "e" : "s"
-        let time = source == .raw ? "e.occurred_at" : "s.t"
         switch dimension {
-        case .date, .week, .month, .hour: return Self.timeExpression(dimension, time)
+        case .date, .week, .month, .hour: return source == .raw ? Self.timeExpression(dimension, "e.occurred_at") : Self.rollupTimeExpression(dimension)
         case .app: return "\(row).app_id"
         case .network: return "\(row).network"
         case .format: return "\(row).format"
@@ -98,14 +115,17 @@ struct ReportPlan {
         return sql
     }
 
-    /// `AND value = ANY(values)` for each filter on a time dimension, over `time`.
-    func timeFilters(_ time: String) -> PostgresQuery {
+    /// `AND value = ANY(values)` for each filter on a time dimension.
+    func timeFilters() -> PostgresQuery {
         var sql: PostgresQuery = ""
         for filter in query.filters where filter.dimension.isTime {
-            sql.append(" AND \(unsafeRaw: Self.timeExpression(filter.dimension, time)) = ANY(\(array: filter.values)::text[])")
+            sql.append(" AND \(unsafeRaw: expression(filter.dimension)) = ANY(\(array: filter.values)::text[])")
         }
         return sql
     }
+
+    /// Whether rows need their hour text (`hk`).
+    var needsHour: Bool { query.usedDimensions.contains(.hour) }
 
     var apps: PostgresQuery { "\(array: query.apps)::text[]" }
 
@@ -114,42 +134,45 @@ struct ReportPlan {
     static let zeroCounts = "0, 0, 0, 0, 0, 0, 0, 0"
     static let countList = rollupCounts.joined(separator: ", ")
 
-    /// The rows the rollup sources sum: (app_id, t, network, format, 8 counts, revenue_micros, currency).
+    /// The rows the rollup sources sum: (app_id, d = local date, hk = local hour text
+    /// or NULL, network, format, 8 counts, revenue_micros, currency).
     func rollupParts() -> PostgresQuery {
         var parts: [PostgresQuery] = []
         let money = needsMoney
+        // Per-row zone conversions only for the few rows of cut hours and pending deltas.
+        let rowHour = needsHour ? Self.hourText("date_trunc('hour', r.bucket)") : "NULL::text"
         switch source {
         case .daily:
             let days: PostgresQuery = "day BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
             parts.append("""
-                SELECT r.app_id, r.day::timestamptz AS t, r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric AS revenue_micros, NULL::text AS currency
+                SELECT r.app_id, r.day, NULL::text, r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
                 FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.\(days)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
-                    SELECT r.app_id, r.day::timestamptz, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
+                    SELECT r.app_id, r.day, NULL::text, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
                     FROM rollup_revenue_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.\(days)\(columnFilters("r"))
                     """)
             }
         case .hourly:
             parts.append("""
-                SELECT r.app_id, r.hour, r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
-                FROM rollup_1h_compacted r
-                WHERE r.app_id = ANY(\(apps)) AND r.hour >= \(t0) AND r.hour < \(t1) AND r.hour IN (SELECT h FROM hours WHERE whole)\(columnFilters("r"))
+                SELECT r.app_id, hours.d, hours.hk, r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
+                FROM rollup_1h_compacted r JOIN hours ON hours.h = r.hour AND hours.whole
+                WHERE r.app_id = ANY(\(apps)) AND r.hour >= \(t0) AND r.hour < \(t1)\(columnFilters("r"))
                 """)
             parts.append("""
-                SELECT r.app_id, r.bucket, r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
+                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
                 FROM hours JOIN rollup_15m_compacted r ON r.bucket >= hours.h AND r.bucket < hours.h + interval '1 hour'
                 WHERE NOT hours.whole AND r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
-                    SELECT r.app_id, r.hour, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
-                    FROM rollup_revenue_1h_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.hour >= \(t0) AND r.hour < \(t1) AND r.hour IN (SELECT h FROM hours WHERE whole)\(columnFilters("r"))
+                    SELECT r.app_id, hours.d, hours.hk, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
+                    FROM rollup_revenue_1h_compacted r JOIN hours ON hours.h = r.hour AND hours.whole
+                    WHERE r.app_id = ANY(\(apps)) AND r.hour >= \(t0) AND r.hour < \(t1)\(columnFilters("r"))
                     """)
                 parts.append("""
-                    SELECT r.app_id, r.bucket, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
+                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
                     FROM hours JOIN rollup_revenue_15m_compacted r ON r.bucket >= hours.h AND r.bucket < hours.h + interval '1 hour'
                     WHERE NOT hours.whole AND r.currency <> '' AND r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
                     """)
@@ -159,7 +182,7 @@ struct ReportPlan {
         }
         // Deltas not yet compacted: every committed event is counted at once.
         parts.append("""
-            SELECT r.app_id, r.bucket, r.network, r.format, \(unsafeRaw: Self.countList), r.revenue_micros::numeric, r.currency
+            SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), r.network, r.format, \(unsafeRaw: Self.countList), r.revenue_micros::numeric, r.currency
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
             """)
         var sql: PostgresQuery = ""
@@ -185,7 +208,8 @@ struct ReportPlan {
         }
         return """
             hours AS MATERIALIZED (
-                SELECT h, (h >= \(t0) AND h + interval '1 hour' <= \(t1) AND \(unsafeRaw: sameGroup)) AS whole
+                SELECT h, (h >= \(t0) AND h + interval '1 hour' <= \(t1) AND \(unsafeRaw: sameGroup)) AS whole,
+                       h::date AS d, \(unsafeRaw: needsHour ? Self.hourText("date_trunc('hour', h)") : "NULL::text") AS hk
                 FROM generate_series(date_trunc('hour', \(t0), 'UTC'), \(t1) - interval '15 minutes', interval '1 hour') AS h
             )
             """
@@ -210,7 +234,7 @@ struct ReportPlan {
                     coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE e.type IN ('impression', 'tap') AND e.currency::text = \(query.currency)), 0) AS revenue_micros,
                     \(unsafeRaw: query.metrics.contains(.uniqueDevices) ? "count(DISTINCT e.device)" : "0::bigint") AS unique_devices
                 FROM events e
-                WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters("e.occurred_at"))
+                WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """
         } else {
             let sums = Self.rollupCounts.map { "coalesce(sum(s.\($0)), 0)::bigint AS \($0)" }.joined(separator: ", ")
@@ -220,8 +244,8 @@ struct ReportPlan {
                     coalesce(sum(s.revenue_micros) FILTER (WHERE s.currency = \(query.currency)), 0) AS revenue_micros, 0::bigint AS unique_devices
                 FROM (
                 \(rollupParts())
-                ) AS s (app_id, t, network, format, \(unsafeRaw: Self.countList), revenue_micros, currency)
-                WHERE true\(timeFilters("s.t"))
+                ) AS s (app_id, d, hk, network, format, \(unsafeRaw: Self.countList), revenue_micros, currency)
+                WHERE true\(timeFilters())
                 """)
         }
         if !dimensions.isEmpty {
@@ -292,6 +316,19 @@ struct ReportPlan {
                 GROUP BY 1 ORDER BY 2, 1 LIMIT 1
                 """
         }
+        if source == .daily {
+            // Days of the apps' own zone: one row per day and key to look at.
+            return """
+                SELECT currency, min(d)::text FROM (
+                    SELECT r.currency, r.day AS d FROM rollup_revenue_day_compacted r
+                    WHERE r.app_id = ANY(\(apps)) AND r.day BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date
+                      AND r.currency <> \(currency)\(columnFilters("r"))
+                    UNION ALL
+                    SELECT r.currency, r.bucket::date FROM rollup_delta r
+                    WHERE r.app_id = ANY(\(apps)) AND r.currency NOT IN ('', \(currency)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
+                ) AS f GROUP BY 1 ORDER BY 2, 1 LIMIT 1
+                """
+        }
         return """
             SELECT currency, (min(t) AT TIME ZONE 'UTC')::date::text FROM (
                 SELECT r.currency, r.hour AS t FROM rollup_revenue_1h_compacted r
@@ -312,30 +349,61 @@ struct ReportPlan {
     func decodeRow(_ row: PostgresRow) throws -> ReportRow {
         var dimensions: [String?] = []
         dimensions.reserveCapacity(query.dimensions.count)
-        for index in query.dimensions.indices { dimensions.append(try row.decode(index, as: String?.self)) }
+        for index in query.dimensions.indices {
+            dimensions.append(row.withBytes(index) { bytes in bytes.map { String(decoding: $0, as: UTF8.self) } })
+        }
         return ReportRow(dimensions: dimensions, counts: try decodeCounts(row, at: query.dimensions.count))
     }
 
+    /// The sums in `countNames` order from column `start` on, parsed from their text
+    /// in place (no String per value: a streamed export decodes millions).
     func decodeCounts(_ row: PostgresRow, at start: Int) throws -> ReportCounts {
-        func int(_ offset: Int) throws -> Int64 {
-            guard let text = try row.decode(start + offset, as: String?.self) else { return 0 }
-            guard let value = Int64(text) else { throw PostgresError(kind: .decoding, message: "\(Self.countNames[offset]): \(text) is not a 64-bit integer") }
-            return value
+        func integer(_ offset: Int) throws -> Int128 {
+            try row.withBytes(start + offset) { bytes -> Int128 in
+                guard let bytes, !bytes.isEmpty else { return 0 }
+                if bytes.count <= 18 {
+                    // Fits in 64 bits whatever the digits: the common case, in native arithmetic.
+                    var value: Int64 = 0
+                    var negative = false
+                    for (position, byte) in bytes.enumerated() {
+                        if position == 0 && byte == UInt8(ascii: "-") { negative = true; continue }
+                        guard (0x30...0x39).contains(byte) else {
+                            throw PostgresError(kind: .decoding, message: "\(Self.countNames[offset]): \(String(decoding: bytes, as: UTF8.self)) is not an integer")
+                        }
+                        value = value &* 10 &+ Int64(byte &- 0x30)
+                    }
+                    return Int128(negative ? -value : value)
+                }
+                var value: Int128 = 0
+                var negative = false
+                for (position, byte) in bytes.enumerated() {
+                    if position == 0 && byte == UInt8(ascii: "-") { negative = true; continue }
+                    guard (0x30...0x39).contains(byte), value < Int128.max / 10 - 10 else {
+                        throw PostgresError(kind: .decoding, message: "\(Self.countNames[offset]): \(String(decoding: bytes, as: UTF8.self)) is not an integer")
+                    }
+                    value = value * 10 + Int128(byte - 0x30)
+                }
+                return negative ? -value : value
+            }
+        }
+        func count(_ offset: Int) throws -> Int64 {
+            let value = try integer(offset)
+            guard let small = Int64(exactly: value) else {
+                throw PostgresError(kind: .decoding, message: "\(Self.countNames[offset]): \(value) is not a 64-bit integer")
+            }
+            return small
         }
         var counts = ReportCounts()
-        counts.requests = try int(0)
-        counts.loads = try int(1)
-        counts.impressions = try int(2)
-        counts.errors = try int(3)
-        counts.taps = try int(4)
-        counts.actionCancels = try int(5)
-        counts.expiries = try int(6)
-        counts.wastedFills = try int(7)
-        if let text = try row.decode(start + 8, as: String?.self) {
-            guard let value = Int128(text) else { throw PostgresError(kind: .decoding, message: "revenue_micros: \(text) is not an integer") }
-            counts.revenueMicros = value
-        }
-        counts.uniqueDevices = try int(9)
+        counts.requests = try count(0)
+        counts.loads = try count(1)
+        counts.impressions = try count(2)
+        counts.errors = try count(3)
+        counts.taps = try count(4)
+        counts.actionCancels = try count(5)
+        counts.expiries = try count(6)
+        counts.wastedFills = try count(7)
+        counts.revenueMicros = try integer(8)
+        counts.uniqueDevices = try count(9)
         return counts
     }
 

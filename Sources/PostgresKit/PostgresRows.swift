@@ -38,6 +38,11 @@ public final class PostgresRows: @unchecked Sendable, RandomAccessCollection {
 
     func text(row: Int32, column: Int32) -> String { String(cString: PQgetvalue(result, row, column)) }
 
+    func withBytes<R>(row: Int32, column: Int32, _ body: (UnsafeRawBufferPointer?) throws -> R) rethrows -> R {
+        let length = Int(PQgetlength(result, row, column))
+        return try body(UnsafeRawBufferPointer(start: PQgetvalue(result, row, column), count: length))
+    }
+
     func typeOID(column: Int32) -> PostgresTypeOID { PQftype(result, column) }
 }
 
@@ -73,6 +78,15 @@ public struct PostgresRow: Sendable {
 
     /// Whether column `column` is SQL NULL.
     public func isNull(_ column: Int) -> Bool { rows.isNull(row: index, column: Int32(column)) }
+
+    /// The text of column `column` as bytes (nil for NULL), without making a String:
+    /// for readers that parse or copy many values (a streamed report).
+    public func withBytes<R>(_ column: Int, _ body: (UnsafeRawBufferPointer?) throws -> R) rethrows -> R {
+        precondition(column >= 0 && column < rows.columns.count, "column \(column) out of range")
+        let field = Int32(column)
+        if rows.isNull(row: index, column: field) { return try body(nil) }
+        return try rows.withBytes(row: index, column: field, body)
+    }
 
     private func decodingError(column: Int, reason: String) -> PostgresError {
         let oid = rows.typeOID(column: Int32(column))

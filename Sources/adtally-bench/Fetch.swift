@@ -19,6 +19,7 @@ extension Bench {
             let client = HTTPClient(eventLoopGroupProvider: .singleton)
             let sampler = serverPID.map { RSSSampler(pid: $0) }
             let idle = sampler?.current() ?? 0
+            let cpuBefore = sampler?.cpuSeconds() ?? 0
             sampler?.start()
             var latencies: [Double] = []
             var rows = 0, bytes = 0
@@ -47,6 +48,7 @@ extension Bench {
                 }
             }
             let peak = sampler?.stop() ?? 0
+            let serverCPU = (sampler?.cpuSeconds() ?? 0) - cpuBefore
             try await client.shutdown()
             latencies.sort()
             func percentile(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
@@ -59,6 +61,7 @@ extension Bench {
             if sampler != nil {
                 print("\(name)_server_idle_rss_mb=\(String(format: "%.1f", Double(idle) / 1024))")
                 print("\(name)_server_peak_rss_mb=\(String(format: "%.1f", Double(peak) / 1024))")
+                print("\(name)_server_cpu_seconds=\(String(format: "%.2f", serverCPU))")
             }
         }
     }
@@ -78,6 +81,15 @@ final class RSSSampler: Sendable {
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
               let kb = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) }) else { return 0 }
         return kb
+    }
+
+    /// User + system CPU seconds of the process so far (/proc/PID/stat, clock ticks of 1/100 s).
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / 100
     }
 
     func start() {

@@ -89,7 +89,7 @@ struct ReportCommand: AsyncParsableCommand {
                     try sink.write(bytes)
                     try await engine.stream(query) { _ in } rows: { rows in
                         bytes.removeAll(keepingCapacity: true)
-                        for row in rows { ReportText.appendCSVRecord(layout.cells(row), to: &bytes) }
+                        for row in rows { layout.appendCSV(row, to: &bytes) }
                         try sink.write(bytes)
                     }
                 case .json:

@@ -81,6 +81,11 @@ struct ReportTests {
         #expect(ReportText.ratio(1.0 / 3) == "0.333333")
         #expect(ReportText.ratio(2) == "2")
         #expect(ReportText.ratio(0.0000004) == "0")
+        #expect(ReportText.ratio(0.05) == "0.05")
+        #expect(ReportText.ratio(-0.5) == "-0.5")
+        #expect(ReportText.ratio(12.000001) == "12.000001")
+        #expect(Money.format(micros: -1_235_000, currency: "USD") == "-1.24")
+        #expect(Money.format(micros: Int128(Int64.max) * 4 + 500_000, currency: "USD") == "36893488147419.60")
     }
 
     // MARK: - Zones

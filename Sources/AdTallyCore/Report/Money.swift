@@ -19,7 +19,48 @@ public enum Money {
     /// Micros as a decimal string in the currency's precision, rounded half to even:
     /// 1234567 USD is "1.23", JPY "1", KWD "1.235".
     public static func format(micros: Int128, currency: String) -> String {
-        let digits = digits(currency)
+        format(micros: micros, digits: digits(currency))
+    }
+
+    /// Micros as a decimal string with `digits` decimals (0 to 6), rounded half to even.
+    public static func format(micros: Int128, digits: Int) -> String {
+        var out: [UInt8] = []
+        append(micros: micros, digits: digits, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends micros as a decimal string with `digits` decimals, rounded half to even.
+    public static func append(micros: Int128, digits: Int, to out: inout [UInt8]) {
+        if let small = Int64(exactly: micros), small.magnitude < 1 << 62 {
+            // Native arithmetic for every realistic amount.
+            var scale: Int64 = 1
+            for _ in 0..<(6 - digits) { scale *= 10 }
+            var units = small / scale
+            let remainder = small % scale
+            let twice = remainder.magnitude * 2
+            if twice > UInt64(scale) || (twice == UInt64(scale) && units % 2 != 0) { units += small < 0 ? -1 : 1 }
+            if units < 0 { out.append(UInt8(ascii: "-")) }
+            appendUnits(units.magnitude, digits: digits, to: &out)
+            return
+        }
+        out.append(contentsOf: formatWide(micros: micros, digits: digits).utf8)
+    }
+
+    static func appendUnits(_ units: UInt64, digits: Int, to out: inout [UInt8]) {
+        var divisor: UInt64 = 1
+        for _ in 0..<digits { divisor *= 10 }
+        ReportText.appendInteger(Int128(units / divisor), to: &out)
+        guard digits > 0 else { return }
+        out.append(UInt8(ascii: "."))
+        let fraction = units % divisor
+        var place = divisor / 10
+        while place > 0 {
+            out.append(UInt8(truncatingIfNeeded: 0x30 &+ fraction / place % 10))
+            place /= 10
+        }
+    }
+
+    static func formatWide(micros: Int128, digits: Int) -> String {
         var scale: Int128 = 1
         for _ in 0..<(6 - digits) { scale *= 10 }
         let units = divideHalfEven(micros, by: scale)

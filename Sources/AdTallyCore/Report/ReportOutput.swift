@@ -30,8 +30,8 @@ public enum ReportCell: Sendable, Equatable {
     case text(String)
     case integer(Int128)
     case ratio(Double)
-    /// A decimal string in the currency's precision.
-    case money(String)
+    /// An amount in micros, shown with `digits` decimals (the currency's precision).
+    case money(micros: Int128, digits: Int)
 }
 
 /// The columns of a query and the cells of its rows: the one place metric values
@@ -41,6 +41,8 @@ public struct ReportLayout: Sendable {
     public let query: ReportQuery
     /// Dimensions, then each metric (with `_previous` and `_change` when comparing).
     public let columns: [ReportColumn]
+    /// Decimals of the report currency.
+    let digits: Int
 
     /// The layout of a query's output.
     public init(query: ReportQuery) {
@@ -54,6 +56,36 @@ public struct ReportLayout: Sendable {
             }
         }
         self.columns = columns
+        self.digits = Money.digits(query.currency)
+    }
+
+    /// Appends a row as a CSV record (the cells of `cells`, without building them).
+    public func appendCSV(_ row: ReportRow, to out: inout [UInt8]) {
+        for (index, dimension) in query.dimensions.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            guard index < row.dimensions.count, let value = row.dimensions[index] else { continue }
+            if dimension == .errorCode || dimension.valueType == .date || dimension.valueType == .month {
+                out.append(contentsOf: value.utf8)  // digits and dashes: never quoted, never a formula
+            } else {
+                ReportText.appendCSVText(value, to: &out)
+            }
+        }
+        var first = query.dimensions.isEmpty
+        for metric in query.metrics {
+            let value = metric.value(row.counts)
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            ReportText.appendCSV(cell(value), to: &out)
+            if query.comparison != nil {
+                let earlier = metric.value(row.previous ?? ReportCounts())
+                out.append(UInt8(ascii: ","))
+                ReportText.appendCSV(cell(earlier), to: &out)
+                out.append(UInt8(ascii: ","))
+                ReportText.appendCSV(cell(value.change(from: earlier)), to: &out)
+            }
+        }
+        out.append(0x0D)
+        out.append(0x0A)
     }
 
     /// The cells of a row, one per column.
@@ -95,29 +127,64 @@ public struct ReportLayout: Sendable {
         case .null: .null
         case .integer(let number): .integer(number)
         case .ratio(let number): number.isFinite ? .ratio(number) : .null
-        case .micros(let micros): .money(Money.format(micros: micros, currency: query.currency))
+        case .micros(let micros): .money(micros: micros, digits: digits)
         }
     }
 }
 
 /// Writing cells as JSON, CSV (RFC 4180) and ratios as text.
 public enum ReportText {
+    /// Appends an integer's decimal digits.
+    public static func appendInteger(_ value: Int128, to out: inout [UInt8]) {
+        guard let small = Int64(exactly: value) else {
+            out.append(contentsOf: String(value).utf8)
+            return
+        }
+        if small < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = small.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes of scratch, enough for 20 digits
+        let count = withUnsafeMutableBytes(of: &digits) { buffer -> Int in
+            var position = buffer.count
+            repeat {
+                position -= 1
+                buffer[position] = UInt8(truncatingIfNeeded: 0x30 &+ magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            out.append(contentsOf: buffer[position...])
+            return buffer.count - position
+        }
+        _ = count
+    }
+
+    /// Appends a ratio with at most 6 decimals, no exponent (see `ratio`).
+    public static func appendRatio(_ value: Double, to out: inout [UInt8]) {
+        let scaled = (value * 1_000_000).rounded()
+        guard scaled.magnitude < 9e17 else {
+            out.append(contentsOf: String(value).utf8)
+            return
+        }
+        let micros = Int64(scaled)
+        if micros < 0 { out.append(UInt8(ascii: "-")) }
+        let magnitude = micros.magnitude
+        appendInteger(Int128(magnitude / 1_000_000), to: &out)
+        var fraction = magnitude % 1_000_000
+        guard fraction != 0 else { return }
+        out.append(UInt8(ascii: "."))
+        var width = 6
+        while fraction % 10 == 0 { fraction /= 10; width -= 1 }
+        var divisor: UInt64 = 1
+        for _ in 1..<width { divisor *= 10 }
+        while divisor > 0 {
+            out.append(UInt8(truncatingIfNeeded: 0x30 &+ fraction / divisor % 10))
+            divisor /= 10
+        }
+    }
+
     /// A ratio with at most 6 decimals, no exponent: 0.123457, 1.5, 0.
     public static func ratio(_ value: Double) -> String {
-        let scaled = (value * 1_000_000).rounded()
-        guard scaled.magnitude < 9e17 else { return String(value) }
-        let micros = Int64(scaled)
-        var text = micros < 0 ? "-" : ""
-        let magnitude = micros.magnitude
-        text += String(magnitude / 1_000_000)
-        let fraction = magnitude % 1_000_000
-        if fraction != 0 {
-            var digits = String(fraction)
-            digits = String(repeating: "0", count: 6 - digits.count) + digits
-            while digits.hasSuffix("0") { digits.removeLast() }
-            text += "." + digits
-        }
-        return text
+        var out: [UInt8] = []
+        appendRatio(value, to: &out)
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Appends a JSON string literal.
@@ -143,9 +210,13 @@ public enum ReportText {
     public static func appendJSON(_ cell: ReportCell, to out: inout [UInt8]) {
         switch cell {
         case .null: out.append(contentsOf: "null".utf8)
-        case .text(let text), .money(let text): appendJSONString(text, to: &out)
-        case .integer(let number): out.append(contentsOf: String(number).utf8)
-        case .ratio(let number): out.append(contentsOf: ratio(number).utf8)
+        case .text(let text): appendJSONString(text, to: &out)
+        case .money(let micros, let digits):
+            out.append(UInt8(ascii: "\""))
+            Money.append(micros: micros, digits: digits, to: &out)
+            out.append(UInt8(ascii: "\""))
+        case .integer(let number): appendInteger(number, to: &out)
+        case .ratio(let number): appendRatio(number, to: &out)
         }
     }
 
@@ -155,9 +226,9 @@ public enum ReportText {
     public static func appendCSV(_ cell: ReportCell, to out: inout [UInt8]) {
         switch cell {
         case .null: break
-        case .integer(let number): out.append(contentsOf: String(number).utf8)
-        case .ratio(let number): out.append(contentsOf: ratio(number).utf8)
-        case .money(let text): out.append(contentsOf: text.utf8)
+        case .integer(let number): appendInteger(number, to: &out)
+        case .ratio(let number): appendRatio(number, to: &out)
+        case .money(let micros, let digits): Money.append(micros: micros, digits: digits, to: &out)
         case .text(let text): appendCSVText(text, to: &out)
         }
     }
@@ -195,7 +266,8 @@ public enum ReportText {
     public static func plain(_ cell: ReportCell) -> String {
         switch cell {
         case .null: ""
-        case .text(let text), .money(let text): text
+        case .text(let text): text
+        case .money(let micros, let digits): Money.format(micros: micros, digits: digits)
         case .integer(let number): String(number)
         case .ratio(let number): ratio(number)
         }
