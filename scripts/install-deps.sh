@@ -7,6 +7,12 @@ missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
 done
+# Python packages the tests use: openapi-core checks responses against /openapi.yaml.
+python_ok() { python3 -c 'import openapi_core, requests, yaml' 2>/dev/null; }
+if ! python_ok; then
+  echo "installing Python packages: openapi-core requests pyyaml"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore openapi-core requests pyyaml
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -1,0 +1,341 @@
+import Hummingbird
+import NIOCore
+
+/// The OpenAPI 3.1 description of every endpoint, served at `/openapi.yaml`.
+/// `OpenAPITests` checks real responses of each endpoint against it with a validator.
+public enum OpenAPIDocument {
+    /// Adds `GET /openapi.yaml`.
+    public static func register(on router: Routes) {
+        router.get("openapi.yaml") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/yaml"], body: .init(byteBuffer: ByteBuffer(string: yaml)))
+        }
+    }
+
+    /// The document.
+    public static let yaml = #"""
+openapi: 3.1.0
+info:
+  title: AdTally
+  version: "1"
+  description: >
+    Self-hosted analytics and reporting for in-app advertising. Contract: DESIGN.md.
+    Every error is RFC 9457 application/problem+json.
+servers:
+  - url: /
+security:
+  - bearer: []
+paths:
+  /healthz:
+    get:
+      summary: The process is up.
+      security: []
+      responses:
+        "200": {description: Up, content: {application/json: {schema: {$ref: "#/components/schemas/Status"}}}}
+  /readyz:
+    get:
+      summary: The database is reachable and rollups keep up.
+      security: []
+      responses:
+        "200": {description: Ready, content: {application/json: {schema: {$ref: "#/components/schemas/Status"}}}}
+        "503": {$ref: "#/components/responses/Problem"}
+  /metrics:
+    get:
+      summary: Prometheus metrics.
+      security: []
+      responses:
+        "200": {description: "Metrics in the Prometheus text format", content: {text/plain: {schema: {type: string}}}}
+  /openapi.yaml:
+    get:
+      summary: This document.
+      security: []
+      responses:
+        "200": {description: The document, content: {application/yaml: {schema: {type: string}}}}
+  /v1/events:
+    post:
+      summary: Ingest events (an ingest key). A 200 means the accepted events are committed.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [events]
+              properties:
+                events: {type: array, maxItems: 1000, items: {$ref: "#/components/schemas/Event"}}
+          application/x-ndjson:
+            schema: {type: string, description: One event object per line.}
+      responses:
+        "200":
+          description: Valid events stored, duplicates counted, invalid ones listed.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [accepted, duplicates, rejected]
+                properties:
+                  accepted: {type: integer, minimum: 0}
+                  duplicates: {type: integer, minimum: 0}
+                  rejected:
+                    type: array
+                    items:
+                      type: object
+                      required: [index, error]
+                      properties:
+                        index: {type: integer, minimum: 0}
+                        id: {type: [string, "null"]}
+                        error: {type: string}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "408": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+        "415": {$ref: "#/components/responses/Problem"}
+        "503": {$ref: "#/components/responses/Problem"}
+  /v1/apps:
+    get:
+      summary: The apps the key may read (a read key sees its own).
+      responses:
+        "200":
+          description: Apps.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [apps]
+                properties:
+                  apps: {type: array, items: {$ref: "#/components/schemas/App"}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    post:
+      summary: Create an app (an admin key).
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [app]
+              properties:
+                app: {type: string, pattern: "^[a-z0-9][a-z0-9_.-]{0,63}$"}
+                name: {type: string}
+                timezone: {type: string, description: "IANA zone, fixed once created."}
+                currency: {type: string, pattern: "^[A-Z]{3}$"}
+      responses:
+        "201": {description: Created, content: {application/json: {schema: {$ref: "#/components/schemas/App"}}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "409": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+  /v1/apps/{app}/keys:
+    parameters:
+      - {name: app, in: path, required: true, schema: {type: string}}
+    get:
+      summary: The app's keys, without secrets (an admin key).
+      responses:
+        "200":
+          description: Keys.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [keys]
+                properties:
+                  keys: {type: array, items: {$ref: "#/components/schemas/Key"}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+    post:
+      summary: Create an ingest or read key (an admin key); the secret is shown once.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [scope]
+              properties:
+                scope: {type: string, enum: [ingest, read]}
+      responses:
+        "201":
+          description: The key and its secret.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [id, secret, scope]
+                properties:
+                  id: {type: string}
+                  secret: {type: string, pattern: "^atk_[0-9a-f]{48}$"}
+                  app: {type: [string, "null"]}
+                  scope: {type: string, enum: [ingest, read, admin]}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/keys/{id}:
+    parameters:
+      - {name: id, in: path, required: true, schema: {type: string}}
+    delete:
+      summary: Revoke a key (an admin key).
+      responses:
+        "204": {description: Revoked.}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/reports:
+    get:
+      summary: A report (DESIGN §4), as JSON pages or streamed CSV.
+      description: >
+        A read key reads its own app, an admin key every app. Besides the parameters
+        below, any dimension name is a filter (network=admob,iad). `format` is the
+        output (json, csv) or, with an ad format's name, a filter on the ad format.
+      parameters:
+        - {name: apps, in: query, schema: {type: string}, description: "Comma-separated app ids (default: all the key may read)."}
+        - {name: from, in: query, schema: {type: string, format: date}, description: "First day, in tz."}
+        - {name: to, in: query, schema: {type: string, format: date}, description: "Last day, inclusive."}
+        - {name: days, in: query, schema: {type: integer, minimum: 1, maximum: 3700}, description: "The N whole days before today (instead of from/to)."}
+        - {name: tz, in: query, schema: {type: string}, description: "IANA zone (default: the apps' own; several zones: UTC)."}
+        - {name: dimensions, in: query, schema: {type: string}, description: "Comma-separated: app date hour week month network placement format size country platform os_version app_version error_code."}
+        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3 (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
+        - {name: currency, in: query, schema: {type: string, pattern: "^[A-Z]{3}$"}}
+        - {name: sort, in: query, schema: {type: string}, description: "Comma-separated dimensions or metrics, - for descending."}
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 100000}}
+        - {name: cursor, in: query, schema: {type: string}, description: next_cursor of the previous page.}
+        - {name: compare, in: query, schema: {type: string, enum: [previous_period, year_over_year]}}
+        - {name: format, in: query, schema: {type: string}, description: "json or csv (or an ad-format filter)."}
+        - {name: network, in: query, schema: {type: string}, description: A filter; every dimension name works the same way.}
+      responses:
+        "200":
+          description: The report.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/Report"}
+            text/csv:
+              schema: {type: string, description: "RFC 4180, header row, CRLF; formula-like text cells start with '."}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "422": {$ref: "#/components/responses/Problem"}
+        "503": {$ref: "#/components/responses/Problem"}
+components:
+  securitySchemes:
+    bearer: {type: http, scheme: bearer}
+  responses:
+    Problem:
+      description: RFC 9457 problem details.
+      content:
+        application/problem+json:
+          schema:
+            type: object
+            required: [type, title, status, detail]
+            properties:
+              type: {type: string}
+              title: {type: string}
+              status: {type: integer}
+              detail: {type: string}
+              instance: {type: string}
+  schemas:
+    Status:
+      type: object
+      required: [status]
+      properties:
+        status: {type: string}
+    App:
+      type: object
+      required: [app, name, timezone, currency, created_at]
+      properties:
+        app: {type: string}
+        name: {type: string}
+        timezone: {type: string}
+        currency: {type: string}
+        created_at: {type: string, format: date-time}
+    Key:
+      type: object
+      required: [id, scope, created_at]
+      properties:
+        id: {type: string}
+        app: {type: [string, "null"]}
+        scope: {type: string, enum: [ingest, read, admin]}
+        created_at: {type: string, format: date-time}
+        revoked_at: {type: [string, "null"], format: date-time}
+    Event:
+      type: object
+      required: [id, type, occurred_at, network, format]
+      properties:
+        id: {type: string, format: uuid}
+        type: {type: string, enum: [request, load, impression, tap, action_cancel, expiry, error]}
+        occurred_at: {type: string, format: date-time}
+        network: {type: string, pattern: "^[a-z0-9_.-]{1,32}$"}
+        format: {type: string, enum: [banner, interstitial, native, rewarded]}
+        placement: {type: string, minLength: 1, maxLength: 64}
+        size: {type: string}
+        country: {type: string}
+        platform: {type: string, enum: [ios, ipados, android, other]}
+        os_version: {type: string, maxLength: 32}
+        app_version: {type: string, maxLength: 32}
+        device: {type: string, maxLength: 64}
+        revenue_micros: {type: integer, minimum: 0, maximum: 1000000000000000}
+        currency: {type: string}
+        error_code: {type: integer}
+        will_leave: {type: boolean}
+        shown: {type: boolean}
+        app: {type: string}
+    Report:
+      type: object
+      required: [query, columns, rows, totals, notes, next_cursor]
+      properties:
+        query:
+          type: object
+          required: [apps, from, to, tz, dimensions, metrics, filters, currency, sort, limit, compare, format]
+          properties:
+            apps: {type: array, items: {type: string}}
+            from: {type: string, format: date}
+            to: {type: string, format: date}
+            tz: {type: string}
+            dimensions: {type: array, items: {type: string}}
+            metrics: {type: array, items: {type: string}}
+            filters: {type: object, additionalProperties: {type: array, items: {type: string}}}
+            currency: {type: string}
+            sort: {type: string}
+            limit: {type: [integer, "null"]}
+            compare: {type: [string, "null"], enum: [previous_period, year_over_year, null]}
+            format: {type: string, enum: [json, csv]}
+        columns:
+          type: array
+          items:
+            type: object
+            required: [name, type]
+            properties:
+              name: {type: string}
+              type: {type: string, enum: [string, date, month, timestamp, integer, ratio, money, change]}
+        rows:
+          type: array
+          items:
+            type: array
+            items: {type: [string, number, integer, "null"]}
+        totals:
+          type: object
+          additionalProperties: {type: [string, number, integer, "null"]}
+        notes:
+          type: object
+          required: [timezone, currency, source, day_lengths, provisional_days, cut_periods, approximate, estimated]
+          properties:
+            timezone: {type: string}
+            currency: {type: string}
+            source: {type: string}
+            day_lengths:
+              type: array
+              items:
+                type: object
+                required: [date, hours]
+                properties:
+                  date: {type: string, format: date}
+                  hours: {type: number}
+            provisional_days: {type: array, items: {type: string, format: date}}
+            cut_periods: {type: array, items: {type: string}}
+            approximate: {type: array, items: {type: string}}
+            estimated: {type: array, items: {type: string}}
+        next_cursor: {type: [string, "null"]}
+"""#
+}

@@ -1,0 +1,40 @@
+import AdTallyApp
+import AdTallyStorage
+import AdTallyTestSupport
+import AsyncHTTPClient
+import Foundation
+import Testing
+
+@Suite("/openapi.yaml")
+struct OpenAPITests {
+    @Test("real responses of every endpoint match the served OpenAPI document (openapi-core validates them)")
+    func responsesMatchTheDocument() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let (database, _) = try await openWithApp(conninfo, app: "seed")
+            let admin = try await AppStore(pool: database.pool).createKey(app: nil, scope: .admin).secret
+            await database.close()
+            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-openapi-\(UUID().uuidString).log")
+            defer { try? FileManager.default.removeItem(at: log) }
+            let server = try ServerProcess(databaseURL: conninfo, port: try freePort(), log: log)
+            defer { server.terminate() }
+            let client = HTTPClient(eventLoopGroupProvider: .singleton)
+            try await server.waitUntilReady(client)
+            try await client.shutdown()
+
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent("scripts/openapi_check.py")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["python3", script.path, "http://127.0.0.1:\(server.port)", admin]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0, "\(text)")
+            #expect(text.contains("self-check: the validator rejects"), "\(text)")
+            #expect(text.contains("checked GET /v1/reports -> 200"), "\(text)")
+        }
+    }
+}
