@@ -2,6 +2,7 @@ import AdTallyCore
 import AdTallyStorage
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
 
 /// `GET /v1/reports` (DESIGN §4): JSON pages with totals and notes, or CSV streamed
@@ -82,13 +83,21 @@ public struct ReportRoutes: Sendable {
             out.reserveCapacity(1 << 16)
             ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &out)
             var pending = out
-            try await engine.stream(query) { _ in
-                try await writer.write(ByteBuffer(bytes: pending))
-                pending = []
-            } rows: { rows in
-                out.removeAll(keepingCapacity: true)
-                for row in rows { layout.appendCSV(row, to: &out) }
-                try await writer.write(ByteBuffer(bytes: out))
+            do {
+                try await engine.stream(query) { _ in
+                    try await writer.write(ByteBuffer(bytes: pending))
+                    pending = []
+                } rows: { rows in
+                    out.removeAll(keepingCapacity: true)
+                    for row in rows { layout.appendCSV(row, to: &out) }
+                    try await writer.write(ByteBuffer(bytes: out))
+                }
+            } catch {
+                // The 200 and part of the file are sent: all that is left is to cut the
+                // connection (the client sees a truncated body, never a complete-looking
+                // file) and to say why here, as nothing else will.
+                Logger(label: "adtally.reports").error("CSV report stream failed", metadata: ["error": "\(error)", "query": "\(query.canonicalText)"])
+                throw error
             }
             try await writer.finish(nil)
         }

@@ -117,21 +117,22 @@ public struct ReportEngine: Sendable {
                 return (notes, compared)
             }
             try await start(notes)
-            while true {
-                let chunk = try await lease.run { connection in
-                    try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { try plan.decodeRow($0) }
-                }
-                if chunk.isEmpty { break }
+            // The next chunk is fetched (and decoded, on a pool thread) while this one is
+            // written to the socket: PostgreSQL and the writer work at the same time.
+            let fetch: @Sendable (PostgresConnection) throws -> [ReportRow] = { connection in
+                try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { try plan.decodeRow($0) }
+            }
+            var chunk = try await lease.run(fetch)
+            while !chunk.isEmpty {
+                let isLast = chunk.count < Self.fetchSize
+                async let following = isLast ? [] : lease.run(fetch)
                 if let compared {
-                    try await rows(chunk.map { row in
-                        var row = row
-                        row.previous = compared[ReportPlan.comparisonKey(row.dimensions, query.dimensions, shift: nil)] ?? ReportCounts()
-                        return row
-                    })
-                } else {
-                    try await rows(chunk)
+                    for index in chunk.indices {
+                        chunk[index].previous = compared[ReportPlan.comparisonKey(chunk[index].dimensions, query.dimensions, shift: nil)] ?? ReportCounts()
+                    }
                 }
-                if chunk.count < Self.fetchSize { break }
+                try await rows(chunk)
+                chunk = try await following
             }
             try await lease.run { _ = try $0.execute(unsafeSQL: "COMMIT") }
         }
