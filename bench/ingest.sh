@@ -17,31 +17,14 @@ cd "$(dirname "$0")/.."
 batches=${BENCH_BATCHES:-3000}
 connections=${BENCH_CONNECTIONS:-8}
 more_connections=${BENCH_MORE_CONNECTIONS:-32}
-bin=$(swift build -c release --show-bin-path)
-work=$(mktemp -d /tmp/adtally-bench.XXXXXX)
-chmod 755 "$work"
-server=
-cleanup() {
-  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
-    kill -TERM "$server"; wait "$server" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. bench/lib.sh
 
 echo "generating 2 x $((batches * 100)) events in batches of 100"
 "$bin/adtally-bench" generate --out "$work" --apps 20 --batches "$batches" --seed 1
 mkdir -p "$work/second"
 "$bin/adtally-bench" generate --out "$work/second" --apps 20 --batches "$batches" --seed 2
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-data="$work/data"
-"$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning > "$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
-curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
-
-admin=$("$bin/adtally" keys create --admin --data-dir "$data" | tail -n 1)
+start_server
 : > "$work/keys.tsv"
 for i in $(seq 0 19); do
   curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
@@ -51,9 +34,8 @@ for i in $(seq 0 19); do
   printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
 done
 
-socket="$data/run"
-[ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
-conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
+# An experiment's SQL, run once the server is up (e.g. BENCH_SQL='DROP INDEX x' to price an index).
+if [ -n "${BENCH_SQL:-}" ]; then psql "$conn" -v ON_ERROR_STOP=1 -qc "$BENCH_SQL"; fi
 columns="app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version, app_version, device, revenue_micros, currency, error_code, will_leave, shown"
 : > "$work/copy.txt"
 # Every measured phase starts right after a CHECKPOINT, so none pays for the

@@ -20,29 +20,8 @@ cd "$(dirname "$0")/.."
 events=${BENCH_EVENTS:-10000000}
 apps=${BENCH_APPS:-60}
 calls=${BENCH_CALLS:-200}
-bin=$(swift build -c release --show-bin-path)
-work=$(mktemp -d /tmp/adtally-bench-report.XXXXXX)
-chmod 755 "$work"
-server=
-cleanup() {
-  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
-    kill -TERM "$server"; wait "$server" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-data="$work/data"
-"$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning > "$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
-curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
-admin=$("$bin/adtally" keys create --admin --data-dir "$data" | tail -n 1)
-
-socket="$data/run"
-[ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
-conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
+. bench/lib.sh
+start_server
 sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
 
 echo "== loading $events events for $apps apps over 35 days"

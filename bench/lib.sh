@@ -1,0 +1,28 @@
+# Shared by the bench scripts: a work folder removed on exit, and `adtally serve`
+# on a fresh embedded database in it. Source it, then call start_server.
+bin=$(swift build -c release --show-bin-path)
+work=$(mktemp -d /tmp/adtally-bench.XXXXXX)
+chmod 755 "$work"
+server=
+cleanup() {
+  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
+    kill -TERM "$server"; wait "$server" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Starts the server (pool of 8) on a free port and waits until it is ready; sets
+# port, data, server, admin (an admin key) and conn (psql to its database).
+start_server() {
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  data="$work/data"
+  "$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning > "$work/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+  admin=$("$bin/adtally" keys create --admin --data-dir "$data" | tail -n 1)
+  local socket="$data/run"
+  [ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
+  conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
+}
