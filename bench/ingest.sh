@@ -61,9 +61,11 @@ drive() {  # $1: batches file, $2: connections, $3: where the results go
     --connections "$2" --server-pid "$server" | tee "$3"
 }
 
+trace_on
 echo "== AdTally: POST /v1/events, batches of 100, $connections keep-alive connections"
 drive "$work/batches.jsonl" "$connections" "$work/adtally.txt"
 
+trace_summary
 echo "== PostgreSQL: the same COPY (2 of 3)"
 copy_once 2
 

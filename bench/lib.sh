@@ -26,3 +26,25 @@ start_server() {
   [ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
   conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
 }
+
+# BENCH_TRACE=1: log every statement's duration from now on (trace_on), and print
+# PostgreSQL's time per statement kind (trace_summary).
+trace_on() {
+  [ "${BENCH_TRACE:-0}" = 1 ] || return 0
+  psql "$conn" -qAt -c "ALTER SYSTEM SET log_min_duration_statement = 0" -c "SELECT pg_reload_conf()" >/dev/null
+}
+trace_summary() {
+  [ "${BENCH_TRACE:-0}" = 1 ] || return 0
+  echo "== PostgreSQL time per statement kind (count, mean ms, total s)"
+  python3 - "$data/run/postgres.log" <<'PY'
+import re, sys, collections
+stats = collections.defaultdict(list)
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"duration: ([0-9.]+) ms\s+(?:statement|execute [^:]*|parse [^:]*|bind [^:]*): (.*)", line)
+    if m:
+        stats[(line.split("duration: ")[1].split(":")[0].split()[-1] if "execute" in line or "parse" in line or "bind" in line else "") + " " + m.group(2).strip()[:60]].append(float(m.group(1)))
+for key, values in sorted(stats.items(), key=lambda item: -sum(item[1]))[:14]:
+    print(f"{len(values):7d} {sum(values) / len(values):8.3f} {sum(values) / 1000:7.2f}  {key}")
+PY
+  psql "$conn" -qAt -c "ALTER SYSTEM RESET log_min_duration_statement" -c "SELECT pg_reload_conf()" >/dev/null
+}

@@ -101,7 +101,7 @@ public struct EventStore: Sendable {
         let apps = ordered.map { events[$0].appID }
         let ids = ordered.map { events[$0].event.id }
         if claimInBulk {
-            let known = try connection.query("""
+            let known = try connection.queryPrepared("adtally_ledger_probe", """
                 SELECT 1 FROM unnest(\(array: apps)::text[], \(array: ids)::uuid[]) AS k (app_id, event_id)
                 WHERE EXISTS (SELECT 1 FROM event_ids e WHERE e.app_id = k.app_id AND e.event_id = k.event_id) LIMIT 1
                 """)

@@ -113,25 +113,28 @@ public struct RollupCompactor: Sendable {
     static let moveStatement = """
         WITH moved AS (
             DELETE FROM rollup_delta RETURNING *
+        ), keyed AS (
+            -- The deltas summed per 15-minute key once (a pass moves many groups' rows per
+            -- key); every grain below sums these fewer rows.
+            SELECT app_id, bucket, network, format, country, currency, sum(requests) AS requests, sum(loads) AS loads,
+                   sum(impressions) AS impressions, sum(errors) AS errors, sum(taps) AS taps,
+                   sum(action_cancels) AS action_cancels, sum(expiries) AS expiries, sum(wasted_fills) AS wasted_fills,
+                   sum(revenue_micros) AS revenue_micros, sum(priced_events) AS priced_events,
+                   sum(unpriced_impressions) AS unpriced_impressions, sum(unpriced_taps) AS unpriced_taps
+            FROM moved GROUP BY 1, 2, 3, 4, 5, 6
         ), counts AS (
             INSERT INTO rollup_15m_compacted AS r
                 (app_id, bucket, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
             SELECT app_id, bucket, network, format, sum(requests), sum(loads), sum(impressions), sum(errors),
                    sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
-            FROM moved GROUP BY app_id, bucket, network, format
-            ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET
-                requests = r.requests + excluded.requests, loads = r.loads + excluded.loads,
-                impressions = r.impressions + excluded.impressions, errors = r.errors + excluded.errors,
-                taps = r.taps + excluded.taps, action_cancels = r.action_cancels + excluded.action_cancels,
-                expiries = r.expiries + excluded.expiries, wasted_fills = r.wasted_fills + excluded.wasted_fills
+            FROM keyed GROUP BY app_id, bucket, network, format
+            ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET \(countsUpdate)
             RETURNING 1
         ), revenue AS (
             INSERT INTO rollup_revenue_15m_compacted AS r
                 (app_id, bucket, network, format, country, currency, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
-            SELECT app_id, bucket, network, format, country, currency, sum(revenue_micros), sum(priced_events),
-                   sum(unpriced_impressions), sum(unpriced_taps)
-            FROM moved WHERE country IS NOT NULL
-            GROUP BY app_id, bucket, network, format, country, currency
+            SELECT app_id, bucket, network, format, country, currency, revenue_micros, priced_events, unpriced_impressions, unpriced_taps
+            FROM keyed WHERE country IS NOT NULL
             ON CONFLICT (app_id, bucket, network, format, country, currency) DO UPDATE SET
                 revenue_micros = r.revenue_micros + excluded.revenue_micros,
                 priced_events = r.priced_events + excluded.priced_events,
@@ -143,18 +146,18 @@ public struct RollupCompactor: Sendable {
                 (app_id, hour, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
             SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, sum(requests), sum(loads), sum(impressions),
                    sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
-            FROM moved GROUP BY 1, 2, 3, 4
+            FROM keyed GROUP BY 1, 2, 3, 4
             ON CONFLICT (app_id, hour, network, format) DO UPDATE SET \(countsUpdate)
             RETURNING 1
         ), hourly_revenue AS (
             INSERT INTO rollup_revenue_1h_compacted AS r (app_id, hour, network, format, currency, revenue_micros)
             SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, currency, sum(revenue_micros)
-            FROM moved WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5
+            FROM keyed WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5
             ON CONFLICT (app_id, hour, network, format, currency) DO UPDATE SET revenue_micros = r.revenue_micros + excluded.revenue_micros
             RETURNING 1
         ), local AS (
-            -- Each app's local date, in its own (fixed) zone.
-            SELECT m.*, (m.bucket AT TIME ZONE a.timezone)::date AS day FROM moved m JOIN apps a USING (app_id)
+            -- Each app's local date, in its own (fixed) zone: one conversion per key, not per delta row.
+            SELECT k.*, (k.bucket AT TIME ZONE a.timezone)::date AS day FROM keyed k JOIN apps a USING (app_id)
         ), daily AS (
             INSERT INTO rollup_day_compacted AS r
                 (app_id, day, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)

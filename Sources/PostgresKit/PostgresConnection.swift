@@ -166,6 +166,27 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
+    /// Runs a statement prepared once per connection under `name` (the first call
+    /// prepares it): for a statement run for every ingest group, whose parse and plan
+    /// would otherwise cost as much as its execution. The parameter types come from
+    /// the SQL's casts; `name` must always stand for the same SQL.
+    @discardableResult
+    public func queryPrepared(_ name: String, _ query: PostgresQuery) throws -> PostgresRows {
+        let key = "prepared:" + name
+        if !sessionSetUp.contains(key) {
+            _ = try check(PQprepare(handle, name, query.sql, Int32(query.binds.count), nil), sql: query.sql)
+            sessionSetUp.insert(key)
+        }
+        let result = try withParameters(query.binds) { _, values in
+            PQexecPrepared(handle, name, Int32(query.binds.count), values, nil, nil, 0)
+        }
+        do {
+            return try check(result, sql: query.sql)
+        } catch let error as PostgresError {
+            throw error.redacting(query.binds)
+        }
+    }
+
     /// Runs SQL text with no parameters; several statements separated by `;` are allowed.
     /// For migrations and fixed session commands only — never for SQL built from values.
     @discardableResult
