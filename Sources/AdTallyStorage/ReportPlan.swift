@@ -221,6 +221,27 @@ struct ReportPlan {
             """
     }
 
+    /// The revenue sum when a metric reads it, else 0.
+    func revenueSum(_ sum: PostgresQuery) -> PostgresQuery {
+        needed.contains(.revenueMicros) ? sum : "0::numeric"
+    }
+
+    /// The counts the query's metrics read.
+    var needed: Set<ReportCount> { Set(query.metrics.flatMap(\.counts)) }
+
+    /// The raw events' counts, as the rollups define them; 0 for counts no metric reads.
+    var rawCounts: String {
+        let definitions: [(ReportCount, String)] = [
+            (.requests, "count(*) FILTER (WHERE e.type = 'request')"), (.loads, "count(*) FILTER (WHERE e.type = 'load')"),
+            (.impressions, "count(*) FILTER (WHERE e.type = 'impression')"), (.errors, "count(*) FILTER (WHERE e.type = 'error')"),
+            (.taps, "count(*) FILTER (WHERE e.type = 'tap')"), (.actionCancels, "count(*) FILTER (WHERE e.type = 'action_cancel')"),
+            (.expiries, "count(*) FILTER (WHERE e.type = 'expiry')"), (.wastedFills, "count(*) FILTER (WHERE e.type = 'expiry' AND e.shown = false)"),
+        ]
+        return definitions.map { count, sql in
+            (needed.contains(count) ? sql : "0::bigint") + " AS " + Self.countNames[count.rawValue]
+        }.joined(separator: ", ")
+    }
+
     /// One row per group (all rows as one group when `dimensions` is empty): the
     /// dimension values `d0…`, then the sums in `countNames` order.
     func grouped(dimensions: [ReportDimension]? = nil) -> PostgresQuery {
@@ -234,22 +255,23 @@ struct ReportPlan {
         var sql: PostgresQuery
         if source == .raw {
             sql = """
-                SELECT \(unsafeRaw: select)count(*) FILTER (WHERE e.type = 'request') AS requests,
-                    count(*) FILTER (WHERE e.type = 'load') AS loads, count(*) FILTER (WHERE e.type = 'impression') AS impressions,
-                    count(*) FILTER (WHERE e.type = 'error') AS errors, count(*) FILTER (WHERE e.type = 'tap') AS taps,
-                    count(*) FILTER (WHERE e.type = 'action_cancel') AS action_cancels, count(*) FILTER (WHERE e.type = 'expiry') AS expiries,
-                    count(*) FILTER (WHERE e.type = 'expiry' AND e.shown = false) AS wasted_fills,
-                    coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE e.type IN ('impression', 'tap') AND e.currency::text = \(query.currency)), 0) AS revenue_micros,
+                SELECT \(unsafeRaw: select)\(unsafeRaw: rawCounts),
+                    \(revenueSum("coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE e.type IN ('impression', 'tap') AND e.currency::text = \(query.currency)), 0)")) AS revenue_micros,
                     \(unsafeRaw: query.metrics.contains(.uniqueDevices) ? "count(DISTINCT e.device)" : "0::bigint") AS unique_devices
                 FROM events e
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """
         } else {
-            let sums = Self.rollupCounts.map { "coalesce(sum(s.\($0)), 0)::bigint AS \($0)" }.joined(separator: ", ")
+            // Only the counts the metrics read are summed (the others are 0): less state per
+            // group, which a million-group export feels.
+            let sums = Self.rollupCounts.enumerated().map { index, name in
+                needed.contains(ReportCount(rawValue: index)!) ? "coalesce(sum(s.\(name)), 0)::bigint AS \(name)" : "0::bigint AS \(name)"
+            }.joined(separator: ", ")
             sql = source == .hourly ? "WITH \(hoursCTE())\n" : ""
             sql.append("""
                 SELECT \(unsafeRaw: select)\(unsafeRaw: sums),
-                    coalesce(sum(s.revenue_micros) FILTER (WHERE s.currency = \(query.currency)), 0) AS revenue_micros, 0::bigint AS unique_devices
+                    \(revenueSum("coalesce(sum(s.revenue_micros) FILTER (WHERE s.currency = \(query.currency)), 0)")) AS revenue_micros,
+                    0::bigint AS unique_devices
                 FROM (
                 \(rollupParts())
                 ) AS s (app_id, d, hk, network, format, \(unsafeRaw: Self.countList), revenue_micros, currency)
