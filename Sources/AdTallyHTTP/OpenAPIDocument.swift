@@ -336,6 +336,7 @@ components:
             cut_periods: {type: array, items: {type: string}}
             approximate: {type: array, items: {type: string}}
             estimated: {type: array, items: {type: string}}
+            incomplete: {type: array, items: {type: string}, description: "Present when raw-served days lie before the oldest raw events kept."}
         next_cursor: {type: [string, "null"]}
 """#
 }

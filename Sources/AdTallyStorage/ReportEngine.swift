@@ -158,6 +158,18 @@ public struct ReportEngine: Sendable {
         if notes.hasMoney, let foreign = try connection.query(plan.foreignCurrency()).first {
             throw ReportCurrencyError(currency: try foreign.decode(0), date: try foreign.decode(1), reportCurrency: query.currency)
         }
+        if plan.source == .raw {
+            // Partitions are named events_YYYYMMDD (UTC days); retention drops the oldest.
+            let oldest = try connection.query("""
+                SELECT min(c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'events'
+                """)
+            if let name = try oldest.first?.decode(0, as: String?.self), name.count == 15,
+               let day = ReportQuery.parseDate(String(name.dropFirst(7).prefix(4)) + "-" + String(name.dropFirst(11).prefix(2)) + "-" + String(name.suffix(2))),
+               try connection.query("SELECT \(ReportQuery.formatDate(query.from))::date::timestamptz < \(ReportQuery.formatDate(day))::date::timestamp AT TIME ZONE 'UTC'").first?.decode(0, as: Bool.self) == true {
+                notes.rawEventsFrom = day
+            }
+        }
         let days = try connection.query("""
             SELECT d::date - DATE '1970-01-01', extract(epoch FROM (d::date + 1)::timestamptz - d::date::timestamptz)::bigint,
                    (d::date + 1)::timestamptz > now() - make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon))

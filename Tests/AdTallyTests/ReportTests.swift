@@ -67,6 +67,24 @@ struct ReportTests {
         }
     }
 
+    @Test("a raw-served report that starts before the oldest kept raw events says it is incomplete")
+    func rawRetentionNote() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services)
+            try await Self.fixture(services, app: "demo")
+            func notes(_ query: String) async throws -> [String: Any] {
+                let (status, body) = try await Reports.get(client, keys.read, query)
+                #expect(status == .ok)
+                return body["notes"] as? [String: Any] ?? [:]
+            }
+            let before = try await notes("from=2026-01-09&to=2026-01-10&dimensions=placement&metrics=requests")
+            #expect((before["incomplete"] as? [String])?.first?.contains("2026-01-10") == true, "\(before)")
+            #expect(try await notes("from=2026-01-10&to=2026-01-10&dimensions=placement&metrics=requests")["incomplete"] == nil)
+            // The rollups keep every day: a rollup-served report is complete.
+            #expect(try await notes("from=2026-01-09&to=2026-01-10&dimensions=network&metrics=requests")["incomplete"] == nil)
+        }
+    }
+
     @Test("money is shown in the currency's own precision, rounded half to even")
     func moneyStrings() {
         #expect(Money.format(micros: 1_234_567, currency: "USD") == "1.23")

@@ -24,6 +24,9 @@ public struct ReportNotes: Sendable, Equatable {
     public var source: String = ""
     /// Whether money was asked for (then the revenue note applies).
     public var hasMoney = false
+    /// For a report read from raw events: the first UTC day whose raw events are
+    /// still kept, when the range starts before it (earlier days are missing).
+    public var rawEventsFrom: Int?
 
     /// Empty notes.
     public init() {}
@@ -163,6 +166,11 @@ public struct ReportDocument: Sendable {
         key("cut_periods"); strings(ReportNotes.cutPeriods(query)); raw(",")
         key("approximate"); strings(query.metrics.contains(.uniqueDevices)
             ? ["unique_devices is counted exactly from the raw events still kept (see retention)"] : []); raw(",")
+        if let day = notes.rawEventsFrom {
+            key("incomplete"); strings([
+                "raw events are kept only from \(ReportQuery.formatDate(day)) (UTC) on (retention): days before it are missing from this report, which the rollups cannot answer",
+            ]); raw(",")
+        }
         key("estimated"); strings(notes.hasMoney
             ? ["revenue is the revenue the network SDKs reported; nothing is estimated from a rate card yet"] : [])
         raw("},")
