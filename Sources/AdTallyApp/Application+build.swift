@@ -41,7 +41,7 @@ public struct AppServices: Sendable {
         self.batcher = IngestBatcher(store: eventStore, configuration: configuration, logger: logger)
         self.maintenance = EventMaintenance(store: eventStore, retentionDays: settings.retentionDays, maxEventAge: limits.maxAge, logger: logger)
         self.compactor = RollupCompactor(store: eventStore, logger: logger)
-        self.reports = ReportEngine(pool: database.pool, logger: logger)
+        self.reports = ReportEngine(pool: database.reportPool, logger: logger)
     }
 
     /// The background services, in start order (they stop in reverse).

@@ -13,6 +13,11 @@ public final class Database: Sendable {
     /// A small pool of its own for API key lookups, so that a flood of unknown keys
     /// (each a lookup) never takes the connections ingest writes with.
     public let authPool: PostgresPool
+    /// A pool of its own for reports, so that long exports and many readers never
+    /// take the connections ingest commits with (nor ingest theirs).
+    public let reportPool: PostgresPool
+    /// Connections of the report pool: reports at once; more wait (10 s) for one.
+    public static let reportConnections = 4
     /// The schema migrations.
     public let migrator: Migrator
     /// The embedded cluster, when no URL was given.
@@ -20,9 +25,13 @@ public final class Database: Sendable {
     private let startedEmbedded: Bool
     private let logger: Logger
 
-    private init(pool: PostgresPool, authPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger) {
+    private init(
+        pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?,
+        startedEmbedded: Bool, logger: Logger
+    ) {
         self.pool = pool
         self.authPool = authPool
+        self.reportPool = reportPool
         self.migrator = migrator
         self.embedded = embedded
         self.startedEmbedded = startedEmbedded
@@ -55,7 +64,14 @@ public final class Database: Sendable {
             configuration: .init(conninfo: conninfo, maxConnections: 2, acquireTimeout: .seconds(2), options: settings.databaseOptions),
             logger: logger
         )
-        return Database(pool: pool, authPool: authPool, migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger)
+        let reportPool = PostgresPool(
+            configuration: .init(conninfo: conninfo, maxConnections: reportConnections, options: settings.databaseOptions),
+            logger: logger
+        )
+        return Database(
+            pool: pool, authPool: authPool, reportPool: reportPool, migrator: migrator, embedded: embedded,
+            startedEmbedded: started, logger: logger
+        )
     }
 
     /// Applies pending migrations.
@@ -68,6 +84,7 @@ public final class Database: Sendable {
     /// and no other process still uses it.
     public func close() async {
         await authPool.shutdown()
+        await reportPool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }
         do {

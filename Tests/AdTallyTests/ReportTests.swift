@@ -1,6 +1,6 @@
 import AdTallyApp
 import AdTallyCore
-import AdTallyStorage
+@testable import AdTallyStorage
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -371,6 +371,34 @@ struct ReportTests {
                 let (_, jpy) = try await Reports.get(client, keys.read, "from=2026-03-01&to=2026-03-05&metrics=revenue&currency=JPY&network=admob")
                 #expect("\((jpy["totals"] as? [String: Any])?["revenue"] ?? "")" == "0")
             }
+        }
+    }
+}
+
+@Suite("Reports and ingest share nothing they could run out of")
+struct ReportPoolTests {
+    @Test("while every report connection is taken, ingest still commits at once")
+    func reportsDoNotStarveIngest() async throws {
+        var flags = Reports.flags
+        flags.poolSize = 2
+        try await withTestApp(flags: flags) { services, client in
+            let keys = try await Ingest.keys(services)
+            let pool = services.reports.pool
+            // Hold as many report transactions as the engine can have open, and one more waiting.
+            var releases: [AsyncStream<Void>.Continuation] = []
+            var holders: [Task<Void, any Error>] = []
+            for _ in 0...Database.reportConnections {
+                let (stream, release) = AsyncStream<Void>.makeStream()
+                releases.append(release)
+                holders.append(Task { try await pool.withLease { _ in for await _ in stream { break } } })
+            }
+            for _ in 0..<200 where pool.openConnections < Database.reportConnections { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(pool.openConnections == Database.reportConnections)
+            try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers(keys.ingest), body: Ingest.body([Ingest.event()])) { response in
+                #expect(response.status == .ok)
+            }
+            for release in releases { release.yield(); release.finish() }
+            for holder in holders { try await holder.value }
         }
     }
 }
