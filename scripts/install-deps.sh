@@ -11,7 +11,18 @@ done
 python_ok() { python3 -c 'import openapi_core, requests, yaml' 2>/dev/null; }
 if ! python_ok; then
   echo "installing Python packages: openapi-core requests pyyaml"
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore openapi-core requests pyyaml
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    # Debian's own Python comes without pip.
+    export DEBIAN_FRONTEND=noninteractive
+    $( [ "$(id -u)" -ne 0 ] && echo sudo ) apt-get update -qq
+    $( [ "$(id -u)" -ne 0 ] && echo sudo ) apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  pip_flags=(-q --disable-pip-version-check)
+  # Debian's Python is "externally managed" (PEP 668): say that installing into it is meant.
+  if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)'; then
+    pip_flags+=(--break-system-packages)
+  fi
+  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml
 fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

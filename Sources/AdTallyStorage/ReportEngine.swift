@@ -110,7 +110,9 @@ public struct ReportEngine: Sendable {
             let (notes, compared) = try await lease.run { connection -> (ReportNotes, [String: ReportCounts]?) in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
-                try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1")
+                // A client that reads nothing for a minute loses its transaction, its
+                // snapshot and its connection, which other reports and vacuum need.
+                try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
                 let notes = try Self.begin(plan, on: connection)
                 let compared = try query.comparedQuery.map { try Self.compared($0, on: connection).rows }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))

@@ -198,7 +198,9 @@ struct ReportPlan {
     /// one group of the finest time dimension used (then its hourly row is exact).
     func hoursCTE() -> PostgresQuery {
         let used = query.usedDimensions
-        let finest: ReportDimension? = [ReportDimension.hour, .date, .week, .month].first { used.contains($0) }
+        // Weeks and months do not nest (a month can end mid-week): any of date, week or
+        // month makes every local midnight a boundary; an hour, every local hour.
+        let finest: ReportDimension? = used.contains(.hour) ? .hour : used.contains(where: { $0 == .date || $0 == .week || $0 == .month }) ? .date : nil
         let sameGroup: String
         switch finest {
         case .hour?: sameGroup = "date_trunc('hour', h) = date_trunc('hour', h + interval '45 minutes')"

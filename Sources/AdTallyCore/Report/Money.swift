@@ -24,9 +24,29 @@ public enum Money {
 
     /// Micros as a decimal string with `digits` decimals (0 to 6), rounded half to even.
     public static func format(micros: Int128, digits: Int) -> String {
+        format(micros: micros, per: 1, digits: digits)
+    }
+
+    /// `micros / per` micros (an exact fraction, e.g. an eCPM) as a decimal string with
+    /// `digits` decimals, rounded half to even once.
+    public static func format(micros: Int128, per: Int128, digits: Int) -> String {
         var out: [UInt8] = []
-        append(micros: micros, digits: digits, to: &out)
+        append(micros: micros, per: per, digits: digits, to: &out)
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `micros / per` micros with `digits` decimals, rounded half to even once.
+    public static func append(micros: Int128, per: Int128, digits: Int, to out: inout [UInt8]) {
+        if per == 1 { return append(micros: micros, digits: digits, to: &out) }
+        var scale: Int128 = 1
+        for _ in 0..<(6 - digits) { scale *= 10 }
+        let units = divideHalfEven(micros, by: per * scale)
+        if units < 0 { out.append(UInt8(ascii: "-")) }
+        if let small = UInt64(exactly: units.magnitude) {
+            appendUnits(small, digits: digits, to: &out)
+        } else {
+            out.append(contentsOf: formatWide(micros: units.magnitude > 0 ? Int128(units.magnitude) * scale : 0, digits: digits).utf8)
+        }
     }
 
     /// Appends micros as a decimal string with `digits` decimals, rounded half to even.

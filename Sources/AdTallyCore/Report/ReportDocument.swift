@@ -168,7 +168,7 @@ public struct ReportDocument: Sendable {
             ? ["unique_devices is counted exactly from the raw events still kept (see retention)"] : []); raw(",")
         if let day = notes.rawEventsFrom {
             key("incomplete"); strings([
-                "raw events are kept only from \(ReportQuery.formatDate(day)) (UTC) on (retention): days before it are missing from this report, which the rollups cannot answer",
+                "there are raw events only from \(ReportQuery.formatDate(day)) (UTC) on (older ones were dropped by retention, or never sent): this report reads raw events, so days before that count nothing",
             ]); raw(",")
         }
         key("estimated"); strings(notes.hasMoney

@@ -169,11 +169,12 @@ public enum ReportMetric: String, Sendable, CaseIterable {
     public func value(_ counts: ReportCounts) -> MetricValue {
         switch formula {
         case .count(let count): .integer(counts[count])
-        case .money(let count): .micros(counts[count])
+        case .money(let count): .micros(counts[count], per: 1)
         case .ratio(let numerator, let denominator):
             counts[denominator] == 0 ? .null : .ratio(Double(counts[numerator]) / Double(counts[denominator]))
         case .moneyPerMille(let numerator, let denominator):
-            counts[denominator] == 0 ? .null : .micros(Money.divideHalfEven(counts[numerator] * 1000, by: counts[denominator]))
+            // Kept as a fraction: rounded once, to the currency's digits, when shown.
+            counts[denominator] == 0 ? .null : .micros(counts[numerator] * 1000, per: counts[denominator])
         }
     }
 }
@@ -186,8 +187,8 @@ public enum MetricValue: Sendable, Equatable {
     case integer(Int128)
     /// A fraction.
     case ratio(Double)
-    /// An amount in micros of the report currency.
-    case micros(Int128)
+    /// An amount in micros of the report currency: `numerator / denominator` micros, exactly.
+    case micros(Int128, per: Int128)
 
     /// The relative change from `earlier` to this value; null unless both are numbers and `earlier` is not 0.
     public func change(from earlier: MetricValue) -> MetricValue {
@@ -198,7 +199,8 @@ public enum MetricValue: Sendable, Equatable {
     var number: Double? {
         switch self {
         case .null: nil
-        case .integer(let value), .micros(let value): Double(value)
+        case .integer(let value): Double(value)
+        case .micros(let value, let denominator): Double(value) / Double(denominator)
         case .ratio(let value): value
         }
     }

@@ -30,8 +30,8 @@ public enum ReportCell: Sendable, Equatable {
     case text(String)
     case integer(Int128)
     case ratio(Double)
-    /// An amount in micros, shown with `digits` decimals (the currency's precision).
-    case money(micros: Int128, digits: Int)
+    /// An amount in micros (`micros / per`, exactly), shown with `digits` decimals (the currency's precision).
+    case money(micros: Int128, per: Int128, digits: Int)
 }
 
 /// The columns of a query and the cells of its rows: the one place metric values
@@ -127,7 +127,7 @@ public struct ReportLayout: Sendable {
         case .null: .null
         case .integer(let number): .integer(number)
         case .ratio(let number): number.isFinite ? .ratio(number) : .null
-        case .micros(let micros): .money(micros: micros, digits: digits)
+        case .micros(let micros, let per): .money(micros: micros, per: per, digits: digits)
         }
     }
 }
@@ -211,9 +211,9 @@ public enum ReportText {
         switch cell {
         case .null: out.append(contentsOf: "null".utf8)
         case .text(let text): appendJSONString(text, to: &out)
-        case .money(let micros, let digits):
+        case .money(let micros, let per, let digits):
             out.append(UInt8(ascii: "\""))
-            Money.append(micros: micros, digits: digits, to: &out)
+            Money.append(micros: micros, per: per, digits: digits, to: &out)
             out.append(UInt8(ascii: "\""))
         case .integer(let number): appendInteger(number, to: &out)
         case .ratio(let number): appendRatio(number, to: &out)
@@ -228,7 +228,7 @@ public enum ReportText {
         case .null: break
         case .integer(let number): appendInteger(number, to: &out)
         case .ratio(let number): appendRatio(number, to: &out)
-        case .money(let micros, let digits): Money.append(micros: micros, digits: digits, to: &out)
+        case .money(let micros, let per, let digits): Money.append(micros: micros, per: per, digits: digits, to: &out)
         case .text(let text): appendCSVText(text, to: &out)
         }
     }
@@ -267,7 +267,7 @@ public enum ReportText {
         switch cell {
         case .null: ""
         case .text(let text): text
-        case .money(let micros, let digits): Money.format(micros: micros, digits: digits)
+        case .money(let micros, let per, let digits): Money.format(micros: micros, per: per, digits: digits)
         case .integer(let number): String(number)
         case .ratio(let number): ratio(number)
         }

@@ -252,12 +252,12 @@ public struct ReportQuery: Sendable, Equatable {
             to = today - 1
         }
         if let text = values["from"] {
-            guard let day = parseDate(text) else { throw ReportQueryError("from", "must be a date YYYY-MM-DD") }
+            guard let day = parseDate(text) else { throw ReportQueryError("from", "must be a date YYYY-MM-DD, from 1900 on") }
             from = day
             if values["to"] == nil { to = max(to, from) }
         }
         if let text = values["to"] {
-            guard let day = parseDate(text) else { throw ReportQueryError("to", "must be a date YYYY-MM-DD") }
+            guard let day = parseDate(text) else { throw ReportQueryError("to", "must be a date YYYY-MM-DD, from 1900 on") }
             to = day
             if values["from"] == nil { from = min(from, to) }
         }
@@ -299,6 +299,9 @@ public struct ReportQuery: Sendable, Equatable {
         }
         if let appFilter = filters.first(where: { $0.dimension == .app }) {
             for id in appFilter.values where !apps.contains(where: { $0.id == id }) {
+                if !isAdmin && readableByID[id] == nil {
+                    throw ReportQueryError("app", "this key may not read app \"\(id)\"", kind: .forbidden)
+                }
                 throw ReportQueryError("app", "app \"\(id)\" is not among the report's apps (\(apps.map(\.id).joined(separator: ",")))")
             }
         }
@@ -419,7 +422,8 @@ public struct ReportQuery: Sendable, Equatable {
             }
             return value
         }
-        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), year >= 1, (1...12).contains(month), day >= 1 else { return nil }
+        // From 1900: a compared period (a year or the range's length earlier) stays a date PostgreSQL and this code agree on.
+        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), year >= 1900, (1...12).contains(month), day >= 1 else { return nil }
         let days = CivilTime.days(year: year, month: month, day: day)
         guard CivilTime.date(days: days) == (year, month, day) else { return nil }
         return days
@@ -439,12 +443,20 @@ public struct ReportQuery: Sendable, Equatable {
 
     /// The query as text that identifies it, without paging or format: what a cursor is bound to.
     public var canonicalText: String {
+        // Every value escaped, so that no two queries read as the same text.
+        func escaped(_ value: String) -> String {
+            var out = ""
+            for scalar in value.unicodeScalars {
+                if scalar == "%" || scalar == "&" || scalar == "=" || scalar == "," { out += "%" + String(scalar.value, radix: 16) } else { out.unicodeScalars.append(scalar) }
+            }
+            return out
+        }
         var parts = [
             "apps=\(apps.joined(separator: ","))", "from=\(Self.formatDate(from))", "to=\(Self.formatDate(to))", "tz=\(timezone)",
             "dimensions=\(dimensions.map(\.rawValue).joined(separator: ","))", "metrics=\(metrics.map(\.rawValue).joined(separator: ","))",
             "currency=\(currency)", "sort=\(sortText)", "compare=\(comparison?.rawValue ?? "")",
         ]
-        for filter in filters { parts.append("\(filter.dimension.rawValue)=\(filter.values.joined(separator: ","))") }
+        for filter in filters { parts.append("\(filter.dimension.rawValue)=\(filter.values.map(escaped).joined(separator: ","))") }
         return parts.joined(separator: "&")
     }
 
