@@ -295,7 +295,9 @@ struct ReportPlan {
             switch key.field {
             case .dimension(let dimension):
                 let index = query.dimensions.firstIndex(of: dimension)!
-                keys.append("g.d\(index) \(direction) NULLS LAST")
+                // Hours by their instant: in byte order the second 01:00 of a fall-back day
+                // east of UTC (+00:00 after +01:00 in London) would come first.
+                keys.append(dimension == .hour ? "(g.d\(index))::timestamptz \(direction) NULLS LAST" : "g.d\(index) \(direction) NULLS LAST")
             case .metric(let metric):
                 keys.append("\(Self.sortExpression(metric)) \(direction) NULLS LAST")
             }

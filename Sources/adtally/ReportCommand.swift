@@ -57,8 +57,8 @@ struct ReportCommand: AsyncParsableCommand {
         add("compare", compare)
         for filter in filters {
             let parts = filter.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, !parts[0].isEmpty else {
-                throw ValidationError("--filter must be dimension=value[,value…], e.g. network=admob,iad")
+            guard parts.count == 2, ReportDimension(rawValue: String(parts[0])) != nil else {
+                throw ValidationError("--filter must be dimension=value[,value…] with a dimension of \(ReportDimension.allCases.map(\.rawValue).joined(separator: ", ")), e.g. network=admob,iad")
             }
             parameters.append((String(parts[0]), String(parts[1])))
         }

@@ -205,6 +205,12 @@ struct ReportTests {
             #expect(hours.contains("2025-11-02T01:00:00-04:00"))
             #expect(hours.contains("2025-11-02T01:00:00-05:00"))
             #expect(hours.sorted() == hours)
+            // East of UTC the repeated hour still comes in time order (+01:00, then +00:00).
+            let londonFallBack = try await Reports.rows(client, keys.admin, "apps=zone3&from=2025-10-26&to=2025-10-26&dimensions=hour&metrics=requests")
+                .map { "\($0[0])" }
+            #expect(londonFallBack.count == 25)
+            let repeated = londonFallBack.filter { $0.hasPrefix("2025-10-26T01:") }
+            #expect(repeated == ["2025-10-26T01:00:00+01:00", "2025-10-26T01:00:00+00:00"])
             let springForward = try await Reports.rows(client, keys.admin, "apps=zone3&from=2026-03-29&to=2026-03-29&dimensions=hour&metrics=requests")
             #expect(springForward.count == 23)
             #expect(!springForward.contains { "\($0[0])".hasPrefix("2026-03-29T01:") })
@@ -341,7 +347,7 @@ struct ReportTests {
                 ("limit=100001", "limit"), ("limit=ten", "limit"), ("cursor=abc", "cursor"), ("compare=last_week", "compare"),
                 ("format=xml", "format"), ("format=csv,banner", "format"), ("colour=red", "colour"), ("days=0", "days"),
                 ("days=3&from=2026-01-01", "days"), ("error_code=abc", "error_code"), ("platform=windows", "platform"),
-                ("date=2026-02-30", "date"), ("month=2026-1", "month"), ("network=", "network"), ("apps=demo,nope", "apps"),
+                ("date=2026-02-30", "date"), ("week=2026-02-04", "week"), ("month=2026-1", "month"), ("network=", "network"), ("apps=demo,nope", "apps"),
                 ("from=2000-01-01&to=2026-01-01", "from"), ("from=0001-01-01&to=0001-01-01&compare=previous_period", "from"),
             ]
             for (query, parameter) in cases {

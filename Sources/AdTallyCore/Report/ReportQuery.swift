@@ -383,8 +383,13 @@ public struct ReportQuery: Sendable, Equatable {
             throw ReportQueryError(name, "a filter value is at most 64 characters, without control characters")
         }
         switch dimension {
-        case .date, .week:
+        case .date:
             guard parseDate(value) != nil else { throw ReportQueryError(name, "\"\(value)\" is not a date YYYY-MM-DD") }
+        case .week:
+            // A week is named by its Monday (ISO); 1970-01-01 was a Thursday.
+            guard let day = parseDate(value), ((day + 3) % 7 + 7) % 7 == 0 else {
+                throw ReportQueryError(name, "\"\(value)\" is not a Monday YYYY-MM-DD (a week is named by its Monday)")
+            }
         case .month:
             guard value.count == 7, parseDate(value + "-01") != nil else { throw ReportQueryError(name, "\"\(value)\" is not a month YYYY-MM") }
         case .errorCode:
