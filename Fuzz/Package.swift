@@ -8,9 +8,11 @@ let package = Package(
     name: "adtally-fuzz",
     dependencies: [.package(name: "adtally", path: "..")],
     targets: [
+        // libFuzzer's driver, which each harness's main calls.
+        .target(name: "FuzzDriver"),
         // The ingest body readers (JSON and NDJSON, with the event limit) and the validator.
-        .executableTarget(name: "FuzzIngestBody", dependencies: [.product(name: "AdTallyCore", package: "adtally")]),
+        .executableTarget(name: "FuzzIngestBody", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
         // The CSV reader of `adtally ingest` and the validator in its text-values mode.
-        .executableTarget(name: "FuzzCSV", dependencies: [.product(name: "AdTallyCore", package: "adtally")]),
+        .executableTarget(name: "FuzzCSV", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
     ]
 )

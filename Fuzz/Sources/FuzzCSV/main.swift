@@ -1,5 +1,6 @@
 import Foundation
 import AdTallyCore
+import FuzzDriver
 
 /// One input as a CSV file fed in two chunks (split where its first byte says):
 /// records become raw events by the header, as `adtally ingest` does, and are
@@ -23,17 +24,7 @@ public func fuzzCSV(_ data: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     return 0
 }
 
-/// libFuzzer's driver, called from this target's own main (SwiftPM gives every
-/// executable target one, so libFuzzer's main is not linked in).
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<Int32>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
-    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32
-) -> Int32
-
-var argc = CommandLine.argc
-var argv = CommandLine.unsafeArgv
-exit(LLVMFuzzerRunDriver(&argc, &argv) { data, count in
+runFuzzer { data, count in
     guard let data else { return 0 }
     return fuzzCSV(data, count)
-})
+}

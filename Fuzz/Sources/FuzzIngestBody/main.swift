@@ -1,5 +1,6 @@
 import Foundation
 import AdTallyCore
+import FuzzDriver
 
 /// One input: read as a JSON body and as NDJSON (at most 1,000 events, as the
 /// server does), and validate every event read. Any trap is a finding.
@@ -18,17 +19,7 @@ public func fuzzIngestBody(_ data: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     return 0
 }
 
-/// libFuzzer's driver, called from this target's own main (SwiftPM gives every
-/// executable target one, so libFuzzer's main is not linked in).
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<Int32>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
-    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32
-) -> Int32
-
-var argc = CommandLine.argc
-var argv = CommandLine.unsafeArgv
-exit(LLVMFuzzerRunDriver(&argc, &argv) { data, count in
+runFuzzer { data, count in
     guard let data else { return 0 }
     return fuzzIngestBody(data, count)
-})
+}
