@@ -42,7 +42,7 @@ public struct ReportRoutes: Sendable {
                 case .csv:
                     // Refusals (422, a zone PostgreSQL does not know) must come before the
                     // 200 and the first byte: checked here, in a short transaction of its own.
-                    _ = try await engine.check(query)
+                    try await engine.check(query)
                     return Response(status: .ok, headers: Self.csvHeaders(query), body: Self.csvBody(query, engine: engine))
                 }
             } catch let error as ReportQueryError {
@@ -84,7 +84,7 @@ public struct ReportRoutes: Sendable {
             ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &out)
             var pending = out
             do {
-                try await engine.stream(query) { _ in
+                try await engine.stream(query) {
                     try await writer.write(ByteBuffer(bytes: pending))
                     pending = []
                 } rows: { rows in

@@ -51,10 +51,10 @@ public struct EventStore: Sendable {
             // NOTHING RETURNING instead, which sorts new from old. A COPY that still
             // meets a known id (a retry that raced its original between probe and COPY)
             // fails; that transaction is redone the second way. So PostgreSQL logs an
-            // ERROR for a duplicate only in that race, not for every retried batch
-            // (the COPY-first claim did), and ingest keeps COPY's speed: a staging table
-            // plus INSERT ... ON CONFLICT for every group cost 10-20% of the ingest rate
-            // under make bench-ingest.
+            // ERROR for a duplicate only in that race, not for every retried batch (the
+            // COPY-first claim did). The probe is not free: under `BENCH_TRACE=1 make
+            // bench-ingest` it takes about as long as the COPY into the ledger (one index
+            // lookup per id), the price of that quiet log on PostgreSQL 15.
             func attempt() throws -> [Bool] {
                 do {
                     return try connection.withTransaction { try Self.write(events, claimInBulk: true, on: $0) }
@@ -101,7 +101,7 @@ public struct EventStore: Sendable {
         let apps = ordered.map { events[$0].appID }
         let ids = ordered.map { events[$0].event.id }
         if claimInBulk {
-            let known = try connection.queryPrepared("adtally_ledger_probe", """
+            let known = try connection.query("""
                 SELECT 1 FROM unnest(\(array: apps)::text[], \(array: ids)::uuid[]) AS k (app_id, event_id)
                 WHERE EXISTS (SELECT 1 FROM event_ids e WHERE e.app_id = k.app_id AND e.event_id = k.event_id) LIMIT 1
                 """)

@@ -57,11 +57,11 @@ public struct ReportEngine: Sendable {
         return try rows.map { ReportApp(id: try $0.decode(0), timezone: try $0.decode(1), currency: try $0.decode(2)) }
     }
 
-    /// Runs the checks a report makes before its first row (zone, currencies) and
-    /// returns its notes: for callers that must refuse before they start a stream.
-    public func check(_ query: ReportQuery) async throws -> ReportNotes {
+    /// Runs the checks a report makes before its first row (zone, currencies): for
+    /// callers that must refuse before they start a stream.
+    public func check(_ query: ReportQuery) async throws {
         let plan = ReportPlan(query)
-        return try await pool.withTransaction { try Self.begin(plan, on: $0) }
+        try await pool.withTransaction { try Self.prepare(plan, on: $0) }
     }
 
     /// One page of a report with totals over every matching row (JSON).
@@ -69,10 +69,10 @@ public struct ReportEngine: Sendable {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         return try await pool.withTransaction { connection in
-            let notes = try Self.begin(plan, on: connection)
-            let limit = query.limit ?? ReportQuery.maxLimit
-            let rows = try connection.query(plan.page(limit: limit + 1, offset: query.offset))
-            var page = try rows.prefix(limit).map { try plan.decodeRow($0) }
+            try Self.prepare(plan, on: connection)
+            let notes = try Self.notes(plan, on: connection)
+            let rows = try connection.query(plan.page(limit: query.limit ?? ReportQuery.maxLimit, offset: query.offset))
+            var page = try rows.map { try plan.decodeRow($0) }
             var totals = ReportCounts()
             if let first = rows.first {
                 totals = try plan.decodeCounts(first, at: plan.totalsColumn)
@@ -81,17 +81,14 @@ public struct ReportEngine: Sendable {
             }
             if query.metrics.contains(.uniqueDevices) {
                 // Not additive: counted over all matching events at once.
-                let all = try connection.query(plan.totals())
-                totals.uniqueDevices = try plan.decodeCounts(all.first!, at: 0).uniqueDevices
+                totals.uniqueDevices = try plan.decodeCounts(try connection.query(plan.totals()).first!, at: 0).uniqueDevices
             }
             let total = try rows.first.map { try $0.decode(plan.totalsColumn + ReportPlan.countColumns, as: Int.self) } ?? 0
             let next = query.offset + page.count < total && !page.isEmpty ? ReportCursor.make(offset: query.offset + page.count, for: query) : nil
             var previousTotals: ReportCounts?
             if let compared = query.comparedQuery {
                 let earlier = try Self.compared(compared, on: connection)
-                for index in page.indices {
-                    page[index].previous = earlier.rows[ReportPlan.comparisonKey(page[index].dimensions, query.dimensions, shift: nil)] ?? ReportCounts()
-                }
+                Self.attach(earlier.rows, to: &page, query.dimensions)
                 previousTotals = earlier.totals
             }
             return ReportDocument(layout: ReportLayout(query: query), rows: page, totals: totals, previousTotals: previousTotals, notes: notes, nextCursor: next)
@@ -100,25 +97,25 @@ public struct ReportEngine: Sendable {
 
     /// Streams every row of a report (the page of `limit`/`offset` when given), in
     /// chunks fetched from a server-side cursor: memory does not grow with rows.
-    /// `start` gets the notes before the first row (a 422 is thrown before it).
+    /// `start` runs before the first row, after the checks (a 422 is thrown before it).
     public func stream(
-        _ query: ReportQuery, start: (ReportNotes) async throws -> Void, rows: ([ReportRow]) async throws -> Void
+        _ query: ReportQuery, start: () async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         try await pool.withLease { lease in
-            let (notes, compared) = try await lease.run { connection -> (ReportNotes, [String: ReportCounts]?) in
+            let compared = try await lease.run { connection -> [String: ReportCounts]? in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
                 // A client that reads nothing for a minute loses its transaction, its
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
-                let notes = try Self.begin(plan, on: connection)
+                try Self.prepare(plan, on: connection)
                 let compared = try query.comparedQuery.map { try Self.compared($0, on: connection).rows }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
-                return (notes, compared)
+                return compared
             }
-            try await start(notes)
+            try await start()
             // The next chunk is fetched (and decoded, on a pool thread) while this one is
             // written to the socket: PostgreSQL and the writer work at the same time.
             let fetch: @Sendable (PostgresConnection) throws -> [ReportRow] = { connection in
@@ -128,11 +125,7 @@ public struct ReportEngine: Sendable {
             while !chunk.isEmpty {
                 let isLast = chunk.count < Self.fetchSize
                 async let following = isLast ? [] : lease.run(fetch)
-                if let compared {
-                    for index in chunk.indices {
-                        chunk[index].previous = compared[ReportPlan.comparisonKey(chunk[index].dimensions, query.dimensions, shift: nil)] ?? ReportCounts()
-                    }
-                }
+                if let compared { Self.attach(compared, to: &chunk, query.dimensions) }
                 try await rows(chunk)
                 chunk = try await following
             }
@@ -140,37 +133,39 @@ public struct ReportEngine: Sendable {
         }
     }
 
-    /// Sets the zone, refuses money it cannot convert, and reads the notes.
-    static func begin(_ plan: ReportPlan, on connection: PostgresConnection) throws -> ReportNotes {
+    /// Sets the report's zone (and planner settings) for the transaction and refuses
+    /// money it cannot convert.
+    static func prepare(_ plan: ReportPlan, on connection: PostgresConnection) throws {
         let query = plan.query
         do {
-            // The zone, for the transaction. No JIT: a report's row estimates run high (the
-            // cut-hour joins), which made PostgreSQL spend ~0.5 s compiling a query that
-            // runs in milliseconds. More work_mem than the default 4 MB, so an export's
-            // grouping and sort of a million rows stay in memory instead of spilling.
+            // No JIT: a report's row estimates run high, which made PostgreSQL spend
+            // ~0.5 s compiling a query that runs in milliseconds. More work_mem than the
+            // default 4 MB, so an export's grouping and sort stay in memory longer.
             try connection.query("""
                 SELECT set_config('TimeZone', \(query.timezone), true), set_config('jit', 'off', true), set_config('work_mem', '64MB', true)
                 """)
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
             throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
         }
-        var notes = ReportNotes()
-        notes.source = plan.sourceDescription
-        notes.hasMoney = query.metrics.contains(where: \.isMoney)
-        if notes.hasMoney, let foreign = try connection.query(plan.foreignCurrency()).first {
+        if plan.needsMoney, let foreign = try connection.query(plan.foreignCurrency()).first {
             throw ReportCurrencyError(currency: try foreign.decode(0), date: try foreign.decode(1), reportCurrency: query.currency)
         }
+    }
+
+    /// The notes of a JSON page (the transaction's zone already set).
+    static func notes(_ plan: ReportPlan, on connection: PostgresConnection) throws -> ReportNotes {
+        let query = plan.query
+        var notes = ReportNotes()
+        notes.source = plan.sourceDescription
         if plan.source == .raw {
-            // Partitions are named events_YYYYMMDD (UTC days); retention drops the oldest.
+            // Partitions are named events_YYYYMMDD (UTC days); the oldest holds the first raw events kept.
             let oldest = try connection.query("""
-                SELECT min(c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'events'
+                SELECT first - DATE '1970-01-01', \(ReportQuery.formatDate(query.from))::date::timestamptz < first::timestamp AT TIME ZONE 'UTC'
+                FROM (SELECT min(to_date(substr(c.relname, 8), 'YYYYMMDD')) AS first FROM pg_inherits i
+                      JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'events') AS o
+                WHERE first IS NOT NULL
                 """)
-            if let name = try oldest.first?.decode(0, as: String?.self), name.count == 15,
-               let day = ReportQuery.parseDate(String(name.dropFirst(7).prefix(4)) + "-" + String(name.dropFirst(11).prefix(2)) + "-" + String(name.suffix(2))),
-               try connection.query("SELECT \(ReportQuery.formatDate(query.from))::date::timestamptz < \(ReportQuery.formatDate(day))::date::timestamp AT TIME ZONE 'UTC'").first?.decode(0, as: Bool.self) == true {
-                notes.rawEventsFrom = day
-            }
+            if let row = oldest.first, try row.decode(1, as: Bool.self) { notes.rawEventsFrom = try row.decode(0, as: Int.self) }
         }
         let days = try connection.query("""
             SELECT d::date - DATE '1970-01-01', extract(epoch FROM (d::date + 1)::timestamptz - d::date::timestamptz)::bigint,
@@ -184,6 +179,13 @@ public struct ReportEngine: Sendable {
             if try row.decode(2, as: Bool.self) { notes.provisionalDays.append(day) }
         }
         return notes
+    }
+
+    /// Gives each row the compared period's sums for its dimensions (zero when it had none).
+    static func attach(_ earlier: [String: ReportCounts], to rows: inout [ReportRow], _ dimensions: [ReportDimension]) {
+        for index in rows.indices {
+            rows[index].previous = earlier[ReportPlan.comparisonKey(rows[index].dimensions, dimensions, shift: nil)] ?? ReportCounts()
+        }
     }
 
     /// Every row and the totals of the compared period, keyed by their dimensions

@@ -44,7 +44,8 @@ struct ReportPlan {
     /// Index of the first window total in `page` rows.
     var totalsColumn: Int { query.dimensions.count + Self.countColumns }
 
-    var needsMoney: Bool { query.metrics.contains(where: \.isMoney) }
+    /// Whether a metric reads revenue (then the revenue rollups are read and currencies checked).
+    var needsMoney: Bool { needed.contains(.revenueMicros) }
 
     // MARK: - Fragments
 
@@ -225,7 +226,7 @@ struct ReportPlan {
 
     /// The revenue sum when a metric reads it, else 0.
     func revenueSum(_ sum: PostgresQuery) -> PostgresQuery {
-        needed.contains(.revenueMicros) ? sum : "0::numeric"
+        needsMoney ? sum : "0::numeric"
     }
 
     /// The counts the query's metrics read.
@@ -395,29 +396,22 @@ struct ReportPlan {
         func integer(_ offset: Int) throws -> Int128 {
             try row.withBytes(start + offset) { bytes -> Int128 in
                 guard let bytes, !bytes.isEmpty else { return 0 }
-                if bytes.count <= 18 {
-                    // Fits in 64 bits whatever the digits: the common case, in native arithmetic.
-                    var value: Int64 = 0
-                    var negative = false
-                    for (position, byte) in bytes.enumerated() {
-                        if position == 0 && byte == UInt8(ascii: "-") { negative = true; continue }
-                        guard (0x30...0x39).contains(byte) else {
-                            throw PostgresError(kind: .decoding, message: "\(Self.countNames[offset]): \(String(decoding: bytes, as: UTF8.self)) is not an integer")
-                        }
-                        value = value &* 10 &+ Int64(byte &- 0x30)
-                    }
-                    return Int128(negative ? -value : value)
+                // Up to 18 digits in native arithmetic (every count, and revenue but for
+                // totals past 10^18 micros); longer text through Int128's own parser.
+                guard bytes.count <= 18 else {
+                    if let wide = Int128(String(decoding: bytes, as: UTF8.self)) { return wide }
+                    throw PostgresError(kind: .decoding, message: "\(Self.countNames[offset]): \(String(decoding: bytes, as: UTF8.self)) is not an integer")
                 }
-                var value: Int128 = 0
+                var value: Int64 = 0
                 var negative = false
                 for (position, byte) in bytes.enumerated() {
                     if position == 0 && byte == UInt8(ascii: "-") { negative = true; continue }
-                    guard (0x30...0x39).contains(byte), value < Int128.max / 10 - 10 else {
+                    guard (0x30...0x39).contains(byte) else {
                         throw PostgresError(kind: .decoding, message: "\(Self.countNames[offset]): \(String(decoding: bytes, as: UTF8.self)) is not an integer")
                     }
-                    value = value * 10 + Int128(byte - 0x30)
+                    value = value &* 10 &+ Int64(byte &- 0x30)
                 }
-                return negative ? -value : value
+                return Int128(negative ? -value : value)
             }
         }
         func count(_ offset: Int) throws -> Int64 {

@@ -13,9 +13,6 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Where the connection goes, for messages: host (or socket folder) and database.
     public let target: String
     private var isBroken = false
-    /// Names of per-session objects set up on this connection (e.g. a temporary
-    /// table), so that callers create them once per session.
-    public var sessionSetUp: Set<String> = []
 
     /// How a connection guards against a database that stops answering: libpq's
     /// connect and TCP timeouts, and the session's statement timeout. A conninfo
@@ -158,27 +155,6 @@ public final class PostgresConnection: @unchecked Sendable {
     public func query(_ query: PostgresQuery) throws -> PostgresRows {
         let result = try withParameters(query.binds) { types, values in
             PQexecParams(handle, query.sql, Int32(query.binds.count), types, values, nil, nil, 0)
-        }
-        do {
-            return try check(result, sql: query.sql)
-        } catch let error as PostgresError {
-            throw error.redacting(query.binds)
-        }
-    }
-
-    /// Runs a statement prepared once per connection under `name` (the first call
-    /// prepares it): for a statement run for every ingest group, whose parse and plan
-    /// would otherwise cost as much as its execution. The parameter types come from
-    /// the SQL's casts; `name` must always stand for the same SQL.
-    @discardableResult
-    public func queryPrepared(_ name: String, _ query: PostgresQuery) throws -> PostgresRows {
-        let key = "prepared:" + name
-        if !sessionSetUp.contains(key) {
-            _ = try check(PQprepare(handle, name, query.sql, Int32(query.binds.count), nil), sql: query.sql)
-            sessionSetUp.insert(key)
-        }
-        let result = try withParameters(query.binds) { _, values in
-            PQexecPrepared(handle, name, Int32(query.binds.count), values, nil, nil, 0)
         }
         do {
             return try check(result, sql: query.sql)

@@ -87,7 +87,7 @@ struct ReportCommand: AsyncParsableCommand {
                     var bytes: [UInt8] = []
                     ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &bytes)
                     try sink.write(bytes)
-                    try await engine.stream(query) { _ in } rows: { rows in
+                    try await engine.stream(query) {} rows: { rows in
                         bytes.removeAll(keepingCapacity: true)
                         for row in rows { layout.appendCSV(row, to: &bytes) }
                         try sink.write(bytes)

@@ -22,8 +22,6 @@ public struct ReportNotes: Sendable, Equatable {
     public var provisionalDays: [Int] = []
     /// Where the numbers were read: rollups or raw events.
     public var source: String = ""
-    /// Whether money was asked for (then the revenue note applies).
-    public var hasMoney = false
     /// For a report read from raw events: the first UTC day whose raw events are
     /// still kept, when the range starts before it (earlier days are missing).
     public var rawEventsFrom: Int?
@@ -171,7 +169,7 @@ public struct ReportDocument: Sendable {
                 "there are raw events only from \(ReportQuery.formatDate(day)) (UTC) on (older ones were dropped by retention, or never sent): this report reads raw events, so days before that count nothing",
             ]); raw(",")
         }
-        key("estimated"); strings(notes.hasMoney
+        key("estimated"); strings(query.metrics.contains(where: \.isMoney)
             ? ["revenue is the revenue the network SDKs reported; nothing is estimated from a rate card yet"] : [])
         raw("},")
         key("next_cursor"); if let cursor = nextCursor { string(cursor) } else { raw("null") }

@@ -71,18 +71,10 @@ public struct ReportLayout: Sendable {
             }
         }
         var first = query.dimensions.isEmpty
-        for metric in query.metrics {
-            let value = metric.value(row.counts)
+        forEachMetricCell(row.counts, previous: row.previous) { cell in
             if !first { out.append(UInt8(ascii: ",")) }
             first = false
-            ReportText.appendCSV(cell(value), to: &out)
-            if query.comparison != nil {
-                let earlier = metric.value(row.previous ?? ReportCounts())
-                out.append(UInt8(ascii: ","))
-                ReportText.appendCSV(cell(earlier), to: &out)
-                out.append(UInt8(ascii: ","))
-                ReportText.appendCSV(cell(value.change(from: earlier)), to: &out)
-            }
+            ReportText.appendCSV(cell, to: &out)
         }
         out.append(0x0D)
         out.append(0x0A)
@@ -111,13 +103,18 @@ public struct ReportLayout: Sendable {
     }
 
     private func metricCells(_ counts: ReportCounts, previous: ReportCounts?, into cells: inout [ReportCell]) {
+        forEachMetricCell(counts, previous: previous) { cells.append($0) }
+    }
+
+    /// The metric cells in column order: each metric, and with `compare` its earlier value and change.
+    private func forEachMetricCell(_ counts: ReportCounts, previous: ReportCounts?, _ body: (ReportCell) -> Void) {
         for metric in query.metrics {
             let value = metric.value(counts)
-            cells.append(cell(value))
+            body(cell(value))
             if query.comparison != nil {
                 let earlier = metric.value(previous ?? ReportCounts())
-                cells.append(cell(earlier))
-                cells.append(cell(value.change(from: earlier)))
+                body(cell(earlier))
+                body(cell(value.change(from: earlier)))
             }
         }
     }
@@ -143,7 +140,7 @@ public enum ReportText {
         if small < 0 { out.append(UInt8(ascii: "-")) }
         var magnitude = small.magnitude
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes of scratch, enough for 20 digits
-        let count = withUnsafeMutableBytes(of: &digits) { buffer -> Int in
+        withUnsafeMutableBytes(of: &digits) { buffer in
             var position = buffer.count
             repeat {
                 position -= 1
@@ -151,9 +148,7 @@ public enum ReportText {
                 magnitude /= 10
             } while magnitude > 0
             out.append(contentsOf: buffer[position...])
-            return buffer.count - position
         }
-        _ = count
     }
 
     /// Appends a ratio with at most 6 decimals, no exponent (see `ratio`).

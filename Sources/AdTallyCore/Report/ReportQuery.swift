@@ -83,7 +83,7 @@ public struct ReportApp: Sendable, Equatable {
 /// A report query as understood: parsed and validated once, every default filled
 /// in. The API, the CLI and (later) exports and the dashboard all build one of these
 /// with `ReportQuery.parse` and hand it to the report engine.
-public struct ReportQuery: Sendable, Equatable {
+public struct ReportQuery: Sendable {
     /// The apps, sorted.
     public var apps: [String]
     /// First day, inclusive, in `timezone` (days since 1970-01-01).
@@ -114,10 +114,6 @@ public struct ReportQuery: Sendable, Equatable {
     public var format: ReportFormat
     /// Every app of the report keeps its daily rollups in `timezone` (its own zone).
     public var isInAppsOwnZone: Bool
-
-    public static func == (lhs: ReportQuery, rhs: ReportQuery) -> Bool {
-        lhs.canonicalText == rhs.canonicalText && lhs.offset == rhs.offset && lhs.limit == rhs.limit && lhs.format == rhs.format
-    }
 
     /// JSON's default page size and the largest page.
     public static let defaultLimit = 1000, maxLimit = 100_000
