@@ -4,8 +4,9 @@
 # 1. start `adtally serve` on the embedded database (a fresh data folder);
 # 2. load BENCH_EVENTS (default 10 M) events over 35 days for BENCH_APPS (60) apps,
 #    40% of them for one app (bench-00, America/New_York), the rest spread evenly
-#    (apps in five zones), straight into `events` with SQL, then build every rollup
-#    grain from them with the sums the ingest path and the compactor make;
+#    (apps in five zones), straight into `events` with SQL; then append their rollup
+#    deltas as the ingest path does and let the server's compactor fold them into
+#    every grain;
 # 3. over HTTP, 200 calls each of the default report (30 days, date x network) for
 #    the largest app and a median app: p50, p99;
 # 4. the same report as a plain GROUP BY over the raw events in psql (the plain
@@ -69,44 +70,43 @@ FROM (
 WHERE at < now() - interval '5 minutes';
 CREATE INDEX events_app_time ON events (app_id, occurred_at);
 
--- The rollups the ingest path and the compactor would have made (RollupAccumulator, RollupCompactor).
-INSERT INTO rollup_15m_compacted
-SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
-       count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
-       count(*) FILTER (WHERE type = 'error'), count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'action_cancel'),
-       count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown)
-FROM events GROUP BY 1, 2, 3, 4;
-INSERT INTO rollup_revenue_15m_compacted
-SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format, country, coalesce(currency, ''),
-       coalesce(sum(revenue_micros), 0), count(revenue_micros),
-       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap')
-FROM events WHERE type IN ('impression', 'tap') GROUP BY 1, 2, 3, 4, 5, 6;
-INSERT INTO rollup_1h_compacted
-SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, sum(requests), sum(loads), sum(impressions),
-       sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
-FROM rollup_15m_compacted GROUP BY 1, 2, 3, 4;
-INSERT INTO rollup_revenue_1h_compacted
-SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, currency, sum(revenue_micros)
-FROM rollup_revenue_15m_compacted WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5;
-INSERT INTO rollup_day_compacted
-SELECT r.app_id, (r.bucket AT TIME ZONE a.timezone)::date, r.network, r.format, sum(r.requests), sum(r.loads), sum(r.impressions),
-       sum(r.errors), sum(r.taps), sum(r.action_cancels), sum(r.expiries), sum(r.wasted_fills)
-FROM rollup_15m_compacted r JOIN apps a USING (app_id) GROUP BY 1, 2, 3, 4;
-INSERT INTO rollup_revenue_day_compacted
-SELECT r.app_id, (r.bucket AT TIME ZONE a.timezone)::date, r.network, r.format, r.currency, sum(r.revenue_micros)
-FROM rollup_revenue_15m_compacted r JOIN apps a USING (app_id) WHERE r.currency <> '' GROUP BY 1, 2, 3, 4, 5;
 VACUUM ANALYZE;
 CHECKPOINT;
 SQL
+# The rollups: the deltas the ingest path appends (RollupAccumulator's rows: counts
+# without a revenue dimension, impressions and taps with country and currency, ''
+# when unpriced), a week at a time, each folded into every grain by the running
+# server's compactor before the next (one pass stays well inside its statement timeout).
+for week in 0 1 2 3 4 5; do
+  sql <<SQL
+INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
+       CASE WHEN type IN ('impression', 'tap') THEN country END, CASE WHEN type IN ('impression', 'tap') THEN coalesce(currency, '') END,
+       count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
+       count(*) FILTER (WHERE type = 'error'), count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'action_cancel'),
+       count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown),
+       coalesce(sum(revenue_micros), 0), count(revenue_micros),
+       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap')
+FROM events
+WHERE occurred_at >= now() - interval '36 days' + $week * interval '7 days' AND occurred_at < now() - interval '36 days' + ($week + 1) * interval '7 days'
+GROUP BY 1, 2, 3, 4, 5, 6;
+SQL
+  for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
+  [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
+done
+sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
+
 loaded=$(sql -c "SELECT count(*) FROM events")
 largest=$(sql -c "SELECT count(*) FROM events WHERE app_id = 'bench-00'")
 median_app=bench-30
 echo "events_loaded=$loaded largest_app_events=$largest median_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = '$median_app'") load_seconds=$(( $(date +%s) - load_started ))"
 sql -c "SELECT 'rollup rows: 15m ' || (SELECT count(*) FROM rollup_15m_compacted) || ', 1h ' || (SELECT count(*) FROM rollup_1h_compacted) || ', day ' || (SELECT count(*) FROM rollup_day_compacted)"
 
+trace_on
 if [ "${BENCH_TRACE:-0}" = 1 ]; then
-  # Every statement's duration in the cluster's log, summarised at the end.
-  sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET log_min_duration_statement = 0" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \
+  # And the plan of every statement over 300 ms (the export's), from auto_explain.
+  sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \
       -c "ALTER SYSTEM SET auto_explain.log_min_duration = '300ms'" -c "ALTER SYSTEM SET auto_explain.log_analyze = on" \
       -c "SELECT pg_reload_conf()" >/dev/null
   # The server's open connections predate the settings: end them (the pool replaces them).
@@ -120,20 +120,7 @@ echo "== HTTP: 30-day date x network, $calls calls each"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name largest | tee "$work/largest.txt"
 fetch --url "$url?apps=$median_app&days=30&dimensions=date,network" --count "$calls" --name median | tee "$work/median.txt"
 
-if [ "${BENCH_TRACE:-0}" = 1 ]; then
-  echo "== PostgreSQL time per statement kind during the report calls (ms: count, mean)"
-  python3 - "$data/run/postgres.log" <<'PY'
-import re, sys, collections
-stats = collections.defaultdict(list)
-for line in open(sys.argv[1], errors="replace"):
-    m = re.search(r"duration: ([0-9.]+) ms\s+(?:statement|execute [^:]*): (.*)", line)
-    if m:
-        stats[m.group(2).strip()[:70]].append(float(m.group(1)))
-for key, values in sorted(stats.items(), key=lambda item: -sum(item[1]))[:12]:
-    print(f"{len(values):6d} {sum(values) / len(values):8.3f}  {key}")
-PY
-  sql -c "ALTER SYSTEM RESET log_min_duration_statement" -c "SELECT pg_reload_conf()" >/dev/null
-fi
+trace_summary
 
 echo "== plain PostgreSQL: the same report as a GROUP BY over raw events (5 runs), and the numbers compared"
 range=$(sql -c "SET TimeZone = 'America/New_York'; SELECT ((now()::date - 30)::timestamptz) || '|' || (now()::date::timestamptz)")
