@@ -77,6 +77,9 @@ SQL
 # without a revenue dimension, impressions and taps with country and currency, ''
 # when unpriced), a week at a time, each folded into every grain by the running
 # server's compactor before the next (one pass stays well inside its statement timeout).
+# One fixed start (now() differs from one statement to the next: windows drawn
+# from it would leave gaps between weeks).
+first_event=$(sql -c "SELECT min(occurred_at) FROM events")
 for week in 0 1 2 3 4 5; do
   sql <<SQL
 INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
@@ -89,7 +92,7 @@ SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
        coalesce(sum(revenue_micros), 0), count(revenue_micros),
        count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap')
 FROM events
-WHERE occurred_at >= now() - interval '36 days' + $week * interval '7 days' AND occurred_at < now() - interval '36 days' + ($week + 1) * interval '7 days'
+WHERE occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'
 GROUP BY 1, 2, 3, 4, 5, 6;
 SQL
   for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done

@@ -67,6 +67,9 @@ public struct RollupCompactor: Sendable {
     /// Successes and failures of the passes `CompactorService` runs.
     public let health = CompactionHealth()
 
+    /// Above this size (MB) the emptied delta table is truncated after a pass.
+    public static let shrinkDeltaTableAboveMB = 16
+
     /// "AdRoll" in ASCII; arbitrary but fixed across versions.
     static let lockKey = Int64(0x4164_526F_6C6C)
 
@@ -91,6 +94,15 @@ public struct RollupCompactor: Sendable {
                 // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
                 // (the table takes tens of thousands of rows a second under load).
                 _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED) rollup_delta")
+                // The table keeps its emptied pages (vacuum_truncate = false, so that ingest
+                // never waits on the lock a truncation takes). After a burst — an import of
+                // history, compaction stopped for a while — that is many empty pages that
+                // every report reads (the deltas have no index). Give them back then: the
+                // lock is taken only if free, and is rare.
+                let big = try connection.query("SELECT pg_relation_size('rollup_delta') > \(Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576)")
+                if try big.first?.decode(0, as: Bool.self) == true {
+                    _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED, TRUNCATE) rollup_delta")
+                }
             }
             return moved
         }

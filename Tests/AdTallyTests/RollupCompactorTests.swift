@@ -94,6 +94,25 @@ struct RollupCompactorTests {
         }
     }
 
+    @Test("after a burst of deltas (a backfill) the emptied delta table gives its space back, so reports do not scan it")
+    func deltaTableShrinksAfterABurst() async throws {
+        try await withServices { services in
+            _ = try await services.appStore.createApp(id: "a", name: nil)
+            // 300,000 delta rows, as an import of history leaves them: well over the threshold.
+            try await services.database.pool.query("""
+                INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+                SELECT 'a', to_timestamp(1700000000 + (i % 9000) * 900), 'n' || (i % 30), 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+                FROM generate_series(1, 300000) AS i
+                """)
+            let size = "SELECT (pg_relation_size('rollup_delta') / 1048576)::int"
+            #expect(try await Ingest.count(services, size) > RollupCompactor.shrinkDeltaTableAboveMB)
+            #expect(try await services.compactor.compactOnce() == 300_000)
+            #expect(try await Ingest.count(services, size) < RollupCompactor.shrinkDeltaTableAboveMB)
+            #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m_compacted") == 300_000)
+        }
+    }
+
     @Test("a group spanning many apps and networks sums each pair apart")
     func manySourcesInOneGroup() async throws {
         try await withServices { services in
