@@ -48,7 +48,7 @@ public struct ReportRoutes: Sendable {
             } catch let error as ReportQueryError {
                 throw Self.problem(error)
             } catch let error as ReportCurrencyError {
-                throw ProblemDetails(.unprocessableContent, title: "Currency cannot be converted", detail: error.description)
+                throw ProblemDetails(.unprocessableContent, title: "FX rate missing", detail: error.description)
             }
         }
     }
@@ -84,7 +84,7 @@ public struct ReportRoutes: Sendable {
             ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &out)
             var pending = out
             do {
-                try await engine.stream(query) {
+                try await engine.stream(query, checked: true) {
                     try await writer.write(ByteBuffer(bytes: pending))
                     pending = []
                 } rows: { rows in

@@ -2,18 +2,27 @@ import AdTallyCore
 import Logging
 import PostgresKit
 
-/// A report needs money in a currency it cannot convert yet (no FX table): a 422
-/// that names the currency and the first UTC date it occurs on.
+/// A report needs an FX rate that the table does not have: a 422 that names the
+/// currency and the first UTC date it is missing for.
 public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
     /// The currency that would need converting.
     public var currency: String
-    /// The first UTC date with revenue in it.
+    /// The first UTC date without a rate.
     public var date: String
     /// The report currency.
     public var reportCurrency: String
 
+    /// From the engine's "YYYY-MM-DD CUR" key.
+    init(missing: String, reportCurrency: String) {
+        let parts = missing.split(separator: " ")
+        date = parts.first.map(String.init) ?? missing
+        currency = parts.count > 1 ? String(parts[1]) : ""
+        self.reportCurrency = reportCurrency
+    }
+
     public var description: String {
-        "revenue in \(currency) (first on \(date)) cannot be converted to \(reportCurrency): no FX rate is available; ask for currency=\(currency) or leave money metrics out"
+        "no FX rate converts \(currency) to \(reportCurrency) on \(date) (UTC), and the report has \(currency) amounts on that date: "
+            + "import rates for it (adtally fx import, POST /v1/fx), or ask for currency=\(currency)"
     }
 }
 
@@ -61,7 +70,10 @@ public struct ReportEngine: Sendable {
     /// callers that must refuse before they start a stream.
     public func check(_ query: ReportQuery) async throws {
         let plan = ReportPlan(query)
-        try await pool.withTransaction { try Self.prepare(plan, on: $0) }
+        try await pool.withTransaction { connection in
+            try Self.prepare(plan, on: connection)
+            try Self.checkFX(plan, on: connection)
+        }
     }
 
     /// One page of a report with totals over every matching row (JSON).
@@ -75,15 +87,15 @@ public struct ReportEngine: Sendable {
             var page = try rows.map { try plan.decodeRow($0) }
             var totals = ReportCounts()
             if let first = rows.first {
+                if let missing = try first.decode(plan.unratedColumn + 2, as: String?.self) {
+                    throw ReportCurrencyError(missing: missing, reportCurrency: query.currency)
+                }
                 totals = try plan.decodeCounts(first, at: plan.totalsColumn)
+                totals.unratedEvents = try first.decode(plan.unratedColumn, as: Int64.self)
             } else if query.offset > 0 {
-                totals = try plan.decodeCounts(try connection.query(plan.totals()).first!, at: 0)
+                totals = try Self.totals(plan, on: connection)
             }
-            if query.metrics.contains(.uniqueDevices) {
-                // Not additive: counted over all matching events at once.
-                totals.uniqueDevices = try plan.decodeCounts(try connection.query(plan.totals()).first!, at: 0).uniqueDevices
-            }
-            let total = try rows.first.map { try $0.decode(plan.totalsColumn + ReportPlan.countColumns, as: Int.self) } ?? 0
+            let total = try rows.first.map { try $0.decode(plan.unratedColumn + 1, as: Int.self) } ?? 0
             let next = query.offset + page.count < total && !page.isEmpty ? ReportCursor.make(offset: query.offset + page.count, for: query) : nil
             var previousTotals: ReportCounts?
             if let compared = query.comparedQuery {
@@ -97,9 +109,11 @@ public struct ReportEngine: Sendable {
 
     /// Streams every row of a report (the page of `limit`/`offset` when given), in
     /// chunks fetched from a server-side cursor: memory does not grow with rows.
-    /// `start` runs before the first row, after the checks (a 422 is thrown before it).
+    /// `start` runs before the first row, after the checks (a 422 is thrown before it);
+    /// `checked`: the caller ran `check` for this query already (its FX check is not
+    /// repeated: it reads the range once more).
     public func stream(
-        _ query: ReportQuery, start: () async throws -> Void, rows: ([ReportRow]) async throws -> Void
+        _ query: ReportQuery, checked: Bool = false, start: () async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
@@ -111,6 +125,7 @@ public struct ReportEngine: Sendable {
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
                 try Self.prepare(plan, on: connection)
+                if !checked { try Self.checkFX(plan, on: connection) }
                 let compared = try query.comparedQuery.map { try Self.compared($0, on: connection).rows }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
                 return compared
@@ -147,9 +162,25 @@ public struct ReportEngine: Sendable {
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
             throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
         }
-        if plan.needsMoney, let foreign = try connection.query(plan.foreignCurrency()).first {
-            throw ReportCurrencyError(currency: try foreign.decode(0), date: try foreign.decode(1), reportCurrency: query.currency)
+    }
+
+    /// Refuses a report that needs an FX rate the table lacks, before a stream starts.
+    static func checkFX(_ plan: ReportPlan, on connection: PostgresConnection) throws {
+        guard plan.needsMoney, plan.query.metrics.contains(where: \.isMoney) else { return }
+        if let missing = try connection.query(plan.missingFX()).first?.decode(0, as: String?.self) {
+            throw ReportCurrencyError(missing: missing, reportCurrency: plan.query.currency)
         }
+    }
+
+    /// The totals row of a plan (and a 422 when an FX rate is missing).
+    static func totals(_ plan: ReportPlan, on connection: PostgresConnection) throws -> ReportCounts {
+        let row = try connection.query(plan.totals()).first!
+        if let missing = try row.decode(ReportPlan.countColumns + 1, as: String?.self) {
+            throw ReportCurrencyError(missing: missing, reportCurrency: plan.query.currency)
+        }
+        var totals = try plan.decodeCounts(row, at: 0)
+        totals.unratedEvents = try row.decode(ReportPlan.countColumns, as: Int64.self)
+        return totals
     }
 
     /// The notes of a JSON page (the transaction's zone already set).
@@ -197,7 +228,6 @@ public struct ReportEngine: Sendable {
             let decoded = try plan.decodeRow(row)
             rows[ReportPlan.comparisonKey(decoded.dimensions, compared.query.dimensions, shift: compared), default: ReportCounts()].add(decoded.counts)
         }
-        let totals = try plan.decodeCounts(try connection.query(plan.totals()).first!, at: 0)
-        return (rows, totals)
+        return (rows, try totals(plan, on: connection))
     }
 }

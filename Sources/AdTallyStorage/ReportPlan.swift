@@ -18,7 +18,7 @@ struct ReportPlan {
     let source: Source
 
     /// Summed columns after the dimensions, in `ReportCount` order.
-    static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "revenue_micros", "unique_devices"]
+    static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "reported_micros", "estimated_micros", "unique_devices"]
     static let countColumns = countNames.count
     static let rollupCounts = countNames.prefix(8)
 
@@ -37,7 +37,7 @@ struct ReportPlan {
         switch source {
         case .daily: "rollups: daily rows in the apps' own zone, and pending 15-minute deltas"
         case .hourly: "rollups: hourly rows for whole hours, 15-minute rows for hours a day or hour boundary of the zone cuts, and pending deltas"
-        case .raw: "raw events (\(query.usedDimensions.filter { !$0.isInRollups }.map(\.rawValue).sorted().joined(separator: ", ")) \(query.metrics.contains(.uniqueDevices) ? "and unique_devices " : "")are not in the rollups)"
+        case .raw: "raw events (\(query.usedDimensions.filter { !$0.isInRollups }.map(\.rawValue).sorted().joined(separator: ", ")) are not in the rollups)"
         }
     }
 
@@ -45,7 +45,7 @@ struct ReportPlan {
     var totalsColumn: Int { query.dimensions.count + Self.countColumns }
 
     /// Whether a metric reads revenue (then the revenue rollups are read and currencies checked).
-    var needsMoney: Bool { needed.contains(.revenueMicros) }
+    var needsMoney: Bool { !needed.isDisjoint(with: [.revenueMicros, .reportedMicros, .estimatedMicros]) }
 
     // MARK: - Fragments
 
@@ -134,57 +134,117 @@ struct ReportPlan {
 
     static let zeroCounts = "0, 0, 0, 0, 0, 0, 0, 0"
     static let countList = rollupCounts.joined(separator: ", ")
+    /// The columns of every source row (rollup parts and the raw path's inner groups
+    /// alike, after the dimensions): the 8 counts, then money and devices.
+    static let moneyColumns = "revenue_micros, currency, country, ui, ut, devices"
+    /// A part without money: no revenue, currency, country, unpriced counts.
+    static let noMoney = "0::numeric, NULL::text, NULL::text, 0::bigint, 0::bigint"
+    /// hll(11, 5), as every sketch is (Migrations/0005).
+    static func sketch(_ hashes: String) -> String { "hll_add_agg(\(hashes), 11, 5)" }
+    /// A sketch's estimate as a whole number (0 for none).
+    static func cardinality(_ sketch: String) -> String { "coalesce(round(hll_cardinality(\(sketch)))::bigint, 0)" }
+
+    /// Whether unique devices are asked for (then sketches are read).
+    var needsDevices: Bool { needed.contains(.uniqueDevices) }
+
+    /// The countries a rate card names: their unpriced counts are read apart.
+    static let cardCountries = "ARRAY(SELECT DISTINCT country FROM rate_cards WHERE country <> '*')"
 
     /// The rows the rollup sources sum: (app_id, d = local date, hk = local hour text
-    /// or NULL, network, format, 8 counts, revenue_micros, currency).
+    /// or NULL, u = UTC date (money rows), network, format, 8 counts, revenue_micros,
+    /// currency (NULL: a count row, '' unpriced counts, else reported revenue), country
+    /// (NULL: priced at the any-country rate, else at its own rate if the card has one),
+    /// ui / ut (unpriced impressions / taps), devices (a sketch or NULL)).
     func rollupParts() -> PostgresQuery {
         var parts: [PostgresQuery] = []
         let money = needsMoney
+        let devices = needsDevices
         // Per-row zone conversions only for the few rows of cut hours and pending deltas.
         let rowHour = needsHour ? Self.hourText("date_trunc('hour', r.bucket)") : "NULL::text"
+        let utcOfBucket = "(r.bucket AT TIME ZONE 'UTC')::date"
+        // A rate-card country's unpriced counts: priced at its own rate, and taken back off
+        // the all-country row, which priced them at the any-country rate (Migrations/0005).
+        let signed = "CROSS JOIN LATERAL (VALUES (r.country, 1), (NULL, -1)) AS x (country, sign)"
+        let signedMoney = "0::numeric, ''::text, x.country, x.sign * r.impressions, x.sign * r.taps"
         switch source {
         case .daily:
-            let days: PostgresQuery = "day BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
+            let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
             parts.append("""
-                SELECT r.app_id, r.day, NULL::text, r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
-                FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.\(days)\(columnFilters("r"))
+                SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll
+                FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
-                    SELECT r.app_id, r.day, NULL::text, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
-                    FROM rollup_revenue_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.\(days)\(columnFilters("r"))
+                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts),
+                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll
+                    FROM rollup_revenue_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
+                    """)
+                parts.append("""
+                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: signedMoney), NULL::hll
+                    FROM rollup_unpriced_day_compacted r \(unsafeRaw: signed)
+                    WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND r.day \(days)\(columnFilters("r"))
+                    """)
+            }
+            if devices {
+                parts.append("""
+                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices
+                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
             }
         case .hourly:
+            let whole: PostgresQuery = "JOIN hours ON hours.h = r.hour AND hours.whole"
+            let hourRange: PostgresQuery = "r.hour >= \(t0) AND r.hour < \(t1)"
+            let cutBuckets: PostgresQuery = "r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)"
             parts.append("""
-                SELECT r.app_id, hours.d, hours.hk, r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
-                FROM rollup_1h_compacted r JOIN hours ON hours.h = r.hour AND hours.whole
-                WHERE r.app_id = ANY(\(apps)) AND r.hour >= \(t0) AND r.hour < \(t1)\(columnFilters("r"))
+                SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll
+                FROM rollup_1h_compacted r \(whole)
+                WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                 """)
             parts.append("""
-                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), r.network, r.format, \(unsafeRaw: Self.countList), 0::numeric, NULL::text
+                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll
                 FROM rollup_15m_compacted r
-                WHERE r.app_id = ANY(\(apps)) AND r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
+                WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
-                    SELECT r.app_id, hours.d, hours.hk, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
-                    FROM rollup_revenue_1h_compacted r JOIN hours ON hours.h = r.hour AND hours.whole
-                    WHERE r.app_id = ANY(\(apps)) AND r.hour >= \(t0) AND r.hour < \(t1)\(columnFilters("r"))
+                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts),
+                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll
+                    FROM rollup_revenue_1h_compacted r \(whole)
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                     """)
                 parts.append("""
-                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.revenue_micros, r.currency
+                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: signedMoney), NULL::hll
+                    FROM rollup_unpriced_1h_compacted r \(whole) \(unsafeRaw: signed)
+                    WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND \(hourRange)\(columnFilters("r"))
+                    """)
+                // Cut hours: every country's row, each priced at its own rate.
+                parts.append("""
+                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts),
+                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll
                     FROM rollup_revenue_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.currency <> ''
-                      AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
+                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
+                    """)
+            }
+            if devices {
+                parts.append("""
+                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices
+                    FROM rollup_devices_1h_compacted r \(whole)
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
+                    """)
+                parts.append("""
+                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices
+                    FROM rollup_devices_15m_compacted r
+                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
             }
         case .raw:
             preconditionFailure("raw events are not rollup parts")
         }
         // Deltas not yet compacted: every committed event is counted at once.
+        let deltaDevices = devices ? "(SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h)" : "NULL::hll"
         parts.append("""
-            SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), r.network, r.format, \(unsafeRaw: Self.countList), r.revenue_micros::numeric, r.currency
+            SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList),
+                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, \(unsafeRaw: deltaDevices)
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
             """)
         var sql: PostgresQuery = ""
@@ -224,13 +284,12 @@ struct ReportPlan {
             """
     }
 
-    /// The revenue sum when a metric reads it, else 0.
-    func revenueSum(_ sum: PostgresQuery) -> PostgresQuery {
-        needsMoney ? sum : "0::numeric"
-    }
-
     /// The counts the query's metrics read.
-    var needed: Set<ReportCount> { Set(query.metrics.flatMap(\.counts)) }
+    var needed: Set<ReportCount> {
+        var counts = Set(query.metrics.flatMap(\.counts))
+        if counts.contains(.revenueMicros) { counts.formUnion([.reportedMicros, .estimatedMicros]) }
+        return counts
+    }
 
     /// The raw events' counts, as the rollups define them; 0 for counts no metric reads.
     var rawCounts: String {
@@ -245,45 +304,127 @@ struct ReportPlan {
         }.joined(separator: ", ")
     }
 
+    /// `sum(alias.count)` for each of the 8 counts a metric reads, else 0.
+    func countSums(_ alias: String) -> String {
+        Self.rollupCounts.enumerated().map { index, name in
+            needed.contains(ReportCount(rawValue: index)!) ? "coalesce(sum(\(alias).\(name)), 0)::bigint AS \(name)" : "0::bigint AS \(name)"
+        }.joined(separator: ", ")
+    }
+
     /// One row per group (all rows as one group when `dimensions` is empty): the
-    /// dimension values `d0…`, then the sums in `countNames` order.
+    /// dimension values `d0…`, the sums in `countNames` order, then `unrated` (unpriced
+    /// impressions and taps no rate card entry priced), `missing_fx` (the first
+    /// "UTC-date currency" whose conversion has no FX rate, or NULL) and `devices`
+    /// (the group's device sketch, or NULL).
+    ///
+    /// Money (DESIGN §3): impressions and taps without reported revenue are priced by
+    /// the rate card entry in force on their UTC date, the country's over the
+    /// any-country one. Amounts are summed exactly per group, UTC date and currency,
+    /// then converted to the report currency at that date's FX rate and rounded half
+    /// to even to micros, once each: a row is the sum of its rounded buckets, and the
+    /// totals are the sum of the rows. Reported and estimated revenue are rounded
+    /// apart, so revenue is always exactly their sum.
     func grouped(dimensions: [ReportDimension]? = nil) -> PostgresQuery {
         let dimensions = dimensions ?? query.dimensions
+        let names = dimensions.indices.map { "d\($0)" }
+        let groupBy = names.isEmpty ? "" : "\nGROUP BY " + names.joined(separator: ", ")
         var select = ""
         for (index, dimension) in dimensions.enumerated() {
             // Text in byte order ("C"), the order rows are sorted in: then a grouping done by
             // sorting already yields the report's order, and no second sort is needed.
             select += dimension == .errorCode ? "\(expression(dimension)) AS d\(index), " : "(\(expression(dimension))) COLLATE \"C\" AS d\(index), "
         }
-        var sql: PostgresQuery
+        // The rows every grouping below reads: `s` with the dimension values as d0….
+        var rows: PostgresQuery
         if source == .raw {
-            sql = """
-                SELECT \(unsafeRaw: select)\(unsafeRaw: rawCounts),
-                    \(revenueSum("coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE e.type IN ('impression', 'tap') AND e.currency::text = \(query.currency)), 0)")) AS revenue_micros,
-                    \(unsafeRaw: query.metrics.contains(.uniqueDevices) ? "count(DISTINCT e.device)" : "0::bigint") AS unique_devices
+            let typed = "e.type IN ('impression', 'tap')"
+            let sketch = needsDevices ? Self.sketch("hll_hash_text(e.device)") + " FILTER (WHERE e.device IS NOT NULL)" : "NULL::hll"
+            // Money needs each group split by UTC date, network, format, country and currency
+            // (what rates and FX apply by); counts alone need only the dimensions.
+            let n = dimensions.count
+            let positions = needsMoney ? (1...(n + 3)).map(String.init) + ["\(n + 13)", "\(n + 14)"] : (0..<n).map { String($0 + 1) }
+            func money(_ sql: String, else other: String) -> String { needsMoney ? sql : other }
+            rows = """
+                SELECT \(unsafeRaw: select)\(unsafeRaw: money("(e.occurred_at AT TIME ZONE 'UTC')::date AS u, e.network, e.format", else: "NULL::date AS u, NULL::text AS network, NULL::text AS format")),
+                    \(unsafeRaw: rawCounts),
+                    \(unsafeRaw: money("coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed)), 0)", else: "0::numeric")) AS revenue_micros,
+                    \(unsafeRaw: money("CASE WHEN \(typed) THEN coalesce(e.currency::text, '') END", else: "NULL::text")) AS currency,
+                    \(unsafeRaw: money("CASE WHEN \(typed) THEN e.country::text END", else: "NULL::text")) AS country,
+                    \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'impression' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ui,
+                    \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'tap' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ut,
+                    \(unsafeRaw: sketch) AS devices
                 FROM events e
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """
+            if !positions.isEmpty { rows.append("\nGROUP BY \(unsafeRaw: positions.joined(separator: ", "))") }
+            rows = "(\n\(rows)\n) AS s"
         } else {
-            // Only the counts the metrics read are summed (the others are 0): less state per
-            // group, which a million-group export feels.
-            let sums = Self.rollupCounts.enumerated().map { index, name in
-                needed.contains(ReportCount(rawValue: index)!) ? "coalesce(sum(s.\(name)), 0)::bigint AS \(name)" : "0::bigint AS \(name)"
-            }.joined(separator: ", ")
-            sql = source == .hourly ? "WITH \(hoursCTE())\n" : ""
+            let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.moneyColumns)"
+            rows = "(SELECT \(unsafeRaw: select)s.* FROM (\n\(rollupParts())\n) AS s (\(unsafeRaw: columns)) WHERE true\(timeFilters())) AS s"
+        }
+        var sql: PostgresQuery = source == .hourly ? "WITH \(hoursCTE())\n" : ""
+        let dimensionList = names.map { "s.\($0), " }.joined()
+        let devices = needsDevices ? "hll_union_agg(s.devices)" : "NULL::hll"
+        guard needsMoney else {
             sql.append("""
-                SELECT \(unsafeRaw: select)\(unsafeRaw: sums),
-                    \(revenueSum("coalesce(sum(s.revenue_micros) FILTER (WHERE s.currency = \(query.currency)), 0)")) AS revenue_micros,
-                    0::bigint AS unique_devices
-                FROM (
-                \(rollupParts())
-                ) AS s (app_id, d, hk, network, format, \(unsafeRaw: Self.countList), revenue_micros, currency)
-                WHERE true\(timeFilters())
+                SELECT \(unsafeRaw: dimensionList)\(unsafeRaw: countSums("s")), 0::numeric AS reported_micros, 0::numeric AS estimated_micros,
+                    \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, 0::bigint AS unrated, NULL::text AS missing_fx, \(unsafeRaw: devices) AS devices
+                FROM \(rows)\(unsafeRaw: groupBy)
                 """)
+            return sql
         }
-        if !dimensions.isEmpty {
-            sql.append("\nGROUP BY \(unsafeRaw: (1...dimensions.count).map(String.init).joined(separator: ", "))")
-        }
+        let currency = query.currency
+        // 1. Each row priced: reported revenue in its currency, or unpriced counts at the rate
+        //    in force on its UTC date (country's first, else any country's), in the card's currency.
+        let priced: PostgresQuery = """
+            SELECT \(unsafeRaw: dimensionList)s.u, CASE WHEN s.currency = '' THEN rt.currency ELSE s.currency END AS cur,
+                   \(unsafeRaw: Self.countList), s.devices,
+                   CASE WHEN s.currency <> '' THEN s.revenue_micros END AS reported,
+                   s.ui * rt.cpm_micros * 0.001 + s.ut * rt.cpt_micros AS estimated,
+                   CASE WHEN s.currency = '' AND rt.currency IS NULL THEN s.ui + s.ut END AS unrated
+            FROM \(rows)
+            LEFT JOIN LATERAL (
+                SELECT c.currency, c.cpm_micros, c.cpt_micros FROM (
+                    (SELECT c.currency, c.cpm_micros, c.cpt_micros FROM rate_cards c
+                     WHERE s.currency = '' AND c.network = s.network AND c.format = s.format AND c.country = s.country AND c.effective_from <= s.u
+                     ORDER BY c.effective_from DESC LIMIT 1)
+                    UNION ALL
+                    (SELECT c.currency, c.cpm_micros, c.cpt_micros FROM rate_cards c
+                     WHERE s.currency = '' AND c.network = s.network AND c.format = s.format AND c.country = '*' AND c.effective_from <= s.u
+                     ORDER BY c.effective_from DESC LIMIT 1)
+                ) AS c LIMIT 1
+            ) AS rt ON true
+            """
+        // 2. Summed exactly per group, UTC date and currency (a bucket).
+        let bucketSums = Self.rollupCounts.enumerated().map { index, name in
+            needed.contains(ReportCount(rawValue: index)!) ? "sum(p.\(name)) AS \(name)" : "0::numeric AS \(name)"
+        }.joined(separator: ", ")
+        let bucketKeys = (names.map { "p.\($0)" } + ["p.u", "p.cur"]).joined(separator: ", ")
+        // 3. Each bucket converted at its date's rate and rounded once; summed per group.
+        let rc = currency
+        sql.append("""
+            SELECT \(unsafeRaw: dimensionList)\(unsafeRaw: countSums("s")),
+                coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.reported ELSE adtally_div_half_even(s.reported * fx.to_rate, fx.from_rate) END), 0) AS reported_micros,
+                coalesce(sum(CASE WHEN s.cur = \(rc) THEN adtally_div_half_even(s.estimated, 1) ELSE adtally_div_half_even(s.estimated * fx.to_rate, fx.from_rate) END), 0) AS estimated_micros,
+                \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, coalesce(sum(s.unrated), 0)::bigint AS unrated,
+                min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0) THEN s.u::text || ' ' || s.cur END) AS missing_fx,
+                \(unsafeRaw: devices) AS devices
+            FROM (
+                SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
+                       sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated
+                FROM (
+            \(priced)
+                ) AS p
+                GROUP BY \(unsafeRaw: bucketKeys)
+            ) AS s
+            LEFT JOIN LATERAL (
+                -- Units of the report currency and of the bucket's per one base, on its UTC date.
+                SELECT t.rate AS to_rate, f.rate AS from_rate
+                FROM fx_rates t JOIN fx_rates f ON f.day = t.day AND f.base = t.base AND f.currency = s.cur
+                WHERE s.cur <> \(rc) AND t.day = s.u AND t.currency = \(rc)
+                ORDER BY t.base LIMIT 1
+            ) AS fx ON true\(unsafeRaw: groupBy)
+            """)
         return sql
     }
 
@@ -308,7 +449,9 @@ struct ReportPlan {
 
     /// A metric over a `grouped` row `g`, from its formula, for ORDER BY.
     static func sortExpression(_ metric: ReportMetric) -> String {
-        func column(_ count: ReportCount) -> String { "g." + countNames[count.rawValue] }
+        func column(_ count: ReportCount) -> String {
+            count == .revenueMicros ? "(g.reported_micros + g.estimated_micros)" : "g." + countNames[count.rawValue]
+        }
         switch metric.formula {
         case .count(let count), .money(let count): return column(count)
         case .ratio(let numerator, let denominator): return "(\(column(numerator))::float8 / NULLIF(\(column(denominator)), 0))"
@@ -316,67 +459,53 @@ struct ReportPlan {
         }
     }
 
-    /// One page, each row also carrying the sums over all groups and their number.
+    /// The columns of a `grouped` row `g` that a report row holds: dimensions, then counts.
+    func rowColumns(_ alias: String = "g") -> String {
+        (query.dimensions.indices.map { "\(alias).d\($0)" } + Self.countNames.map { "\(alias).\($0)" }).joined(separator: ", ")
+    }
+
+    /// One page, each row also carrying the sums over all groups (unique devices: the
+    /// union of every group's sketch), the unrated events, the number of groups and the
+    /// first missing FX rate.
     func page(limit: Int, offset: Int) -> PostgresQuery {
-        let windows = Self.countNames.map { "sum(g.\($0)) OVER ()" }.joined(separator: ", ")
+        let windows = Self.countNames.map { name in
+            name == "unique_devices"
+                ? (needsDevices ? Self.cardinality("hll_union_agg(g.devices) OVER ()") : "0::bigint")
+                : "sum(g.\(name)) OVER ()"
+        }.joined(separator: ", ")
         return """
-            SELECT g.*, \(unsafeRaw: windows), count(*) OVER () FROM (
+            SELECT \(unsafeRaw: rowColumns()), \(unsafeRaw: windows), sum(g.unrated) OVER (), count(*) OVER (), min(g.missing_fx) OVER () FROM (
             \(grouped())
             ) AS g \(unsafeRaw: orderBy) LIMIT \(limit) OFFSET \(offset)
             """
     }
 
-    /// The sums over every matching row, as one row.
+    /// Where `page` rows hold the unrated total, the number of groups and the first missing FX rate.
+    var unratedColumn: Int { totalsColumn + Self.countColumns }
+
+    /// The sums over every matching row, as one row: the counts, the unrated events,
+    /// the first missing FX rate. Summed from the rows, so money agrees with them to the micro.
     func totals() -> PostgresQuery {
-        grouped(dimensions: [])
+        let sums = Self.countNames.map { name in
+            name == "unique_devices"
+                ? (needsDevices ? Self.cardinality("hll_union_agg(g.devices)") : "0::bigint")
+                : "coalesce(sum(g.\(name)), 0)"
+        }.joined(separator: ", ")
+        return "SELECT \(unsafeRaw: sums), coalesce(sum(g.unrated), 0), min(g.missing_fx) FROM (\n\(grouped())\n) AS g"
+    }
+
+    /// The first "UTC-date currency" the report would have to convert without an FX
+    /// rate (NULL: none): the buckets of the whole range at once, cheaper than `totals`.
+    func missingFX() -> PostgresQuery {
+        "SELECT missing_fx FROM (\n\(grouped(dimensions: []))\n) AS g"
     }
 
     /// A server-side cursor over the ordered rows, for streaming.
     func declareCursor(limit: Int?, offset: Int) -> PostgresQuery {
-        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT g.* FROM (\n\(grouped())\n) AS g \(unsafeRaw: orderBy)"
+        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()) FROM (\n\(grouped())\n) AS g \(unsafeRaw: orderBy)"
         if let limit { sql.append(" LIMIT \(limit)") }
         if offset > 0 { sql.append(" OFFSET \(offset)") }
         return sql
-    }
-
-    /// The first currency (and its first UTC date) with reported revenue in the range
-    /// that is not the report's: no row when there is none.
-    func foreignCurrency() -> PostgresQuery {
-        let currency = query.currency
-        if source == .raw {
-            return """
-                SELECT e.currency::text, (min(e.occurred_at) AT TIME ZONE 'UTC')::date::text FROM events e
-                WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1) AND e.type IN ('impression', 'tap')
-                  AND e.currency IS NOT NULL AND e.currency::text <> \(currency)\(columnFilters("e"))
-                GROUP BY 1 ORDER BY 2, 1 LIMIT 1
-                """
-        }
-        if source == .daily {
-            // Days of the apps' own zone: one row per day and key to look at.
-            return """
-                SELECT currency, min(d)::text FROM (
-                    SELECT r.currency, r.day AS d FROM rollup_revenue_day_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.day BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date
-                      AND r.currency <> \(currency)\(columnFilters("r"))
-                    UNION ALL
-                    SELECT r.currency, r.bucket::date FROM rollup_delta r
-                    WHERE r.app_id = ANY(\(apps)) AND r.currency NOT IN ('', \(currency)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
-                ) AS f GROUP BY 1 ORDER BY 2, 1 LIMIT 1
-                """
-        }
-        return """
-            SELECT currency, (min(t) AT TIME ZONE 'UTC')::date::text FROM (
-                SELECT r.currency, r.hour AS t FROM rollup_revenue_1h_compacted r
-                WHERE r.app_id = ANY(\(apps)) AND r.hour >= \(t0) AND r.hour + interval '1 hour' <= \(t1) AND r.currency <> \(currency)\(columnFilters("r"))
-                UNION ALL
-                SELECT r.currency, r.bucket FROM rollup_revenue_15m_compacted r
-                WHERE r.app_id = ANY(\(apps)) AND r.currency NOT IN ('', \(currency)) AND r.bucket >= \(t0) AND r.bucket < \(t1)
-                  AND (r.bucket < date_trunc('hour', \(t0), 'UTC') + interval '1 hour' OR r.bucket >= date_trunc('hour', \(t1), 'UTC'))\(columnFilters("r"))
-                UNION ALL
-                SELECT r.currency, r.bucket FROM rollup_delta r
-                WHERE r.app_id = ANY(\(apps)) AND r.currency NOT IN ('', \(currency)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
-            ) AS f GROUP BY 1 ORDER BY 2, 1 LIMIT 1
-            """
     }
 
     // MARK: - Rows
@@ -430,8 +559,9 @@ struct ReportPlan {
         counts.actionCancels = try count(5)
         counts.expiries = try count(6)
         counts.wastedFills = try count(7)
-        counts.revenueMicros = try integer(8)
-        counts.uniqueDevices = try count(9)
+        counts.reportedMicros = try integer(8)
+        counts.estimatedMicros = try integer(9)
+        counts.uniqueDevices = try count(10)
         return counts
     }
 

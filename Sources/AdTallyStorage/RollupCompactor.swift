@@ -162,14 +162,23 @@ public struct RollupCompactor: Sendable {
             ON CONFLICT (app_id, hour, network, format) DO UPDATE SET \(countsUpdate)
             RETURNING 1
         ), hourly_revenue AS (
-            INSERT INTO rollup_revenue_1h_compacted AS r (app_id, hour, network, format, currency, revenue_micros)
-            SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, currency, sum(revenue_micros)
-            FROM keyed WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5
-            ON CONFLICT (app_id, hour, network, format, currency) DO UPDATE SET revenue_micros = r.revenue_micros + excluded.revenue_micros
+            -- Reported revenue per currency, and ('' currency) the impressions and taps without
+            -- it over all countries; per country apart, for rate cards (Migrations/0005).
+            INSERT INTO rollup_revenue_1h_compacted AS r (app_id, hour, network, format, currency, revenue_micros, unpriced_impressions, unpriced_taps)
+            SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, currency, sum(revenue_micros), sum(unpriced_impressions), sum(unpriced_taps)
+            FROM keyed WHERE country IS NOT NULL GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (app_id, hour, network, format, currency) DO UPDATE SET \(revenueUpdate)
+            RETURNING 1
+        ), hourly_unpriced AS (
+            INSERT INTO rollup_unpriced_1h_compacted AS r (app_id, country, hour, network, format, impressions, taps)
+            SELECT app_id, country, date_trunc('hour', bucket, 'UTC'), network, format, sum(unpriced_impressions), sum(unpriced_taps)
+            FROM keyed WHERE currency = '' GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (app_id, country, hour, network, format) DO UPDATE SET \(unpricedUpdate)
             RETURNING 1
         ), local AS (
             -- Each app's local date, in its own (fixed) zone: one conversion per key, not per delta row.
-            SELECT k.*, (k.bucket AT TIME ZONE a.timezone)::date AS day FROM keyed k JOIN apps a USING (app_id)
+            SELECT k.*, (k.bucket AT TIME ZONE a.timezone)::date AS day, (k.bucket AT TIME ZONE 'UTC')::date AS utc_day
+            FROM keyed k JOIN apps a USING (app_id)
         ), daily AS (
             INSERT INTO rollup_day_compacted AS r
                 (app_id, day, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
@@ -179,14 +188,48 @@ public struct RollupCompactor: Sendable {
             ON CONFLICT (app_id, day, network, format) DO UPDATE SET \(countsUpdate)
             RETURNING 1
         ), daily_revenue AS (
-            INSERT INTO rollup_revenue_day_compacted AS r (app_id, day, network, format, currency, revenue_micros)
-            SELECT app_id, day, network, format, currency, sum(revenue_micros)
-            FROM local WHERE currency <> '' GROUP BY 1, 2, 3, 4, 5
-            ON CONFLICT (app_id, day, network, format, currency) DO UPDATE SET revenue_micros = r.revenue_micros + excluded.revenue_micros
+            INSERT INTO rollup_revenue_day_compacted AS r
+                (app_id, day, utc_day, network, format, currency, revenue_micros, unpriced_impressions, unpriced_taps)
+            SELECT app_id, day, utc_day, network, format, currency, sum(revenue_micros), sum(unpriced_impressions), sum(unpriced_taps)
+            FROM local WHERE country IS NOT NULL GROUP BY 1, 2, 3, 4, 5, 6
+            ON CONFLICT (app_id, day, utc_day, network, format, currency) DO UPDATE SET \(revenueUpdate)
+            RETURNING 1
+        ), daily_unpriced AS (
+            INSERT INTO rollup_unpriced_day_compacted AS r (app_id, country, day, utc_day, network, format, impressions, taps)
+            SELECT app_id, country, day, utc_day, network, format, sum(unpriced_impressions), sum(unpriced_taps)
+            FROM local WHERE currency = '' GROUP BY 1, 2, 3, 4, 5, 6
+            ON CONFLICT (app_id, country, day, utc_day, network, format) DO UPDATE SET \(unpricedUpdate)
+            RETURNING 1
+        ), devices AS (
+            -- Unique-device sketches (hll(11, 5), Migrations/0005) of the hashes the deltas carry.
+            SELECT app_id, bucket, network, format, hll_add_agg(h::hll_hashval, 11, 5) AS devices
+            FROM moved, unnest(moved.device_hashes) AS h GROUP BY 1, 2, 3, 4
+        ), devices_15m AS (
+            INSERT INTO rollup_devices_15m_compacted AS r (app_id, bucket, network, format, devices)
+            SELECT app_id, bucket, network, format, devices FROM devices
+            ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET devices = hll_union(r.devices, excluded.devices)
+            RETURNING 1
+        ), devices_1h AS (
+            INSERT INTO rollup_devices_1h_compacted AS r (app_id, hour, network, format, devices)
+            SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, hll_union_agg(devices) FROM devices GROUP BY 1, 2, 3, 4
+            ON CONFLICT (app_id, hour, network, format) DO UPDATE SET devices = hll_union(r.devices, excluded.devices)
+            RETURNING 1
+        ), devices_day AS (
+            INSERT INTO rollup_devices_day_compacted AS r (app_id, day, network, format, devices)
+            SELECT d.app_id, (d.bucket AT TIME ZONE a.timezone)::date, d.network, d.format, hll_union_agg(d.devices)
+            FROM devices d JOIN apps a USING (app_id) GROUP BY 1, 2, 3, 4
+            ON CONFLICT (app_id, day, network, format) DO UPDATE SET devices = hll_union(r.devices, excluded.devices)
             RETURNING 1
         )
         SELECT count(*)::bigint FROM moved
         """
+
+    static let revenueUpdate = """
+        revenue_micros = r.revenue_micros + excluded.revenue_micros, \
+        unpriced_impressions = r.unpriced_impressions + excluded.unpriced_impressions, unpriced_taps = r.unpriced_taps + excluded.unpriced_taps
+        """
+
+    static let unpricedUpdate = "impressions = r.impressions + excluded.impressions, taps = r.taps + excluded.taps"
 
     static let countsUpdate = """
         requests = r.requests + excluded.requests, loads = r.loads + excluded.loads, \

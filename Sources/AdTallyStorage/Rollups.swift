@@ -46,6 +46,8 @@ struct RollupAccumulator {
         var requests: Int64 = 0, loads: Int64 = 0, impressions: Int64 = 0, errors: Int64 = 0
         var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0
         var revenueMicros: Int64 = 0, pricedEvents: Int64 = 0, unpricedImpressions: Int64 = 0, unpricedTaps: Int64 = 0
+        /// Hashes of the events' devices (`DeviceHash`), repeats included until written.
+        var devices: [Int64] = []
     }
 
     private var rows: [Key: Sums] = [:]
@@ -78,7 +80,7 @@ struct RollupAccumulator {
 
     /// rollup_delta's columns, in the order `write` appends them.
     static let columns = "app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps, "
-        + "action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps"
+        + "action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps, device_hashes"
 
     mutating func add(_ item: AppEvent) {
         let event = item.event
@@ -99,6 +101,7 @@ struct RollupAccumulator {
 
     /// Adds the event; false, changing nothing, when its revenue would overflow the row's sum.
     private static func count(_ event: AdEvent, into sums: inout Sums) -> Bool {
+        defer { if let device = event.device { sums.devices.append(DeviceHash.hash(device)) } }
         switch event.type {
         case .request: sums.requests += 1
         case .load: sums.loads += 1
@@ -127,7 +130,7 @@ struct RollupAccumulator {
     /// Appends the rows to `rollup_delta`.
     func write(on connection: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
-        var buffer = PostgresCopyBuffer(columns: 18, capacity: (rows.count + fullRows.count) * 180)
+        var buffer = PostgresCopyBuffer(columns: 19, capacity: (rows.count + fullRows.count) * 200)
         func appendRow(_ key: Key, _ sums: Sums) throws {
             let source = sources[Int(key.source)]
             try buffer.append(source.app)
@@ -148,6 +151,8 @@ struct RollupAccumulator {
             try buffer.appendInt32(sums.pricedEvents)
             try buffer.appendInt32(sums.unpricedImpressions)
             try buffer.appendInt32(sums.unpricedTaps)
+            // A device seen twice in a group adds nothing to a sketch: send it once.
+            buffer.append(int64Array: sums.devices.count > 1 ? Array(Set(sums.devices)) : sums.devices)
             buffer.endRow()
         }
         for (key, sums) in rows { try appendRow(key, sums) }

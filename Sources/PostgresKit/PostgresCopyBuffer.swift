@@ -86,6 +86,24 @@ public struct PostgresCopyBuffer: Sendable {
         appendInteger(narrow)
     }
 
+    /// A `bigint[]` field (one dimension, no NULL elements); an empty list is SQL NULL.
+    public mutating func append(int64Array values: [Int64]) {
+        startField()
+        guard !values.isEmpty else { return appendInteger(Int32(-1)) }
+        // Dimensions, has-nulls flag, element type (int8's OID, 20), then length and
+        // lower bound of the one dimension, then each element as length and value.
+        appendInteger(Int32(20 + 12 * values.count))
+        appendInteger(Int32(1))
+        appendInteger(Int32(0))
+        appendInteger(UInt32(20))
+        appendInteger(Int32(values.count))
+        appendInteger(Int32(1))
+        for value in values {
+            appendInteger(Int32(8))
+            appendInteger(value)
+        }
+    }
+
     /// A `boolean` field or NULL.
     public mutating func append(_ flag: Bool?) {
         startField()

@@ -9,7 +9,7 @@ struct AdTally: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "adtally",
         abstract: "Self-hosted analytics and reporting for in-app advertising.",
-        subcommands: [Serve.self, Migrate.self, AppsCommand.self, KeysCommand.self, IngestCommand.self, ReportCommand.self]
+        subcommands: [Serve.self, Migrate.self, AppsCommand.self, KeysCommand.self, IngestCommand.self, ReportCommand.self, RatesCommand.self, FXCommand.self]
     )
 }
 

@@ -10,11 +10,12 @@ import Testing
 struct ReportTests {
     /// One UTC day of hand-counted events: 10 requests, 8 impressions (4 priced at
     /// 1.25 USD), 2 loads, 1 error, 3 taps (one priced 0.50), 1 cancel, 2 expiries
-    /// (one never shown) on admob; 2 taps and nothing else on iad.
+    /// (one never shown) on admob; 2 taps and nothing else on iad. The requests come
+    /// from 4 devices, iad's taps from one of those and one more: 5 in all.
     static func fixture(_ services: AppServices, app: String) async throws {
         let t = Reports.micros("2026-01-10T12:00:00Z")
         var events: [AdEvent] = []
-        events += (0..<10).map { _ in Reports.event(.request, at: t) }
+        events += (0..<10).map { index in Reports.event(.request, at: t) { $0.device = "device-\(index % 4)" } }
         events += (0..<8).map { index in
             Reports.event(.impression, at: t) { if index < 4 { $0.revenueMicros = 1_250_000; $0.currency = "USD" } }
         }
@@ -24,7 +25,7 @@ struct ReportTests {
         events.append(Reports.event(.actionCancel, at: t))
         events.append(Reports.event(.expiry, at: t, format: .interstitial) { $0.shown = false })
         events.append(Reports.event(.expiry, at: t, format: .interstitial) { $0.shown = true })
-        events += (0..<2).map { _ in Reports.event(.tap, at: t, network: "iad") }
+        events += (0..<2).map { index in Reports.event(.tap, at: t, network: "iad") { $0.device = index == 0 ? "device-0" : "device-9" } }
         try await Reports.store(services, app: app, events)
     }
 
@@ -33,14 +34,14 @@ struct ReportTests {
         try await withTestApp(flags: Reports.flags) { services, client in
             let keys = try await Ingest.keys(services)
             try await Self.fixture(services, app: "demo")
-            // Without unique_devices the rollups answer; with it, the raw events: both must agree.
-            let rollupMetrics = ReportMetric.allCases.filter { $0 != .uniqueDevices }.map(\.rawValue).joined(separator: ",")
+            // The rollups and the raw events (a filter on placement needs them) must agree.
             let all = ReportMetric.allCases.map(\.rawValue).joined(separator: ",")
-            for (compacted, metrics) in [(false, rollupMetrics), (false, all), (true, rollupMetrics), (true, all)] {
+            for (compacted, raw) in [(false, false), (false, true), (true, false), (true, true)] {
                 if compacted { try await services.compactor.compactOnce() }
-                let (status, body) = try await Reports.get(client, keys.read, "from=2026-01-10&to=2026-01-10&dimensions=network&metrics=\(metrics)")
+                let metrics = all
+                let (status, body) = try await Reports.get(client, keys.read, "from=2026-01-10&to=2026-01-10&dimensions=network&metrics=\(metrics)\(raw ? "&placement=default" : "")")
                 let source = (body["notes"] as? [String: Any])?["source"] as? String ?? ""
-                #expect(source.hasPrefix(metrics == all ? "raw events" : "rollups"), "\(source)")
+                #expect(source.hasPrefix(raw ? "raw events" : "rollups"), "\(source)")
                 #expect(status == .ok)
                 let columns = (body["columns"] as? [[String: String]] ?? []).map { $0["name"]! }
                 #expect(columns == ["network"] + metrics.split(separator: ",").map(String.init))
@@ -55,7 +56,7 @@ struct ReportTests {
                     "requests": "10", "impressions": "8", "fill_rate": "0.8", "loads": "2", "show_rate": "4", "errors": "1",
                     "error_rate": "0.1", "taps": "3", "ctr": "0.375", "action_cancels": "1", "cancel_rate": "0.333333",
                     "expiries": "2", "expiry_rate": "0.2", "wasted_fills": "1", "revenue": "5.50", "ecpm": "687.50", "rpm": "550.00",
-                    "unique_devices": "0",
+                    "reported_revenue": "5.50", "estimated_revenue": "0.00", "unique_devices": "4",
                 ]
                 for (name, value) in expected where columns.contains(name) { #expect(cell(0, name) == value, "admob \(name), compacted: \(compacted)") }
                 // iad: only taps, so every ratio over requests or impressions is null, not 0.
@@ -67,6 +68,9 @@ struct ReportTests {
                 #expect("\(totals["taps"]!)" == "5")
                 #expect("\(totals["ctr"]!)" == "0.625")
                 #expect("\(totals["revenue"]!)" == "5.50")
+                // Not additive: 4 devices on admob, 2 on iad, 5 in all.
+                #expect(cell(1, "unique_devices") == "2")
+                #expect("\(totals["unique_devices"]!)" == "5")
             }
         }
     }

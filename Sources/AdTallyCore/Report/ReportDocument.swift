@@ -2,6 +2,18 @@ import TextFormats
 
 /// What a reader must know to trust a report's numbers (DESIGN §4 notes).
 public struct ReportNotes: Sendable, Equatable {
+    /// How far `unique_devices` may be off (hll(11, 5) sketches, Migrations/0005).
+    public static let uniqueDevicesBound = "unique_devices is estimated from HyperLogLog sketches of 2,048 registers: "
+        + "standard error 2.3%, so about 2 values in 3 are within ±2.3% of the exact count and 997 in 1,000 within ±6.9%; "
+        + "a group with up to 160 distinct devices is counted exactly"
+
+    /// How money is converted and rounded (DESIGN §3).
+    public static func moneyRule(_ currency: String) -> String {
+        "amounts are converted to \(currency) at the FX rate of their UTC date, summed exactly per row, UTC date and currency, "
+            + "and rounded half to even to micros once; reported and estimated revenue are rounded apart and revenue is their sum; "
+            + "shown with \(Money.digits(currency)) decimal\(Money.digits(currency) == 1 ? "" : "s") (half to even)"
+    }
+
     /// A day of the range that is not 24 hours long in the report's zone.
     public struct DayLength: Sendable, Equatable {
         /// The day.
@@ -162,15 +174,26 @@ public struct ReportDocument: Sendable {
         raw("],")
         key("provisional_days"); strings(notes.provisionalDays.map(ReportQuery.formatDate)); raw(",")
         key("cut_periods"); strings(ReportNotes.cutPeriods(query)); raw(",")
-        key("approximate"); strings(query.metrics.contains(.uniqueDevices)
-            ? ["unique_devices is counted exactly from the raw events still kept (see retention)"] : []); raw(",")
+        key("approximate"); strings(query.metrics.contains(.uniqueDevices) ? [ReportNotes.uniqueDevicesBound] : []); raw(",")
         if let day = notes.rawEventsFrom {
             key("incomplete"); strings([
                 "there are raw events only from \(ReportQuery.formatDate(day)) (UTC) on (older ones were dropped by retention, or never sent): this report reads raw events, so days before that count nothing",
             ]); raw(",")
         }
-        key("estimated"); strings(query.metrics.contains(where: \.isMoney)
-            ? ["revenue is the revenue the network SDKs reported; nothing is estimated from a rate card yet"] : [])
+        var estimated: [String] = []
+        if query.metrics.contains(where: \.isMoney) {
+            if totals.estimatedMicros != 0 {
+                estimated.append(
+                    "\(Money.format(micros: totals.estimatedMicros, currency: query.currency)) \(query.currency) of \(Money.format(micros: totals.revenueMicros, currency: query.currency)) \(query.currency) revenue is estimated from the rate card "
+                        + "(estimated_revenue): impressions and taps without reported revenue, priced per network, format and country at the rate in force on their UTC date"
+                )
+            }
+            if totals.unratedEvents > 0 {
+                estimated.append("\(totals.unratedEvents) impressions and taps had no reported revenue and no rate card entry: they add nothing to revenue")
+            }
+        }
+        key("estimated"); strings(estimated); raw(",")
+        key("money"); strings(query.metrics.contains(where: \.isMoney) ? [ReportNotes.moneyRule(query.currency)] : [])
         raw("},")
         key("next_cursor"); if let cursor = nextCursor { string(cursor) } else { raw("null") }
         raw("}")

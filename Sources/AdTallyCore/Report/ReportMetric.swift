@@ -46,10 +46,17 @@ public enum ReportValueType: String, Sendable {
 /// A quantity the engine sums per group; every metric is made of these.
 public enum ReportCount: Int, Sendable, CaseIterable {
     case requests, loads, impressions, errors, taps, actionCancels, expiries, wastedFills
-    /// Reported revenue in the report currency, in micros.
-    case revenueMicros
-    /// Distinct `device` values.
+    /// Revenue the network SDKs reported, converted to the report currency, in micros.
+    case reportedMicros
+    /// Revenue estimated from the rate card, converted to the report currency, in micros.
+    case estimatedMicros
+    /// Distinct `device` values (a sketch's estimate: not additive across groups).
     case uniqueDevices
+    /// Reported + estimated: derived, not a column of its own.
+    case revenueMicros
+
+    /// The counts the engine reads from the database, in column order.
+    public static let columns: [ReportCount] = allCases.filter { $0 != .revenueMicros }
 }
 
 /// The sums of one group.
@@ -58,17 +65,24 @@ public struct ReportCounts: Sendable, Equatable {
     public var requests: Int64 = 0, loads: Int64 = 0, impressions: Int64 = 0, errors: Int64 = 0
     public var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0
     public var uniqueDevices: Int64 = 0
-    /// Revenue in micros; wider than 64 bits because totals over years may be.
-    public var revenueMicros: Int128 = 0
+    /// Money in micros of the report currency; wider than 64 bits because totals over years may be.
+    public var reportedMicros: Int128 = 0, estimatedMicros: Int128 = 0
+    /// Impressions and taps without reported revenue that no rate card entry priced.
+    public var unratedEvents: Int64 = 0
+
+    /// Revenue: reported + estimated (DESIGN §3).
+    public var revenueMicros: Int128 { reportedMicros + estimatedMicros }
 
     /// All zero.
     public init() {}
 
-    /// Adds another group's sums (two earlier rows that line up with one row).
+    /// Adds another group's sums (two earlier rows that line up with one row). Unique
+    /// devices do not add up; the sum is an upper bound, which is what is left.
     public mutating func add(_ other: ReportCounts) {
         requests += other.requests; loads += other.loads; impressions += other.impressions; errors += other.errors
         taps += other.taps; actionCancels += other.actionCancels; expiries += other.expiries; wastedFills += other.wastedFills
-        uniqueDevices += other.uniqueDevices; revenueMicros += other.revenueMicros
+        uniqueDevices += other.uniqueDevices; reportedMicros += other.reportedMicros; estimatedMicros += other.estimatedMicros
+        unratedEvents += other.unratedEvents
     }
 
     /// A count as a wide integer.
@@ -82,8 +96,10 @@ public struct ReportCounts: Sendable, Equatable {
         case .actionCancels: Int128(actionCancels)
         case .expiries: Int128(expiries)
         case .wastedFills: Int128(wastedFills)
-        case .revenueMicros: revenueMicros
+        case .reportedMicros: reportedMicros
+        case .estimatedMicros: estimatedMicros
         case .uniqueDevices: Int128(uniqueDevices)
+        case .revenueMicros: revenueMicros
         }
     }
 }
@@ -103,7 +119,10 @@ public enum ReportMetric: String, Sendable, CaseIterable {
     case expiries
     case expiryRate = "expiry_rate"
     case wastedFills = "wasted_fills"
-    case revenue, ecpm, rpm
+    case revenue
+    case reportedRevenue = "reported_revenue"
+    case estimatedRevenue = "estimated_revenue"
+    case ecpm, rpm
     case uniqueDevices = "unique_devices"
 
     /// DESIGN §4's default metrics.
@@ -139,6 +158,8 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .expiryRate: .ratio(.expiries, .requests)
         case .wastedFills: .count(.wastedFills)
         case .revenue: .money(.revenueMicros)
+        case .reportedRevenue: .money(.reportedMicros)
+        case .estimatedRevenue: .money(.estimatedMicros)
         case .ecpm: .moneyPerMille(.revenueMicros, .impressions)
         case .rpm: .moneyPerMille(.revenueMicros, .requests)
         case .uniqueDevices: .count(.uniqueDevices)

@@ -130,7 +130,7 @@ public struct ReportQuery: Sendable {
 
     /// Whether the rollups answer it exactly (else raw events are read).
     public var isServedByRollups: Bool {
-        usedDimensions.allSatisfy(\.isInRollups) && !metrics.contains(.uniqueDevices)
+        usedDimensions.allSatisfy(\.isInRollups)
     }
 
     /// Number of days in the range.
@@ -349,10 +349,6 @@ public struct ReportQuery: Sendable {
         if let text = values["compare"] {
             guard let value = ReportComparison(rawValue: text) else { throw ReportQueryError("compare", "must be previous_period or year_over_year") }
             comparison = value
-        }
-        if comparison != nil, metrics.contains(.uniqueDevices) {
-            // Not additive, and the compared rows are matched in memory: keep compare to additive metrics.
-            throw ReportQueryError("compare", "cannot be used with unique_devices")
         }
 
         var query = ReportQuery(
