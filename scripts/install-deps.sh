@@ -24,16 +24,23 @@ if ! python_ok; then
   fi
   python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml
 fi
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
-echo "installing Debian packages: ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
 else
   SUDO=
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-# The Debian package starts a system cluster on port 5432; AdTally does not use it.
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The Debian package starts a system cluster on port 5432; AdTally does not use it.
+fi
+# The hll extension (unique-device sketches, Migrations/0005) for the PostgreSQL
+# server installed: Debian names it after the server's major version.
+major=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 | sed -E 's|.*/postgresql/([0-9]+)/bin|\1|')
+if [ -n "$major" ] && [ ! -f "/usr/share/postgresql/$major/extension/hll.control" ]; then
+  echo "installing Debian package: postgresql-$major-hll"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "postgresql-$major-hll"
+fi

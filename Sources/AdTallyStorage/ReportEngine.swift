@@ -5,24 +5,27 @@ import PostgresKit
 /// A report needs an FX rate that the table does not have: a 422 that names the
 /// currency and the first UTC date it is missing for.
 public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
-    /// The currency that would need converting.
+    /// The currency without a rate on `date`.
     public var currency: String
     /// The first UTC date without a rate.
     public var date: String
+    /// The currency of the amounts to convert.
+    public var from: String
     /// The report currency.
     public var reportCurrency: String
 
-    /// From the engine's "YYYY-MM-DD CUR" key.
+    /// From the engine's "YYYY-MM-DD FROM MISSING" key.
     init(missing: String, reportCurrency: String) {
-        let parts = missing.split(separator: " ")
-        date = parts.first.map(String.init) ?? missing
-        currency = parts.count > 1 ? String(parts[1]) : ""
+        let parts = missing.split(separator: " ").map(String.init)
+        date = parts.first ?? missing
+        from = parts.count > 1 ? parts[1] : ""
+        currency = parts.count > 2 ? parts[2] : from
         self.reportCurrency = reportCurrency
     }
 
     public var description: String {
-        "no FX rate converts \(currency) to \(reportCurrency) on \(date) (UTC), and the report has \(currency) amounts on that date: "
-            + "import rates for it (adtally fx import, POST /v1/fx), or ask for currency=\(currency)"
+        "no FX rate converts \(from) to \(reportCurrency) on \(date) (UTC): there is no \(currency) rate for that date, and the report has \(from) amounts on it; "
+            + "import it (adtally fx import, POST /v1/fx)\(from == currency ? ", or ask for currency=\(from)" : "")"
     }
 }
 

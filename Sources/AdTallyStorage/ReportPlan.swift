@@ -407,7 +407,10 @@ struct ReportPlan {
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.reported ELSE adtally_div_half_even(s.reported * fx.to_rate, fx.from_rate) END), 0) AS reported_micros,
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN adtally_div_half_even(s.estimated, 1) ELSE adtally_div_half_even(s.estimated * fx.to_rate, fx.from_rate) END), 0) AS estimated_micros,
                 \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, coalesce(sum(s.unrated), 0)::bigint AS unrated,
-                min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0) THEN s.u::text || ' ' || s.cur END) AS missing_fx,
+                -- "date from missing": the currency of the bucket, and the one without a rate that day.
+                min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0)
+                         THEN s.u::text || ' ' || s.cur || ' '
+                              || CASE WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = s.u AND x.currency = \(rc)) THEN s.cur ELSE \(rc) END END) AS missing_fx,
                 \(unsafeRaw: devices) AS devices
             FROM (
                 SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
@@ -418,7 +421,7 @@ struct ReportPlan {
                 GROUP BY \(unsafeRaw: bucketKeys)
             ) AS s
             LEFT JOIN LATERAL (
-                -- Units of the report currency and of the bucket's per one base, on its UTC date.
+                -- Units of the report currency and of the bucket currency per one base, on its UTC date.
                 SELECT t.rate AS to_rate, f.rate AS from_rate
                 FROM fx_rates t JOIN fx_rates f ON f.day = t.day AND f.base = t.base AND f.currency = s.cur
                 WHERE s.cur <> \(rc) AND t.day = s.u AND t.currency = \(rc)
@@ -494,7 +497,7 @@ struct ReportPlan {
         return "SELECT \(unsafeRaw: sums), coalesce(sum(g.unrated), 0), min(g.missing_fx) FROM (\n\(grouped())\n) AS g"
     }
 
-    /// The first "UTC-date currency" the report would have to convert without an FX
+    /// The first "UTC-date from missing" the report would have to convert without an FX
     /// rate (NULL: none): the buckets of the whole range at once, cheaper than `totals`.
     func missingFX() -> PostgresQuery {
         "SELECT missing_fx FROM (\n\(grouped(dimensions: []))\n) AS g"

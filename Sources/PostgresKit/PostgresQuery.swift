@@ -113,7 +113,7 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
         }
     }
 
-    /// Shifts every `$n` placeholder in `sql` by `offset`, leaving quoted text alone.
+    /// Shifts every `$n` placeholder in `sql` by `offset`, leaving quoted text and comments alone.
     static func renumber(_ sql: String, by offset: Int) -> String {
         var out = ""
         var scalars = Array(sql.unicodeScalars)[...]
@@ -127,6 +127,23 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
             if char == "'" || char == "\"" {
                 inQuote = char
                 out.unicodeScalars.append(char)
+            } else if char == "-", scalars.first == "-" {
+                // A line comment, kept whole: an apostrophe in it opens no quote.
+                out.unicodeScalars.append(char)
+                while let next = scalars.popFirst() {
+                    out.unicodeScalars.append(next)
+                    if next == "\n" { break }
+                }
+            } else if char == "/", scalars.first == "*" {
+                // A block comment (PostgreSQL nests them).
+                out.unicodeScalars.append(char)
+                out.unicodeScalars.append(scalars.removeFirst())
+                var depth = 1
+                while depth > 0, let next = scalars.popFirst() {
+                    out.unicodeScalars.append(next)
+                    if next == "*", scalars.first == "/" { out.unicodeScalars.append(scalars.removeFirst()); depth -= 1 }
+                    else if next == "/", scalars.first == "*" { out.unicodeScalars.append(scalars.removeFirst()); depth += 1 }
+                }
             } else if char == "$", let first = scalars.first, ("0"..."9").contains(first) {
                 var digits = ""
                 while let digit = scalars.first, ("0"..."9").contains(digit) {

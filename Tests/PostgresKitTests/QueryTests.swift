@@ -138,6 +138,20 @@ struct QueryTests {
         }
     }
 
+    @Test("a comment's apostrophe does not hide the placeholders after it from renumbering")
+    func commentsInFragments() async throws {
+        let filter: PostgresQuery = """
+            -- the label's value, then /* a block's comment */ the bound one: 'x
+            n > \(1) AND label <> \("c")
+            """
+        let query: PostgresQuery = "SELECT count(*)::int AS c FROM (VALUES (1, 'a'), (2, 'b'), (3, 'c')) v(n, label) WHERE n < \(3) AND \(filter)"
+        #expect(query.sql.hasSuffix("n > $2 AND label <> $3"), "\(query.sql)")
+        try await TestDatabase.withPool { pool in
+            let rows = try await pool.query(query)
+            #expect(try rows[0].decode("c", as: Int.self) == 1)
+        }
+    }
+
     @Test("arrays bind as one parameter")
     func arraysBind() async throws {
         try await TestDatabase.withPool { pool in
