@@ -11,6 +11,7 @@
 #    the largest app and a median app: p50, p99;
 # 4. the same report as a plain GROUP BY over the raw events in psql (the plain
 #    PostgreSQL peer), and a check that both give the same numbers;
+#    the same report in EUR (conversion on) and unique_devices by date (30 days): p50;
 # 5. one raw-served shape (7 days x country,placement, largest app): p50;
 # 6. a CSV export of every app's hour x app x network x format over 35 days,
 #    streamed: rows/s and the server's RSS (idle and peak), against psql \copy of
@@ -83,14 +84,16 @@ first_event=$(sql -c "SELECT min(occurred_at) FROM events")
 for week in 0 1 2 3 4 5; do
   sql <<SQL
 INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
-                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps,
+                          device_hashes)
 SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
        CASE WHEN type IN ('impression', 'tap') THEN country END, CASE WHEN type IN ('impression', 'tap') THEN coalesce(currency, '') END,
        count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
        count(*) FILTER (WHERE type = 'error'), count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'action_cancel'),
        count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown),
        coalesce(sum(revenue_micros), 0), count(revenue_micros),
-       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap')
+       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap'),
+       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL)
 FROM events
 WHERE occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'
 GROUP BY 1, 2, 3, 4, 5, 6;
@@ -98,6 +101,19 @@ SQL
   for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
   [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
 done
+# A rate card (every network and format at an any-country rate, six countries at their
+# own) prices the 40% of impressions and taps without reported revenue; daily EUR-based
+# FX rates convert the USD amounts for the report in EUR.
+sql <<SQL
+INSERT INTO rate_cards (network, format, country, currency, cpm_micros, cpt_micros, effective_from)
+SELECT n, f, c, 'USD', (1 + length(n) + length(f) + length(c)) * 250000, 20000, (now() - interval '60 days')::date
+FROM unnest(ARRAY['admob', 'applovin', 'unity', 'meta', 'iad', 'nend']) AS n,
+     unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f,
+     unnest(ARRAY['*', 'US', 'JP', 'DE', 'GB', 'KR', 'AU']) AS c;
+INSERT INTO fx_rates (day, base, currency, rate)
+SELECT d::date, 'EUR', c, CASE c WHEN 'EUR' THEN 1 ELSE 1.05 + (extract(doy FROM d)::int % 10) / 100.0 END
+FROM generate_series((now() - interval '60 days')::date, now()::date, interval '1 day') AS d, unnest(ARRAY['EUR', 'USD']) AS c;
+SQL
 sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
 
 loaded=$(sql -c "SELECT count(*) FROM events")
@@ -122,6 +138,11 @@ fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@";
 echo "== HTTP: 30-day date x network, $calls calls each"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name largest | tee "$work/largest.txt"
 fetch --url "$url?apps=$median_app&days=30&dimensions=date,network" --count "$calls" --name median | tee "$work/median.txt"
+
+echo "== HTTP: the same report in EUR (every USD amount converted at its day's rate), $calls calls"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network&currency=EUR" --count "$calls" --name fx | tee "$work/fx.txt"
+echo "== HTTP: unique_devices by date, largest app, 30 days, $calls calls"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=unique_devices" --count "$calls" --name uniques | tee "$work/uniques.txt"
 
 trace_summary
 
@@ -181,14 +202,17 @@ work, copy_rate, raw_peer = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 def read(name):
     return dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
 largest, median, raw, export = read("largest"), read("median"), read("raw"), read("export")
+fx, uniques = read("fx"), read("uniques")
 export_rate = float(export["export_lines_per_s"])
 print(f"ratio_raw_peer_to_report_p50={raw_peer / float(largest['largest_p50_ms']):.0f}")
 print(f"ratio_export_to_copy={export_rate / copy_rate:.2f}")
+print(f"ratio_fx_report_to_report_p50={float(fx['fx_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
 print(f"export_rss_growth_mb={float(export['export_server_peak_rss_mb']) - float(export['export_server_idle_rss_mb']):.1f}")
 print("RESULT "
       f"report_p50_ms={largest['largest_p50_ms']} report_p99_ms={largest['largest_p99_ms']} "
       f"median_app_p50_ms={median['median_p50_ms']} median_app_p99_ms={median['median_p99_ms']} "
       f"raw_peer_p50_ms={raw_peer:.1f} raw_shape_p50_ms={raw['raw_shape_p50_ms']} "
       f"export_rows_per_s={export_rate:.0f} export_peak_rss_mb={export['export_server_peak_rss_mb']} "
-      f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f}")
+      f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f} "
+      f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']}")
 PY

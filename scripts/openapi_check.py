@@ -113,6 +113,26 @@ call("POST", "/v1/events", ingest["secret"], 200, json={"events": [
      "revenue_micros": 5, "currency": "JPY"}]})
 call("GET", f"/v1/reports?apps={app}&from={today}&to={today}&tz=UTC&metrics=revenue", read["secret"], 422)
 
+# Rate cards and FX rates.
+csv_headers = {"Content-Type": "text/csv"}
+card = b"network,format,country,currency,cpm,cpt,effective_from\nadmob,banner,*,USD,2.00,0.10,2026-01-01\n"
+call("POST", "/v1/rates", admin, 200, json={"rates": [{"network": "nend", "format": "banner", "country": "JP", "currency": "JPY",
+                                                      "cpm": "150", "cpt": 5, "effective_from": "2026-01-01"}]})
+call("POST", "/v1/rates", admin, 200, data=card, headers=dict(csv_headers))
+call("POST", "/v1/rates", admin, 400, json={"rates": [{"network": "nend", "format": "billboard", "currency": "USD", "effective_from": "2026-01-01"}]})
+call("POST", "/v1/rates", read["secret"], 403, data=card, headers=dict(csv_headers))
+call("GET", "/v1/rates", read["secret"], 200)
+call("DELETE", "/v1/rates?network=admob&format=banner&country=*&effective_from=2026-01-01", admin, 204)
+call("DELETE", "/v1/rates?network=admob&format=banner&country=*&effective_from=2026-01-01", admin, 404)
+call("POST", "/v1/fx", admin, 200, json={"base": "EUR", "rates": [{"date": "2026-01-02", "currency": "GBP", "rate": "0.85"}]})
+call("POST", "/v1/fx?base=EUR&fill_gaps=true", admin, 200, data=b"Date,USD,JPY,\n2026-01-02,1.1,N/A,\n2026-01-05,1.2,160,\n",
+     headers=dict(csv_headers))
+call("POST", "/v1/fx", admin, 400, json={"rates": [{"date": "2026-02-30", "currency": "USD", "rate": "1"}]})
+call("GET", "/v1/fx?currency=USD", read["secret"], 200)
+call("GET", "/v1/fx?from=yesterday", read["secret"], 400)
+call("DELETE", "/v1/fx?date=2026-01-02&currency=GBP", admin, 204)
+call("DELETE", "/v1/fx?date=2026-01-02&currency=GBP", admin, 404)
+
 # The validator must be able to fail: a document that requires a property the apps
 # list lacks has to reject that real response.
 broken = copy.deepcopy(spec)

@@ -1,3 +1,4 @@
+import AdTallyCore
 import AdTallyStorage
 import Foundation
 import Hummingbird
@@ -97,6 +98,9 @@ public struct AdminRoutes: Sendable {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
         } catch let DecodingError.keyNotFound(key, _) {
             throw ProblemDetails(.badRequest, detail: "\(key.stringValue): is required")
+        } catch let error as MoneyTableError {
+            // A value that decoded but breaks a rule (a rate card entry's fields).
+            throw ProblemDetails(.badRequest, detail: error.description)
         } catch let DecodingError.typeMismatch(_, context) {
             throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): has the wrong type")
         } catch {

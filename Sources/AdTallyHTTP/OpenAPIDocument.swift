@@ -197,7 +197,7 @@ paths:
         - {name: days, in: query, schema: {type: integer, minimum: 1, maximum: 3700}, description: "The N whole days before today (instead of from/to)."}
         - {name: tz, in: query, schema: {type: string}, description: "IANA zone (default: the apps' own; several zones: UTC)."}
         - {name: dimensions, in: query, schema: {type: string}, description: "Comma-separated: app date hour week month network placement format size country platform os_version app_version error_code."}
-        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3 (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
+        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3, also reported_revenue and estimated_revenue (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
         - {name: currency, in: query, schema: {type: string, pattern: "^[A-Z]{3}$"}}
         - {name: sort, in: query, schema: {type: string}, description: "Comma-separated dimensions or metrics, - for descending."}
         - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 100000}}
@@ -218,6 +218,128 @@ paths:
         "403": {$ref: "#/components/responses/Problem"}
         "422": {$ref: "#/components/responses/Problem"}
         "503": {$ref: "#/components/responses/Problem"}
+  /v1/rates:
+    get:
+      summary: The rate card (any read key).
+      parameters:
+        - {name: network, in: query, schema: {type: string}, description: Only this network.}
+      responses:
+        "200":
+          description: Entries by network, format, country and date.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [rates]
+                properties:
+                  rates: {type: array, items: {$ref: "#/components/schemas/Rate"}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    post:
+      summary: Add or replace rate card entries (an admin key), all or none; re-prices reports at once.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [rates]
+              properties:
+                rates: {type: array, items: {$ref: "#/components/schemas/Rate"}}
+          text/csv:
+            schema: {type: string, description: "Header network,format,country,currency,cpm,cpt,effective_from (country * for any)."}
+      responses:
+        "200":
+          description: Stored.
+          content:
+            application/json:
+              schema: {type: object, required: [stored], properties: {stored: {type: integer}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+    delete:
+      summary: Delete one entry (an admin key).
+      parameters:
+        - {name: network, in: query, required: true, schema: {type: string}}
+        - {name: format, in: query, required: true, schema: {type: string}}
+        - {name: country, in: query, schema: {type: string}, description: "A country, or * (default)."}
+        - {name: effective_from, in: query, required: true, schema: {type: string, format: date}}
+      responses:
+        "204": {description: Deleted.}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/fx:
+    get:
+      summary: Daily FX rates (any read key).
+      parameters:
+        - {name: currency, in: query, schema: {type: string}}
+        - {name: base, in: query, schema: {type: string}}
+        - {name: from, in: query, schema: {type: string, format: date}}
+        - {name: to, in: query, schema: {type: string, format: date}}
+      responses:
+        "200":
+          description: Rates by date, base and currency.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [rates]
+                properties:
+                  rates: {type: array, items: {$ref: "#/components/schemas/FXRate"}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    post:
+      summary: Import FX rates (an admin key), all or none.
+      parameters:
+        - {name: base, in: query, schema: {type: string}, description: "CSV bodies: the currency the rates are per one unit of (default EUR)."}
+        - {name: fill_gaps, in: query, schema: {type: boolean}, description: "CSV bodies: carry each rate over up to 7 following days without one."}
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [rates]
+              properties:
+                base: {type: string, pattern: "^[A-Z]{3}$"}
+                fill_gaps: {type: boolean}
+                rates:
+                  type: array
+                  items:
+                    type: object
+                    required: [date, currency, rate]
+                    properties:
+                      date: {type: string, format: date}
+                      currency: {type: string, pattern: "^[A-Z]{3}$"}
+                      rate: {type: [string, number]}
+          text/csv:
+            schema: {type: string, description: "date,currency,rate, or the ECB's daily reference CSV (Date,USD,JPY,…)."}
+      responses:
+        "200":
+          description: Imported.
+          content:
+            application/json:
+              schema: {type: object, required: [stored, carried], properties: {stored: {type: integer}, carried: {type: integer}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+    delete:
+      summary: Delete one day's rate of a currency (an admin key).
+      parameters:
+        - {name: date, in: query, required: true, schema: {type: string, format: date}}
+        - {name: currency, in: query, required: true, schema: {type: string}}
+        - {name: base, in: query, schema: {type: string}, description: "Default EUR."}
+      responses:
+        "204": {description: Deleted.}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
 components:
   securitySchemes:
     bearer: {type: http, scheme: bearer}
@@ -259,6 +381,26 @@ components:
         scope: {type: string, enum: [ingest, read, admin]}
         created_at: {type: string, format: date-time}
         revoked_at: {type: [string, "null"], format: date-time}
+    Rate:
+      type: object
+      required: [network, format, currency, effective_from]
+      properties:
+        network: {type: string, pattern: "^[a-z0-9_.-]{1,32}$"}
+        format: {type: string, enum: [banner, interstitial, native, rewarded]}
+        country: {type: string, description: "ISO 3166-1 alpha-2, or * for any country."}
+        currency: {type: string, pattern: "^[A-Z]{3}$"}
+        cpm: {type: [string, number], description: "Per thousand impressions, a decimal of the currency."}
+        cpt: {type: [string, number], description: "Per tap."}
+        effective_from: {type: string, format: date, description: "First UTC date it prices; until the same key's next date."}
+    FXRate:
+      type: object
+      required: [date, base, currency, rate]
+      properties:
+        date: {type: string, format: date}
+        base: {type: string}
+        currency: {type: string}
+        rate: {type: string, description: "Units of currency per one unit of base."}
+        carried_from: {type: [string, "null"], format: date, description: "Set when not published for the date but carried from this earlier one."}
     Event:
       type: object
       required: [id, type, occurred_at, network, format]
@@ -319,7 +461,7 @@ components:
           additionalProperties: {type: [string, number, integer, "null"]}
         notes:
           type: object
-          required: [timezone, currency, source, day_lengths, provisional_days, cut_periods, approximate, estimated]
+          required: [timezone, currency, source, day_lengths, provisional_days, cut_periods, approximate, estimated, money]
           properties:
             timezone: {type: string}
             currency: {type: string}
@@ -335,7 +477,8 @@ components:
             provisional_days: {type: array, items: {type: string, format: date}}
             cut_periods: {type: array, items: {type: string}}
             approximate: {type: array, items: {type: string}}
-            estimated: {type: array, items: {type: string}}
+            estimated: {type: array, items: {type: string}, description: "How much revenue is estimated from the rate card, and unpriced events no entry priced."}
+            money: {type: array, items: {type: string}, description: "How amounts are converted and rounded (when a money metric is asked for)."}
             incomplete: {type: array, items: {type: string}, description: "Present when raw-served days lie before the oldest raw events kept."}
         next_cursor: {type: [string, "null"]}
 """#
