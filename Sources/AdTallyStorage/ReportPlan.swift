@@ -136,7 +136,7 @@ struct ReportPlan {
     static let countList = rollupCounts.joined(separator: ", ")
     /// The columns of every source row (rollup parts and the raw path's inner groups
     /// alike, after the dimensions): the 8 counts, then money and devices.
-    static let moneyColumns = "revenue_micros, currency, country, ui, ut, devices"
+    static let moneyColumns = "revenue_micros, currency, country, ui, ut, devices, est, unrated_adjust"
     /// A part without money: no revenue, currency, country, unpriced counts.
     static let noMoney = "0::numeric, NULL::text, NULL::text, 0::bigint, 0::bigint"
     /// hll(11, 5), as every sketch is (Migrations/0005).
@@ -154,7 +154,9 @@ struct ReportPlan {
     /// or NULL, u = UTC date (money rows), network, format, 8 counts, revenue_micros,
     /// currency (NULL: a count row, '' unpriced counts, else reported revenue), country
     /// (NULL: priced at the any-country rate, else at its own rate if the card has one),
-    /// ui / ut (unpriced impressions / taps), devices (a sketch or NULL)).
+    /// ui / ut (unpriced impressions / taps), devices (a sketch or NULL), est and
+    /// unrated_adjust (an estimate already priced in `currency`, and the change it makes to
+    /// the unrated count: rate-card countries' adjustments; else NULL)).
     func rollupParts() -> PostgresQuery {
         var parts: [PostgresQuery] = []
         let money = needsMoney
@@ -164,30 +166,47 @@ struct ReportPlan {
         let utcOfBucket = "(r.bucket AT TIME ZONE 'UTC')::date"
         // A rate-card country's unpriced counts: priced at its own rate, and taken back off
         // the all-country row, which priced them at the any-country rate (Migrations/0005).
-        let signed = "CROSS JOIN LATERAL (VALUES (r.country, 1), (NULL, -1)) AS x (country, sign)"
-        let signedMoney = "0::numeric, ''::text, x.country, x.sign * r.impressions, x.sign * r.taps"
+        // A rate-card country's unpriced counts, where the card has an entry for it in force:
+        // priced at that entry, less the any-country price the all-country row gave them
+        // (or, with no any-country entry, less the unrated count it added), summed per key
+        // and price currency here, before the union (Migrations/0005).
+        func adjustments(_ utcDay: String) -> String {
+            """
+            JOIN card AS cs ON cs.network = r.network AND cs.format = r.format AND cs.country = r.country
+                 AND \(utcDay) >= cs.effective_from AND (cs.effective_to IS NULL OR \(utcDay) < cs.effective_to)
+            LEFT JOIN card AS ca ON ca.network = r.network AND ca.format = r.format AND ca.country = '*'
+                 AND \(utcDay) >= ca.effective_from AND (ca.effective_to IS NULL OR \(utcDay) < ca.effective_to)
+            CROSS JOIN LATERAL (VALUES
+                (cs.currency, r.impressions * cs.cpm_micros * 0.001 + r.taps * cs.cpt_micros, 0::bigint),
+                (ca.currency, -(r.impressions * ca.cpm_micros * 0.001 + r.taps * ca.cpt_micros),
+                 CASE WHEN ca.currency IS NULL THEN -(r.impressions + r.taps) ELSE 0 END)
+            ) AS x (currency, amount, unrated)
+            """
+        }
+        let adjusted = "0::numeric, x.currency, NULL::text, 0::bigint, 0::bigint, NULL::hll, sum(x.amount), sum(x.unrated)"
         switch source {
         case .daily:
             let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
             parts.append("""
-                SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll
+                SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll, NULL::numeric, NULL::bigint
                 FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts),
-                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll
+                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
                 parts.append("""
-                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: signedMoney), NULL::hll
-                    FROM rollup_unpriced_day_compacted r \(unsafeRaw: signed)
+                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: adjusted)
+                    FROM rollup_unpriced_day_compacted r \(unsafeRaw: adjustments("r.utc_day"))
                     WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND r.day \(days)\(columnFilters("r"))
+                    GROUP BY r.app_id, r.day, r.utc_day, r.network, r.format, x.currency
                     """)
             }
             if devices {
                 parts.append("""
-                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices
+                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices, NULL::numeric, NULL::bigint
                     FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
             }
@@ -196,43 +215,44 @@ struct ReportPlan {
             let hourRange: PostgresQuery = "r.hour >= \(t0) AND r.hour < \(t1)"
             let cutBuckets: PostgresQuery = "r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)"
             parts.append("""
-                SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll
+                SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll, NULL::numeric, NULL::bigint
                 FROM rollup_1h_compacted r \(whole)
                 WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                 """)
             parts.append("""
-                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll
+                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll, NULL::numeric, NULL::bigint
                 FROM rollup_15m_compacted r
                 WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
                     SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts),
-                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll
+                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                     """)
                 parts.append("""
-                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: signedMoney), NULL::hll
-                    FROM rollup_unpriced_1h_compacted r \(whole) \(unsafeRaw: signed)
+                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: adjusted)
+                    FROM rollup_unpriced_1h_compacted r \(whole) \(unsafeRaw: adjustments("(r.hour AT TIME ZONE 'UTC')::date"))
                     WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND \(hourRange)\(columnFilters("r"))
+                    GROUP BY r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, x.currency
                     """)
                 // Cut hours: every country's row, each priced at its own rate.
                 parts.append("""
                     SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts),
-                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll
+                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
             }
             if devices {
                 parts.append("""
-                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices
+                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices, NULL::numeric, NULL::bigint
                     FROM rollup_devices_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                     """)
                 parts.append("""
-                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices
+                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices, NULL::numeric, NULL::bigint
                     FROM rollup_devices_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
@@ -244,7 +264,7 @@ struct ReportPlan {
         let deltaDevices = devices ? "(SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h)" : "NULL::hll"
         parts.append("""
             SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList),
-                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, \(unsafeRaw: deltaDevices)
+                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, \(unsafeRaw: deltaDevices), NULL::numeric, NULL::bigint
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
             """)
         var sql: PostgresQuery = ""
@@ -352,7 +372,7 @@ struct ReportPlan {
                     \(unsafeRaw: money("CASE WHEN \(typed) THEN e.country::text END", else: "NULL::text")) AS country,
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'impression' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ui,
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'tap' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ut,
-                    \(unsafeRaw: sketch) AS devices
+                    \(unsafeRaw: sketch) AS devices, NULL::numeric AS est, NULL::bigint AS unrated_adjust
                 FROM events e
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """
@@ -362,7 +382,24 @@ struct ReportPlan {
             let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.moneyColumns)"
             rows = "(SELECT \(unsafeRaw: select)s.* FROM (\n\(rollupParts())\n) AS s (\(unsafeRaw: columns)) WHERE true\(timeFilters())) AS s"
         }
-        var sql: PostgresQuery = source == .hourly ? "WITH \(hoursCTE())\n" : ""
+        var with: [PostgresQuery] = source == .hourly ? [hoursCTE()] : []
+        if needsMoney {
+            // The rate card with each entry's end: the next date of its network, format and
+            // country. Joined by key and date range (a hash join): one match per row at most.
+            with.append("""
+                card AS MATERIALIZED (
+                    SELECT network, format, country, currency, cpm_micros, cpt_micros, effective_from,
+                           lead(effective_from) OVER (PARTITION BY network, format, country ORDER BY effective_from) AS effective_to
+                    FROM rate_cards
+                )
+                """)
+        }
+        var sql: PostgresQuery = ""
+        for (index, part) in with.enumerated() {
+            sql.append(index == 0 ? "WITH " : ",\n")
+            sql.append(part)
+        }
+        if !with.isEmpty { sql.append("\n") }
         let dimensionList = names.map { "s.\($0), " }.joined()
         let devices = needsDevices ? "hll_union_agg(s.devices)" : "NULL::hll"
         guard needsMoney else {
@@ -375,25 +412,23 @@ struct ReportPlan {
         }
         let currency = query.currency
         // 1. Each row priced: reported revenue in its currency, or unpriced counts at the rate
-        //    in force on its UTC date (country's first, else any country's), in the card's currency.
+        //    in force on its UTC date (the country's entry, else the any-country one), in its currency.
         let priced: PostgresQuery = """
             SELECT \(unsafeRaw: dimensionList)s.u, CASE WHEN s.currency = '' THEN rt.currency ELSE s.currency END AS cur,
                    \(unsafeRaw: Self.countList), s.devices,
-                   CASE WHEN s.currency <> '' THEN s.revenue_micros END AS reported,
-                   s.ui * rt.cpm_micros * 0.001 + s.ut * rt.cpt_micros AS estimated,
-                   CASE WHEN s.currency = '' AND rt.currency IS NULL THEN s.ui + s.ut END AS unrated
+                   CASE WHEN s.currency <> '' AND s.est IS NULL THEN s.revenue_micros END AS reported,
+                   coalesce(s.est, s.ui * rt.cpm_micros * 0.001 + s.ut * rt.cpt_micros) AS estimated,
+                   coalesce(s.unrated_adjust, CASE WHEN s.currency = '' AND rt.currency IS NULL THEN s.ui + s.ut END) AS unrated
             FROM \(rows)
-            LEFT JOIN LATERAL (
-                SELECT c.currency, c.cpm_micros, c.cpt_micros FROM (
-                    (SELECT c.currency, c.cpm_micros, c.cpt_micros FROM rate_cards c
-                     WHERE s.currency = '' AND c.network = s.network AND c.format = s.format AND c.country = s.country AND c.effective_from <= s.u
-                     ORDER BY c.effective_from DESC LIMIT 1)
-                    UNION ALL
-                    (SELECT c.currency, c.cpm_micros, c.cpt_micros FROM rate_cards c
-                     WHERE s.currency = '' AND c.network = s.network AND c.format = s.format AND c.country = '*' AND c.effective_from <= s.u
-                     ORDER BY c.effective_from DESC LIMIT 1)
-                ) AS c LIMIT 1
-            ) AS rt ON true
+            LEFT JOIN card AS cs ON s.currency = '' AND cs.network = s.network AND cs.format = s.format AND cs.country = s.country
+                 AND s.u >= cs.effective_from AND (cs.effective_to IS NULL OR s.u < cs.effective_to)
+            LEFT JOIN card AS ca ON s.currency = '' AND ca.network = s.network AND ca.format = s.format AND ca.country = '*'
+                 AND s.u >= ca.effective_from AND (ca.effective_to IS NULL OR s.u < ca.effective_to)
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN cs.currency IS NOT NULL THEN cs.currency ELSE ca.currency END AS currency,
+                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpm_micros ELSE ca.cpm_micros END AS cpm_micros,
+                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpt_micros ELSE ca.cpt_micros END AS cpt_micros
+            ) AS rt
             """
         // 2. Summed exactly per group, UTC date and currency (a bucket).
         let bucketSums = Self.rollupCounts.enumerated().map { index, name in

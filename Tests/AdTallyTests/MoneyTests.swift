@@ -228,6 +228,9 @@ struct MoneyTests {
                 let rows = Self.byFirst(try await Self.page(services, [("apps", "priced"), ("from", "2026-01-10"), ("to", "2026-01-11"), ("dimensions", "date"), ("metrics", "estimated_revenue")]))
                 #expect(rows["2026-01-10"]?.estimatedMicros == 500_000)
                 #expect(rows["2026-01-11"]?.estimatedMicros == 400_000)
+                // No any-country entry: JP's 400 impressions and 3 taps and iad's 7 are unpriced.
+                let totals = try await Self.page(services, [("apps", "priced"), ("from", "2026-01-10"), ("to", "2026-01-11"), ("metrics", "estimated_revenue")]).totals
+                #expect(totals.unratedEvents == 410)
             }
         }
     }
