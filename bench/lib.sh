@@ -1,5 +1,6 @@
-# Shared by the bench scripts: a work folder removed on exit, and `adtally serve`
-# on a fresh embedded database in it. Source it, then call start_server.
+# Shared by the bench scripts: a work folder removed on exit (kept, with its
+# database, when BENCH_KEEP=1), and `adtally serve` on a fresh embedded database
+# in it. Source it, then call start_server.
 bin=$(swift build -c release --show-bin-path)
 work=$(mktemp -d /tmp/adtally-bench.XXXXXX)
 chmod 755 "$work"
@@ -8,7 +9,7 @@ cleanup() {
   if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
     kill -TERM "$server"; wait "$server" 2>/dev/null || true
   fi
-  rm -rf "$work"
+  if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "kept $work (adtally serve --data-dir $work/data)"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 

@@ -172,10 +172,8 @@ struct ReportPlan {
         // and price currency here, before the union (Migrations/0005).
         func adjustments(_ utcDay: String) -> String {
             """
-            JOIN card AS cs ON cs.network = r.network AND cs.format = r.format AND cs.country = r.country
-                 AND \(utcDay) >= cs.effective_from AND (cs.effective_to IS NULL OR \(utcDay) < cs.effective_to)
-            LEFT JOIN card AS ca ON ca.network = r.network AND ca.format = r.format AND ca.country = '*'
-                 AND \(utcDay) >= ca.effective_from AND (ca.effective_to IS NULL OR \(utcDay) < ca.effective_to)
+            JOIN card AS cs ON cs.u = \(utcDay) AND cs.network = r.network AND cs.format = r.format AND cs.country = r.country
+            LEFT JOIN card AS ca ON ca.u = \(utcDay) AND ca.network = r.network AND ca.format = r.format AND ca.country = '*'
             CROSS JOIN LATERAL (VALUES
                 (cs.currency, r.impressions * cs.cpm_micros * 0.001 + r.taps * cs.cpt_micros, 0::bigint),
                 (ca.currency, -(r.impressions * ca.cpm_micros * 0.001 + r.taps * ca.cpt_micros),
@@ -384,13 +382,19 @@ struct ReportPlan {
         }
         var with: [PostgresQuery] = source == .hourly ? [hoursCTE()] : []
         if needsMoney {
-            // The rate card with each entry's end: the next date of its network, format and
-            // country. Joined by key and date range (a hash join): one match per row at most.
+            // The entry in force per UTC day of the range and key (an entry lasts until the
+            // next date of its network, format and country): rows join it on equality, by
+            // hash. (Joined on date ranges, the planner expected one row and looped over the
+            // card for every row: 0.3 s on the bench.)
+            let firstDay: PostgresQuery = "(\(t0) AT TIME ZONE 'UTC')::date"
+            let lastDay: PostgresQuery = "((\(t1) - interval '1 microsecond') AT TIME ZONE 'UTC')::date"
             with.append("""
                 card AS MATERIALIZED (
-                    SELECT network, format, country, currency, cpm_micros, cpt_micros, effective_from,
-                           lead(effective_from) OVER (PARTITION BY network, format, country ORDER BY effective_from) AS effective_to
-                    FROM rate_cards
+                    SELECT d::date AS u, c.network, c.format, c.country, c.currency, c.cpm_micros, c.cpt_micros
+                    FROM (SELECT *, lead(effective_from) OVER (PARTITION BY network, format, country ORDER BY effective_from) AS effective_to
+                          FROM rate_cards) AS c,
+                         generate_series(greatest(c.effective_from, \(firstDay))::timestamp,
+                                         least(coalesce(c.effective_to - 1, \(lastDay)), \(lastDay))::timestamp, interval '1 day') AS d
                 )
                 """)
         }
@@ -420,10 +424,8 @@ struct ReportPlan {
                    coalesce(s.est, s.ui * rt.cpm_micros * 0.001 + s.ut * rt.cpt_micros) AS estimated,
                    coalesce(s.unrated_adjust, CASE WHEN s.currency = '' AND rt.currency IS NULL THEN s.ui + s.ut END) AS unrated
             FROM \(rows)
-            LEFT JOIN card AS cs ON s.currency = '' AND cs.network = s.network AND cs.format = s.format AND cs.country = s.country
-                 AND s.u >= cs.effective_from AND (cs.effective_to IS NULL OR s.u < cs.effective_to)
-            LEFT JOIN card AS ca ON s.currency = '' AND ca.network = s.network AND ca.format = s.format AND ca.country = '*'
-                 AND s.u >= ca.effective_from AND (ca.effective_to IS NULL OR s.u < ca.effective_to)
+            LEFT JOIN card AS cs ON s.currency = '' AND cs.u = s.u AND cs.network = s.network AND cs.format = s.format AND cs.country = s.country
+            LEFT JOIN card AS ca ON s.currency = '' AND ca.u = s.u AND ca.network = s.network AND ca.format = s.format AND ca.country = '*'
             CROSS JOIN LATERAL (
                 SELECT CASE WHEN cs.currency IS NOT NULL THEN cs.currency ELSE ca.currency END AS currency,
                        CASE WHEN cs.currency IS NOT NULL THEN cs.cpm_micros ELSE ca.cpm_micros END AS cpm_micros,
