@@ -168,20 +168,24 @@ struct ReportPlan {
         // the all-country row, which priced them at the any-country rate (Migrations/0005).
         // A rate-card country's unpriced counts, where the card has an entry for it in force:
         // priced at that entry, less the any-country price the all-country row gave them
-        // (or, with no any-country entry, less the unrated count it added), summed per key
-        // and price currency here, before the union (Migrations/0005).
-        func adjustments(_ utcDay: String) -> String {
-            """
-            JOIN card AS cs ON cs.u = \(utcDay) AND cs.network = r.network AND cs.format = r.format AND cs.country = r.country
-            LEFT JOIN card AS ca ON ca.u = \(utcDay) AND ca.network = r.network AND ca.format = r.format AND ca.country = '*'
-            CROSS JOIN LATERAL (VALUES
-                (cs.currency, r.impressions * cs.cpm_micros * 0.001 + r.taps * cs.cpt_micros, 0::bigint),
-                (ca.currency, -(r.impressions * ca.cpm_micros * 0.001 + r.taps * ca.cpt_micros),
-                 CASE WHEN ca.currency IS NULL THEN -(r.impressions + r.taps) ELSE 0 END)
-            ) AS x (currency, amount, unrated)
+        // (or, with no any-country entry, less the unrated count it added). Summed per key
+        // here, one row per price currency, before the union (Migrations/0005).
+        func adjustments(_ source: String, keys: [String], utcDay: String) -> String {
+            let keyList = keys.joined(separator: ", ")
+            return """
+            (SELECT \(keyList), \(utcDay) AS u, r.network, r.format, cs.currency, cs.any_currency,
+                    sum(r.impressions * cs.cpm_micros * 0.001 + r.taps * cs.cpt_micros) AS specific,
+                    sum(r.impressions * cs.any_cpm_micros * 0.001 + r.taps * cs.any_cpt_micros) AS general,
+                    sum(r.impressions + r.taps) AS events
+             \(source)
+             JOIN card AS cs ON cs.u = \(utcDay) AND cs.network = r.network AND cs.format = r.format AND cs.country = r.country
+             WHERE r.app_id = ANY($APPS) AND r.country = ANY(\(Self.cardCountries)) AND $RANGE$FILTERS
+             GROUP BY \(keyList), \(utcDay), r.network, r.format, cs.currency, cs.any_currency) AS a
+            CROSS JOIN LATERAL (VALUES (a.currency, a.specific, 0::numeric),
+                                       (a.any_currency, -a.general, CASE WHEN a.any_currency IS NULL THEN -a.events ELSE 0 END)) AS x (currency, amount, unrated)
             """
         }
-        let adjusted = "0::numeric, x.currency, NULL::text, 0::bigint, 0::bigint, NULL::hll, sum(x.amount), sum(x.unrated)"
+        let adjusted = "0::numeric, x.currency, NULL::text, 0::bigint, 0::bigint, NULL::hll, x.amount, x.unrated::bigint"
         switch source {
         case .daily:
             let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
@@ -195,12 +199,11 @@ struct ReportPlan {
                            r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
-                parts.append("""
-                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: adjusted)
-                    FROM rollup_unpriced_day_compacted r \(unsafeRaw: adjustments("r.utc_day"))
-                    WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND r.day \(days)\(columnFilters("r"))
-                    GROUP BY r.app_id, r.day, r.utc_day, r.network, r.format, x.currency
-                    """)
+                parts.append(adjustmentPart(
+                    "SELECT a.app_id, a.day, NULL::text, a.u, a.network, a.format, \(Self.zeroCounts), \(adjusted) FROM "
+                        + adjustments("FROM rollup_unpriced_day_compacted r", keys: ["r.app_id", "r.day"], utcDay: "r.utc_day"),
+                    range: "r.day \(days)"
+                ))
             }
             if devices {
                 parts.append("""
@@ -229,12 +232,12 @@ struct ReportPlan {
                     FROM rollup_revenue_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                     """)
-                parts.append("""
-                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: adjusted)
-                    FROM rollup_unpriced_1h_compacted r \(whole) \(unsafeRaw: adjustments("(r.hour AT TIME ZONE 'UTC')::date"))
-                    WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND \(hourRange)\(columnFilters("r"))
-                    GROUP BY r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, x.currency
-                    """)
+                parts.append(adjustmentPart(
+                    "SELECT a.app_id, a.d, a.hk, a.u, a.network, a.format, \(Self.zeroCounts), \(adjusted) FROM "
+                        + adjustments("FROM rollup_unpriced_1h_compacted r JOIN hours ON hours.h = r.hour AND hours.whole",
+                                      keys: ["r.app_id", "hours.d", "hours.hk"], utcDay: "(r.hour AT TIME ZONE 'UTC')::date"),
+                    range: hourRange
+                ))
                 // Cut hours: every country's row, each priced at its own rate.
                 parts.append("""
                     SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts),
@@ -271,6 +274,16 @@ struct ReportPlan {
             sql.append(part)
         }
         return sql
+    }
+
+    /// A part written as text with `$APPS`, `$RANGE` and `$FILTERS` where the apps, the
+    /// range and the column filters (all bound) go.
+    func adjustmentPart(_ text: String, range: PostgresQuery) -> PostgresQuery {
+        let pieces = text.components(separatedBy: "$APPS")
+        precondition(pieces.count == 2)
+        let rest = pieces[1].components(separatedBy: "$RANGE$FILTERS")
+        precondition(rest.count == 2)
+        return "\(unsafeRaw: pieces[0])\(apps)\(unsafeRaw: rest[0])\(range)\(columnFilters("r"))\(unsafeRaw: rest[1])"
     }
 
     /// The UTC hours of the range, and whether each lies wholly inside it and inside
@@ -388,13 +401,18 @@ struct ReportPlan {
             // card for every row: 0.3 s on the bench.)
             let firstDay: PostgresQuery = "(\(t0) AT TIME ZONE 'UTC')::date"
             let lastDay: PostgresQuery = "((\(t1) - interval '1 microsecond') AT TIME ZONE 'UTC')::date"
+            // Each row also carries the any-country entry of its day and key, so that a
+            // country's adjustment needs one join.
             with.append("""
-                card AS MATERIALIZED (
+                card_days AS MATERIALIZED (
                     SELECT d::date AS u, c.network, c.format, c.country, c.currency, c.cpm_micros, c.cpt_micros
                     FROM (SELECT *, lead(effective_from) OVER (PARTITION BY network, format, country ORDER BY effective_from) AS effective_to
                           FROM rate_cards) AS c,
                          generate_series(greatest(c.effective_from, \(firstDay))::timestamp,
                                          least(coalesce(c.effective_to - 1, \(lastDay)), \(lastDay))::timestamp, interval '1 day') AS d
+                ), card AS MATERIALIZED (
+                    SELECT c.*, a.currency AS any_currency, a.cpm_micros AS any_cpm_micros, a.cpt_micros AS any_cpt_micros
+                    FROM card_days c LEFT JOIN card_days a ON a.u = c.u AND a.network = c.network AND a.format = c.format AND a.country = '*'
                 )
                 """)
         }
