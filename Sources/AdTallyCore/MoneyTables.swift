@@ -48,9 +48,12 @@ public struct RateCardEntry: Sendable, Equatable, Codable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         func amount(_ key: CodingKeys) throws -> String {
-            if let text = try? container.decodeIfPresent(String.self, forKey: key) { return text }
-            if let number = try? container.decodeIfPresent(Decimal.self, forKey: key) { return "\(number)" }
-            return "0"
+            // Absent is 0; anything present must be a decimal (null, true or {} is refused,
+            // not stored as 0: a rate re-prices history).
+            guard container.contains(key) else { return "0" }
+            if let text = try? container.decode(String.self, forKey: key) { return text }
+            if let number = try? container.decode(Decimal.self, forKey: key) { return "\(number)" }
+            throw MoneyTableError(key.stringValue, Money.decimalRule)
         }
         self = try Self.parse(
             network: try container.decode(String.self, forKey: .network), format: try container.decode(String.self, forKey: .format),
@@ -178,6 +181,16 @@ public struct FXRate: Sendable, Equatable, Codable {
         return FXRate(date: ReportQuery.formatDate(day), base: base, currency: currency, rate: normalized)
     }
 
+    /// "22 November 2024" (the ECB's daily file) as 2024-11-22; nil for anything else.
+    static func ecbDate(_ text: String) -> String? {
+        let months = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"]
+        let parts = text.split(separator: " ")
+        guard parts.count == 3, let day = Int(parts[0]), let month = months.firstIndex(of: parts[1].lowercased()), let year = Int(parts[2]),
+              (1...31).contains(day), (1900...9999).contains(year) else { return nil }
+        func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(year)-\(two(month + 1))-\(two(day))"
+    }
+
     /// The rate without redundant zeros, or nil unless a positive decimal.
     static func normalizedRate(_ text: String) -> String? {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
@@ -196,6 +209,14 @@ public struct FXRate: Sendable, Equatable, Codable {
     /// reference shape (`Date,USD,JPY,…`, one row per day, `N/A` where a currency has no
     /// rate that day). `base` names what the rates are per one unit of.
     public static func parseCSV(_ bytes: some Sequence<UInt8>, base: String) throws(MoneyTableError) -> [FXRate] {
+        var skipped = Set<String>()
+        return try parseCSV(bytes, base: base, skipped: &skipped)
+    }
+
+    /// As `parseCSV(_:base:)`; `skipped` gets the ECB columns of currencies that are no
+    /// longer ISO 4217 codes (CYP, HRK, …: the history file keeps them), which no event can
+    /// carry, so their rates are not needed.
+    public static func parseCSV(_ bytes: some Sequence<UInt8>, base: String, skipped: inout Set<String>) throws(MoneyTableError) -> [FXRate] {
         guard ISOCodes.isCurrency(base) else { throw MoneyTableError("base", "must be an ISO 4217 code (EUR, USD)") }
         var reader = CSVRecordReader()
         var records = reader.feed(bytes)
@@ -217,9 +238,14 @@ public struct FXRate: Sendable, Equatable, Codable {
             }
         } else if lower.first == "date" {
             // The ECB's shape: a column per currency (a trailing empty header cell is common).
+            for (position, name) in names.enumerated().dropFirst() where !name.isEmpty && !ISOCodes.isCurrency(name) && name.count == 3 {
+                skipped.insert(name)
+            }
             for record in records.dropFirst() {
-                let date = record.fields.first?.trimmingCharacters(in: .whitespaces) ?? ""
-                for (position, name) in names.enumerated().dropFirst() where !name.isEmpty {
+                // The daily file writes "22 November 2024", the history file 2024-11-22.
+                let written = record.fields.first?.trimmingCharacters(in: .whitespaces) ?? ""
+                let date = ecbDate(written) ?? written
+                for (position, name) in names.enumerated().dropFirst() where !name.isEmpty && !skipped.contains(name) {
                     let value = position < record.fields.count ? record.fields[position].trimmingCharacters(in: .whitespaces) : ""
                     if value.isEmpty || value.uppercased() == "N/A" { continue }
                     rates.append(try wrap(record.line) { () throws(MoneyTableError) in

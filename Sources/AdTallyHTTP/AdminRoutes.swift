@@ -87,12 +87,12 @@ public struct AdminRoutes: Sendable {
     /// Most bytes of an admin request body.
     static let maxBodyBytes = 64 * 1024
 
-    static func decode<T: Decodable>(_ request: Request) async throws -> T {
+    static func decode<T: Decodable>(_ request: Request, upTo limit: Int = maxBodyBytes) async throws -> T {
         let buffer: ByteBuffer
         do {
-            buffer = try await request.body.collect(upTo: maxBodyBytes)
+            buffer = try await request.body.collect(upTo: limit)
         } catch is NIOTooManyBytesError {
-            throw ProblemDetails(.contentTooLarge, detail: "the body is larger than \(maxBodyBytes) bytes")
+            throw ProblemDetails(.contentTooLarge, detail: "the body is larger than \(limit) bytes")
         }
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))

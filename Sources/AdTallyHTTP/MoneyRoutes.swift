@@ -74,7 +74,7 @@ public struct MoneyRoutes: Sendable {
                 if Self.isCSV(request) {
                     entries = try RateCardEntry.parseCSV(try await Self.body(request).readableBytesView)
                 } else {
-                    let body: RatesBody = try await AdminRoutes.decode(request)
+                    let body: RatesBody = try await AdminRoutes.decode(request, upTo: Self.maxImportBytes)
                     entries = body.rates
                 }
                 return try AdminRoutes.json(["stored": try await store.setRates(entries)])
@@ -125,7 +125,7 @@ public struct MoneyRoutes: Sendable {
                     rates = try FXRate.parseCSV(try await Self.body(request).readableBytesView, base: base)
                     fillGaps = parameters["fill_gaps"] == "true"
                 } else {
-                    let body: FXBody = try await AdminRoutes.decode(request)
+                    let body: FXBody = try await AdminRoutes.decode(request, upTo: Self.maxImportBytes)
                     let base = body.base ?? "EUR"
                     var parsed: [FXRate] = []
                     for (index, input) in body.rates.enumerated() {

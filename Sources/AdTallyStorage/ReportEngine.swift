@@ -24,8 +24,11 @@ public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String {
-        "no FX rate converts \(from) to \(reportCurrency) on \(date) (UTC): there is no \(currency) rate for that date, and the report has \(from) amounts on it; "
-            + "import it (adtally fx import, POST /v1/fx)\(from == currency ? ", or ask for currency=\(from)" : "")"
+        let missing = currency == "*"
+            ? "there are no FX rates at all for that date (a weekend or holiday? adtally fx import --fill-gaps carries the last rate over it)"
+            : "there is no \(currency) rate for that date"
+        return "no FX rate converts \(from) to \(reportCurrency) on \(date) (UTC): \(missing), and the report has \(from) amounts on it; "
+            + "import it (adtally fx import, POST /v1/fx), or ask for currency=\(from)"
     }
 }
 
@@ -76,6 +79,7 @@ public struct ReportEngine: Sendable {
         try await pool.withTransaction { connection in
             try Self.prepare(plan, on: connection)
             try Self.checkFX(plan, on: connection)
+            if let compared = query.comparedQuery { try Self.checkFX(ReportPlan(compared.query), on: connection) }
         }
     }
 
@@ -112,11 +116,12 @@ public struct ReportEngine: Sendable {
 
     /// Streams every row of a report (the page of `limit`/`offset` when given), in
     /// chunks fetched from a server-side cursor: memory does not grow with rows.
-    /// `start` runs before the first row, after the checks (a 422 is thrown before it);
-    /// `checked`: the caller ran `check` for this query already (its FX check is not
-    /// repeated: it reads the range once more).
+    /// `start` runs before the first row, after the checks (a 422 is thrown before it).
+    /// The checks run again inside the stream's own snapshot: `check` (which a caller that
+    /// must refuse before its first byte runs) saw an earlier one, and an amount committed
+    /// in between without its FX rate must fail the stream, not vanish from it.
     public func stream(
-        _ query: ReportQuery, checked: Bool = false, start: () async throws -> Void, rows: ([ReportRow]) async throws -> Void
+        _ query: ReportQuery, start: () async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
@@ -128,7 +133,7 @@ public struct ReportEngine: Sendable {
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
                 try Self.prepare(plan, on: connection)
-                if !checked { try Self.checkFX(plan, on: connection) }
+                try Self.checkFX(plan, on: connection)
                 let compared = try query.comparedQuery.map { try Self.compared($0, on: connection).rows }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
                 return compared

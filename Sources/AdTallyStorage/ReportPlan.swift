@@ -174,8 +174,8 @@ struct ReportPlan {
             let keyList = keys.joined(separator: ", ")
             return """
             (SELECT \(keyList), \(utcDay) AS u, r.network, r.format, cs.currency, cs.any_currency,
-                    sum(r.impressions * cs.cpm_micros * 0.001 + r.taps * cs.cpt_micros) AS specific,
-                    sum(r.impressions * cs.any_cpm_micros * 0.001 + r.taps * cs.any_cpt_micros) AS general,
+                    sum(r.impressions::numeric * cs.cpm_micros * 0.001 + r.taps::numeric * cs.cpt_micros) AS specific,
+                    sum(r.impressions::numeric * cs.any_cpm_micros * 0.001 + r.taps::numeric * cs.any_cpt_micros) AS general,
                     sum(r.impressions + r.taps) AS events
              \(source)
              JOIN card AS cs ON cs.u = \(utcDay) AND cs.network = r.network AND cs.format = r.format AND cs.country = r.country
@@ -439,7 +439,7 @@ struct ReportPlan {
             SELECT \(unsafeRaw: dimensionList)s.u, CASE WHEN s.currency = '' THEN rt.currency ELSE s.currency END AS cur,
                    \(unsafeRaw: Self.countList), s.devices,
                    CASE WHEN s.currency <> '' AND s.est IS NULL THEN s.revenue_micros END AS reported,
-                   coalesce(s.est, s.ui * rt.cpm_micros * 0.001 + s.ut * rt.cpt_micros) AS estimated,
+                   coalesce(s.est, s.ui::numeric * rt.cpm_micros * 0.001 + s.ut::numeric * rt.cpt_micros) AS estimated,
                    coalesce(s.unrated_adjust, CASE WHEN s.currency = '' AND rt.currency IS NULL THEN s.ui + s.ut END) AS unrated
             FROM \(rows)
             LEFT JOIN card AS cs ON s.currency = '' AND cs.u = s.u AND cs.network = s.network AND cs.format = s.format AND cs.country = s.country
@@ -465,7 +465,8 @@ struct ReportPlan {
                 -- "date from missing": the currency of the bucket, and the one without a rate that day.
                 min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0)
                          THEN s.u::text || ' ' || s.cur || ' '
-                              || CASE WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = s.u AND x.currency = \(rc)) THEN s.cur ELSE \(rc) END END) AS missing_fx,
+                              || CASE WHEN NOT EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = s.u) THEN '*'
+                                      WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = s.u AND x.currency = \(rc)) THEN s.cur ELSE \(rc) END END) AS missing_fx,
                 \(unsafeRaw: devices) AS devices
             FROM (
                 SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,

@@ -112,7 +112,11 @@ struct FXCommand: AsyncParsableCommand {
         var fillGaps = false
 
         func run() async throws {
-            let rates = try FXRate.parseCSV(try readFile(file), base: base)
+            var skipped = Swift.Set<String>()
+            let rates = try FXRate.parseCSV(try readFile(file), base: base, skipped: &skipped)
+            if !skipped.isEmpty {
+                print("skipped the columns of currencies no longer in ISO 4217 (no event can carry them): \(skipped.sorted().joined(separator: ", "))")
+            }
             let result = try await database.withDatabase { database, _ in
                 try await MoneyStore(pool: database.pool).importFX(rates, fillGaps: fillGaps)
             }

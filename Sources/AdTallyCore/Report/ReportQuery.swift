@@ -351,6 +351,12 @@ public struct ReportQuery: Sendable {
             comparison = value
         }
 
+        if comparison != nil, metrics.contains(.uniqueDevices) {
+            // Compared rows are matched in memory by their shifted keys, and two earlier rows can
+            // land on one (29 February, a repeated DST hour): counts add up, distinct devices do not.
+            throw ReportQueryError("compare", "cannot be used with unique_devices")
+        }
+
         var query = ReportQuery(
             apps: apps.map(\.id), from: from, to: to, timezone: timezone, timezoneReason: timezoneReason,
             dimensions: dimensions, metrics: metrics, filters: filters, currency: currency, sort: sort,
