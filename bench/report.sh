@@ -7,8 +7,10 @@
 #    (apps in five zones), straight into `events` with SQL; then append their rollup
 #    deltas as the ingest path does and let the server's compactor fold them into
 #    every grain;
-# 3. over HTTP, 200 calls each of the default report (30 days, date x network) for
-#    the largest app and a median app: p50, p99;
+# 3. over HTTP, 200 calls of the default report (30 days, date x network) for the
+#    largest app before a rate card exists; then a rate card (6 networks x 4 formats,
+#    any country and 6 countries) and daily EUR FX rates are added, and 200 calls each
+#    for the largest app and a median app: p50, p99;
 # 4. the same report as a plain GROUP BY over the raw events in psql (the plain
 #    PostgreSQL peer), and a check that both give the same numbers;
 #    the same report in EUR (conversion on) and unique_devices by date (30 days): p50;
@@ -101,19 +103,6 @@ SQL
   for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
   [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
 done
-# A rate card (every network and format at an any-country rate, six countries at their
-# own) prices the 40% of impressions and taps without reported revenue; daily EUR-based
-# FX rates convert the USD amounts for the report in EUR.
-sql <<SQL
-INSERT INTO rate_cards (network, format, country, currency, cpm_micros, cpt_micros, effective_from)
-SELECT n, f, c, 'USD', (1 + length(n) + length(f) + length(c)) * 250000, 20000, (now() - interval '60 days')::date
-FROM unnest(ARRAY['admob', 'applovin', 'unity', 'meta', 'iad', 'nend']) AS n,
-     unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f,
-     unnest(ARRAY['*', 'US', 'JP', 'DE', 'GB', 'KR', 'AU']) AS c;
-INSERT INTO fx_rates (day, base, currency, rate)
-SELECT d::date, 'EUR', c, CASE c WHEN 'EUR' THEN 1 ELSE 1.05 + (extract(doy FROM d)::int % 10) / 100.0 END
-FROM generate_series((now() - interval '60 days')::date, now()::date, interval '1 day') AS d, unnest(ARRAY['EUR', 'USD']) AS c;
-SQL
 sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
 
 loaded=$(sql -c "SELECT count(*) FROM events")
@@ -134,6 +123,22 @@ fi
 
 url="http://127.0.0.1:$port/v1/reports"
 fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@"; }
+
+echo "== HTTP: 30-day date x network before there is a rate card (only reported revenue), $calls calls"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name nocard | tee "$work/nocard.txt"
+# A rate card (every network and format at an any-country rate, six countries at their
+# own) prices the 40% of impressions and taps without reported revenue; daily EUR-based
+# FX rates convert the USD amounts for the report in EUR.
+sql <<SQL
+INSERT INTO rate_cards (network, format, country, currency, cpm_micros, cpt_micros, effective_from)
+SELECT n, f, c, 'USD', (1 + length(n) + length(f) + length(c)) * 250000, 20000, (now() - interval '60 days')::date
+FROM unnest(ARRAY['admob', 'applovin', 'unity', 'meta', 'iad', 'nend']) AS n,
+     unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f,
+     unnest(ARRAY['*', 'US', 'JP', 'DE', 'GB', 'KR', 'AU']) AS c;
+INSERT INTO fx_rates (day, base, currency, rate)
+SELECT d::date, 'EUR', c, CASE c WHEN 'EUR' THEN 1 ELSE 1.05 + (extract(doy FROM d)::int % 10) / 100.0 END
+FROM generate_series((now() - interval '60 days')::date, now()::date, interval '1 day') AS d, unnest(ARRAY['EUR', 'USD']) AS c;
+SQL
 
 echo "== HTTP: 30-day date x network, $calls calls each"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name largest | tee "$work/largest.txt"
@@ -202,7 +207,7 @@ work, copy_rate, raw_peer = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 def read(name):
     return dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
 largest, median, raw, export = read("largest"), read("median"), read("raw"), read("export")
-fx, uniques = read("fx"), read("uniques")
+fx, uniques, nocard = read("fx"), read("uniques"), read("nocard")
 export_rate = float(export["export_lines_per_s"])
 print(f"ratio_raw_peer_to_report_p50={raw_peer / float(largest['largest_p50_ms']):.0f}")
 print(f"ratio_export_to_copy={export_rate / copy_rate:.2f}")
@@ -214,5 +219,5 @@ print("RESULT "
       f"raw_peer_p50_ms={raw_peer:.1f} raw_shape_p50_ms={raw['raw_shape_p50_ms']} "
       f"export_rows_per_s={export_rate:.0f} export_peak_rss_mb={export['export_server_peak_rss_mb']} "
       f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f} "
-      f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']}")
+      f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']} no_card_report_p50_ms={nocard['nocard_p50_ms']}")
 PY

@@ -64,6 +64,14 @@ public struct CSVRecordReader: Sendable {
         return records
     }
 
+    /// Every record of a whole file that has a non-blank field (blank lines dropped).
+    public static func records(of bytes: some Sequence<UInt8>) -> [Record] {
+        var reader = CSVRecordReader()
+        var records = reader.feed(bytes)
+        if let last = reader.finish() { records.append(last) }
+        return records.filter { record in record.fields.contains { !$0.allSatisfy { $0 == " " || $0 == "\t" } } }
+    }
+
     /// Ends input; returns the last record if it had no final line break.
     public mutating func finish() -> Record? {
         endRecord()

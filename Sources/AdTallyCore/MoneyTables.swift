@@ -97,10 +97,7 @@ public struct RateCardEntry: Sendable, Equatable, Codable {
     /// Entries from a rate card CSV (header `network,format,country,currency,cpm,cpt,effective_from`,
     /// in any column order); every bad line is an error naming its line and field.
     public static func parseCSV(_ bytes: some Sequence<UInt8>) throws(MoneyTableError) -> [RateCardEntry] {
-        var reader = CSVRecordReader()
-        var records = reader.feed(bytes)
-        if let last = reader.finish() { records.append(last) }
-        records.removeAll { $0.fields.allSatisfy { $0.trimmingCharacters(in: .whitespaces).isEmpty } }
+        let records = CSVRecordReader.records(of: bytes)
         guard let header = records.first else { throw MoneyTableError("file", "is empty; the header is \(csvHeader.joined(separator: ","))") }
         let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
         var index: [String: Int] = [:]
@@ -218,10 +215,7 @@ public struct FXRate: Sendable, Equatable, Codable {
     /// carry, so their rates are not needed.
     public static func parseCSV(_ bytes: some Sequence<UInt8>, base: String, skipped: inout Set<String>) throws(MoneyTableError) -> [FXRate] {
         guard ISOCodes.isCurrency(base) else { throw MoneyTableError("base", "must be an ISO 4217 code (EUR, USD)") }
-        var reader = CSVRecordReader()
-        var records = reader.feed(bytes)
-        if let last = reader.finish() { records.append(last) }
-        records.removeAll { $0.fields.allSatisfy { $0.trimmingCharacters(in: .whitespaces).isEmpty } }
+        let records = CSVRecordReader.records(of: bytes)
         guard let header = records.first else { throw MoneyTableError("file", "is empty; the header is date,currency,rate (or the ECB's Date,USD,JPY,…)") }
         let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces) }
         var rates: [FXRate] = []
@@ -238,7 +232,7 @@ public struct FXRate: Sendable, Equatable, Codable {
             }
         } else if lower.first == "date" {
             // The ECB's shape: a column per currency (a trailing empty header cell is common).
-            for (position, name) in names.enumerated().dropFirst() where !name.isEmpty && !ISOCodes.isCurrency(name) && name.count == 3 {
+            for name in names.dropFirst() where !name.isEmpty && !ISOCodes.isCurrency(name) && name.count == 3 {
                 skipped.insert(name)
             }
             for record in records.dropFirst() {
