@@ -116,10 +116,10 @@ public struct ReportEngine: Sendable {
 
     /// Streams every row of a report (the page of `limit`/`offset` when given), in
     /// chunks fetched from a server-side cursor: memory does not grow with rows.
-    /// `start` runs before the first row, after the checks (a 422 is thrown before it).
-    /// The checks run again inside the stream's own snapshot: `check` (which a caller that
-    /// must refuse before its first byte runs) saw an earlier one, and an amount committed
-    /// in between without its FX rate must fail the stream, not vanish from it.
+    /// `start` runs before the first row. A caller that must refuse before its first byte
+    /// runs `check` first; it saw an earlier snapshot than the stream's, so every streamed
+    /// row also carries its own FX check, and a row with an amount whose rate is missing
+    /// fails the stream instead of leaving the amount out.
     public func stream(
         _ query: ReportQuery, start: () async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws {
@@ -133,7 +133,6 @@ public struct ReportEngine: Sendable {
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
                 try Self.prepare(plan, on: connection)
-                try Self.checkFX(plan, on: connection)
                 let compared = try query.comparedQuery.map { try Self.compared($0, on: connection).rows }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
                 return compared
@@ -142,7 +141,12 @@ public struct ReportEngine: Sendable {
             // The next chunk is fetched (and decoded, on a pool thread) while this one is
             // written to the socket: PostgreSQL and the writer work at the same time.
             let fetch: @Sendable (PostgresConnection) throws -> [ReportRow] = { connection in
-                try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { try plan.decodeRow($0) }
+                try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { row in
+                    if let missing = try row.decode(plan.missingFXColumn, as: String?.self) {
+                        throw ReportCurrencyError(missing: missing, reportCurrency: query.currency)
+                    }
+                    return try plan.decodeRow(row)
+                }
             }
             var chunk = try await lease.run(fetch)
             while !chunk.isEmpty {
@@ -156,8 +160,7 @@ public struct ReportEngine: Sendable {
         }
     }
 
-    /// Sets the report's zone (and planner settings) for the transaction and refuses
-    /// money it cannot convert.
+    /// Sets the report's zone (and planner settings) for the transaction.
     static func prepare(_ plan: ReportPlan, on connection: PostgresConnection) throws {
         let query = plan.query
         do {
@@ -177,7 +180,7 @@ public struct ReportEngine: Sendable {
 
     /// Refuses a report that needs an FX rate the table lacks, before a stream starts.
     static func checkFX(_ plan: ReportPlan, on connection: PostgresConnection) throws {
-        guard plan.needsMoney, plan.query.metrics.contains(where: \.isMoney) else { return }
+        guard plan.needsMoney else { return }
         if let missing = try connection.query(plan.missingFX()).first?.decode(0, as: String?.self) {
             throw ReportCurrencyError(missing: missing, reportCurrency: plan.query.currency)
         }

@@ -134,11 +134,10 @@ struct ReportPlan {
 
     static let zeroCounts = "0, 0, 0, 0, 0, 0, 0, 0"
     static let countList = rollupCounts.joined(separator: ", ")
-    /// The columns of every source row (rollup parts and the raw path's inner groups
-    /// alike, after the dimensions): the 8 counts, then money and devices.
-    static let moneyColumns = "revenue_micros, currency, country, ui, ut, devices, est, unrated_adjust"
-    /// A part without money: no revenue, currency, country, unpriced counts.
-    static let noMoney = "0::numeric, NULL::text, NULL::text, 0::bigint, 0::bigint"
+    /// The columns of a rollup part after its 8 counts: the device sketch, then money.
+    static let partColumns = "devices, revenue_micros, currency, country, ui, ut, est, unrated_adjust"
+    /// A part without money: no revenue, currency, country, unpriced counts, adjustment.
+    static let noMoney = "0::numeric, NULL::text, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint"
     /// hll(11, 5), as every sketch is (Migrations/0005).
     static func sketch(_ hashes: String) -> String { "hll_add_agg(\(hashes), 11, 5)" }
     /// A sketch's estimate as a whole number (0 for none).
@@ -164,50 +163,44 @@ struct ReportPlan {
         // Per-row zone conversions only for the few rows of cut hours and pending deltas.
         let rowHour = needsHour ? Self.hourText("date_trunc('hour', r.bucket)") : "NULL::text"
         let utcOfBucket = "(r.bucket AT TIME ZONE 'UTC')::date"
-        // A rate-card country's unpriced counts: priced at its own rate, and taken back off
-        // the all-country row, which priced them at the any-country rate (Migrations/0005).
         // A rate-card country's unpriced counts, where the card has an entry for it in force:
         // priced at that entry, less the any-country price the all-country row gave them
         // (or, with no any-country entry, less the unrated count it added). Summed per key
-        // here, one row per price currency, before the union (Migrations/0005).
-        func adjustments(_ source: String, keys: [String], utcDay: String) -> String {
-            let keyList = keys.joined(separator: ", ")
-            return """
-            (SELECT \(keyList), \(utcDay) AS u, r.network, r.format, cs.currency, cs.any_currency,
-                    sum(r.impressions::numeric * cs.cpm_micros * 0.001 + r.taps::numeric * cs.cpt_micros) AS specific,
-                    sum(r.impressions::numeric * cs.any_cpm_micros * 0.001 + r.taps::numeric * cs.any_cpt_micros) AS general,
-                    sum(r.impressions + r.taps) AS events
-             \(source)
-             JOIN card AS cs ON cs.u = \(utcDay) AND cs.network = r.network AND cs.format = r.format AND cs.country = r.country
-             WHERE r.app_id = ANY($APPS) AND r.country = ANY(\(Self.cardCountries)) AND $RANGE$FILTERS
-             GROUP BY \(keyList), \(utcDay), r.network, r.format, cs.currency, cs.any_currency) AS a
+        // here, one row per price currency, before the union (Migrations/0005). `keys` are
+        // the part's app, local date and hour text, named app_id, d and hk.
+        func adjustments(_ table: String, join: String = "", keys: String, utcDay: String, range: PostgresQuery) -> PostgresQuery {
+            """
+            SELECT a.app_id, a.d, a.hk, a.u, a.network, a.format, \(unsafeRaw: Self.zeroCounts), NULL::hll, 0::numeric, x.currency, NULL::text, 0::bigint, 0::bigint, x.amount, x.unrated::bigint
+            FROM (SELECT \(unsafeRaw: keys), \(unsafeRaw: utcDay) AS u, r.network, r.format, cs.currency, cs.any_currency,
+                         sum(r.impressions::numeric * cs.cpm_micros * 0.001 + r.taps::numeric * cs.cpt_micros) AS specific,
+                         sum(r.impressions::numeric * cs.any_cpm_micros * 0.001 + r.taps::numeric * cs.any_cpt_micros) AS general,
+                         sum(r.impressions + r.taps) AS events
+                  FROM \(unsafeRaw: table) r \(unsafeRaw: join)
+                  JOIN card AS cs ON cs.u = \(unsafeRaw: utcDay) AND cs.network = r.network AND cs.format = r.format AND cs.country = r.country
+                  WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND \(range)\(columnFilters("r"))
+                  GROUP BY 1, 2, 3, 4, 5, 6, 7, 8) AS a
             CROSS JOIN LATERAL (VALUES (a.currency, a.specific, 0::numeric),
                                        (a.any_currency, -a.general, CASE WHEN a.any_currency IS NULL THEN -a.events ELSE 0 END)) AS x (currency, amount, unrated)
             """
         }
-        let adjusted = "0::numeric, x.currency, NULL::text, 0::bigint, 0::bigint, NULL::hll, x.amount, x.unrated::bigint"
         switch source {
         case .daily:
             let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
             parts.append("""
-                SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll, NULL::numeric, NULL::bigint
+                SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
                 FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
-                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts),
-                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll, NULL::numeric, NULL::bigint
+                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
-                parts.append(adjustmentPart(
-                    "SELECT a.app_id, a.day, NULL::text, a.u, a.network, a.format, \(Self.zeroCounts), \(adjusted) FROM "
-                        + adjustments("FROM rollup_unpriced_day_compacted r", keys: ["r.app_id", "r.day"], utcDay: "r.utc_day"),
-                    range: "r.day \(days)"
-                ))
+                parts.append(adjustments("rollup_unpriced_day_compacted", keys: "r.app_id, r.day AS d, NULL::text AS hk", utcDay: "r.utc_day", range: "r.day \(days)"))
             }
             if devices {
                 parts.append("""
-                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices, NULL::numeric, NULL::bigint
+                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
             }
@@ -216,44 +209,42 @@ struct ReportPlan {
             let hourRange: PostgresQuery = "r.hour >= \(t0) AND r.hour < \(t1)"
             let cutBuckets: PostgresQuery = "r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)"
             parts.append("""
-                SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll, NULL::numeric, NULL::bigint
+                SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
                 FROM rollup_1h_compacted r \(whole)
                 WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                 """)
             parts.append("""
-                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: Self.noMoney), NULL::hll, NULL::numeric, NULL::bigint
+                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
                 FROM rollup_15m_compacted r
                 WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                 """)
             if money {
                 parts.append("""
-                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts),
-                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll, NULL::numeric, NULL::bigint
+                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                     """)
-                parts.append(adjustmentPart(
-                    "SELECT a.app_id, a.d, a.hk, a.u, a.network, a.format, \(Self.zeroCounts), \(adjusted) FROM "
-                        + adjustments("FROM rollup_unpriced_1h_compacted r JOIN hours ON hours.h = r.hour AND hours.whole",
-                                      keys: ["r.app_id", "hours.d", "hours.hk"], utcDay: "(r.hour AT TIME ZONE 'UTC')::date"),
-                    range: hourRange
+                parts.append(adjustments(
+                    "rollup_unpriced_1h_compacted", join: "JOIN hours ON hours.h = r.hour AND hours.whole",
+                    keys: "r.app_id, hours.d, hours.hk", utcDay: "(r.hour AT TIME ZONE 'UTC')::date", range: hourRange
                 ))
                 // Cut hours: every country's row, each priced at its own rate.
                 parts.append("""
-                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts),
-                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::hll, NULL::numeric, NULL::bigint
+                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
             }
             if devices {
                 parts.append("""
-                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices, NULL::numeric, NULL::bigint
+                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                     """)
                 parts.append("""
-                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), \(unsafeRaw: Self.noMoney), r.devices, NULL::numeric, NULL::bigint
+                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
@@ -264,8 +255,8 @@ struct ReportPlan {
         // Deltas not yet compacted: every committed event is counted at once.
         let deltaDevices = devices ? "(SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h)" : "NULL::hll"
         parts.append("""
-            SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList),
-                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, \(unsafeRaw: deltaDevices), NULL::numeric, NULL::bigint
+            SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: deltaDevices),
+                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
             """)
         var sql: PostgresQuery = ""
@@ -274,16 +265,6 @@ struct ReportPlan {
             sql.append(part)
         }
         return sql
-    }
-
-    /// A part written as text with `$APPS`, `$RANGE` and `$FILTERS` where the apps, the
-    /// range and the column filters (all bound) go.
-    func adjustmentPart(_ text: String, range: PostgresQuery) -> PostgresQuery {
-        let pieces = text.components(separatedBy: "$APPS")
-        precondition(pieces.count == 2)
-        let rest = pieces[1].components(separatedBy: "$RANGE$FILTERS")
-        precondition(rest.count == 2)
-        return "\(unsafeRaw: pieces[0])\(apps)\(unsafeRaw: rest[0])\(range)\(columnFilters("r"))\(unsafeRaw: rest[1])"
     }
 
     /// The UTC hours of the range, and whether each lies wholly inside it and inside
@@ -345,7 +326,7 @@ struct ReportPlan {
     /// One row per group (all rows as one group when `dimensions` is empty): the
     /// dimension values `d0…`, the sums in `countNames` order, then `unrated` (unpriced
     /// impressions and taps no rate card entry priced), `missing_fx` (the first
-    /// "UTC-date currency" whose conversion has no FX rate, or NULL) and `devices`
+    /// "UTC-date from missing" whose conversion has no FX rate, or NULL) and `devices`
     /// (the group's device sketch, or NULL).
     ///
     /// Money (DESIGN §3): impressions and taps without reported revenue are priced by
@@ -390,7 +371,7 @@ struct ReportPlan {
             if !positions.isEmpty { rows.append("\nGROUP BY \(unsafeRaw: positions.joined(separator: ", "))") }
             rows = "(\n\(rows)\n) AS s"
         } else {
-            let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.moneyColumns)"
+            let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.partColumns)"
             rows = "(SELECT \(unsafeRaw: select)s.* FROM (\n\(rollupParts())\n) AS s (\(unsafeRaw: columns)) WHERE true\(timeFilters())) AS s"
         }
         var with: [PostgresQuery] = source == .hourly ? [hoursCTE()] : []
@@ -432,7 +413,7 @@ struct ReportPlan {
                 """)
             return sql
         }
-        let currency = query.currency
+        let rc = query.currency
         // 1. Each row priced: reported revenue in its currency, or unpriced counts at the rate
         //    in force on its UTC date (the country's entry, else the any-country one), in its currency.
         let priced: PostgresQuery = """
@@ -456,7 +437,6 @@ struct ReportPlan {
         }.joined(separator: ", ")
         let bucketKeys = (names.map { "p.\($0)" } + ["p.u", "p.cur"]).joined(separator: ", ")
         // 3. Each bucket converted at its date's rate and rounded once; summed per group.
-        let rc = currency
         sql.append("""
             SELECT \(unsafeRaw: dimensionList)\(unsafeRaw: countSums("s")),
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.reported ELSE adtally_div_half_even(s.reported * fx.to_rate, fx.from_rate) END), 0) AS reported_micros,
@@ -559,9 +539,13 @@ struct ReportPlan {
         "SELECT missing_fx FROM (\n\(grouped(dimensions: []))\n) AS g"
     }
 
-    /// A server-side cursor over the ordered rows, for streaming.
+    /// Where a cursor row holds its `missing_fx`.
+    var missingFXColumn: Int { query.dimensions.count + Self.countColumns }
+
+    /// A server-side cursor over the ordered rows, for streaming: each row's columns,
+    /// then its `missing_fx`.
     func declareCursor(limit: Int?, offset: Int) -> PostgresQuery {
-        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()) FROM (\n\(grouped())\n) AS g \(unsafeRaw: orderBy)"
+        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()), g.missing_fx FROM (\n\(grouped())\n) AS g \(unsafeRaw: orderBy)"
         if let limit { sql.append(" LIMIT \(limit)") }
         if offset > 0 { sql.append(" OFFSET \(offset)") }
         return sql

@@ -83,6 +83,8 @@ struct ReportCommand: AsyncParsableCommand {
             do {
                 switch chosen {
                 case .csv:
+                    // Refusals (a missing FX rate, an unknown zone) before the header is written.
+                    try await engine.check(query)
                     let layout = ReportLayout(query: query)
                     var bytes: [UInt8] = []
                     ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &bytes)

@@ -202,6 +202,16 @@ struct MoneyTests {
             try await client.execute(uri: "/v1/reports?apps=euro&from=2026-02-01&to=2026-02-02&metrics=revenue&currency=KWD&format=csv", method: .get, headers: Reports.headers(keys.admin)) {
                 #expect($0.status == .unprocessableContent)
             }
+            // A stream that was not checked first refuses by itself, at the row that needs the rate.
+            let kwd = try ReportQuery.parse(
+                [("apps", "euro"), ("from", "2026-02-01"), ("to", "2026-02-02"), ("dimensions", "date"), ("metrics", "revenue"), ("currency", "KWD")],
+                readable: try await services.reports.readableApps(only: nil), isAdmin: true, acceptsCSV: false
+            )
+            var streamed: [String?] = []
+            await #expect(throws: ReportCurrencyError.self) {
+                try await services.reports.stream(kwd, start: {}, rows: { rows in streamed += rows.map { $0.dimensions[0] } })
+            }
+            #expect(!streamed.contains("2026-02-02"))
             // Counts need no rate.
             #expect(try await Reports.get(client, keys.admin, "apps=euro&from=2026-02-01&to=2026-02-03&metrics=impressions&currency=KWD").status == .ok)
             // A day's GBP rate deleted: the report that needs it names GBP and the day.

@@ -55,8 +55,6 @@ public enum ReportCount: Int, Sendable, CaseIterable {
     /// Reported + estimated: derived, not a column of its own.
     case revenueMicros
 
-    /// The counts the engine reads from the database, in column order.
-    public static let columns: [ReportCount] = allCases.filter { $0 != .revenueMicros }
 }
 
 /// The sums of one group.
