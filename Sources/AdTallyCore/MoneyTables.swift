@@ -47,13 +47,10 @@ public struct RateCardEntry: Sendable, Equatable, Codable {
     /// `*`, `cpm` and `cpt` to 0; amounts as strings or numbers).
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
+        // Absent is 0; anything present must be a decimal (null, true or {} is refused, not
+        // stored as 0: a rate re-prices history).
         func amount(_ key: CodingKeys) throws -> String {
-            // Absent is 0; anything present must be a decimal (null, true or {} is refused,
-            // not stored as 0: a rate re-prices history).
-            guard container.contains(key) else { return "0" }
-            if let text = try? container.decode(String.self, forKey: key) { return text }
-            if let number = try? container.decode(Decimal.self, forKey: key) { return "\(number)" }
-            throw MoneyTableError(key.stringValue, Money.decimalRule)
+            container.contains(key) ? try container.decimalText(forKey: key) : "0"
         }
         self = try Self.parse(
             network: try container.decode(String.self, forKey: .network), format: try container.decode(String.self, forKey: .format),
@@ -295,5 +292,15 @@ extension Money {
             place /= 10
         }
         return micros
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// A decimal given as a JSON string ("2.50") or number (2.5), as text for the
+    /// exact parsers; anything else is an error naming the key.
+    public func decimalText(forKey key: Key) throws -> String {
+        if let text = try? decode(String.self, forKey: key) { return text }
+        if let number = try? decode(Decimal.self, forKey: key) { return "\(number)" }
+        throw MoneyTableError(key.stringValue, "must be a decimal, as a string (\"2.50\") or a number")
     }
 }

@@ -47,11 +47,7 @@ public struct MoneyRoutes: Sendable {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             date = try container.decode(String.self, forKey: .date)
             currency = try container.decode(String.self, forKey: .currency)
-            if let text = try? container.decode(String.self, forKey: .rate) {
-                rate = text
-            } else {
-                rate = "\(try container.decode(Decimal.self, forKey: .rate))"
-            }
+            rate = try container.decimalText(forKey: .rate)
         }
 
         enum CodingKeys: String, CodingKey { case date, currency, rate }

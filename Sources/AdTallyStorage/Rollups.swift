@@ -97,11 +97,11 @@ struct RollupAccumulator {
             rows[key] = Sums()
             _ = Self.count(event, into: &rows[key]!)
         }
+        if let device = event.device { rows[key]!.devices.append(DeviceHash.hash(device)) }
     }
 
     /// Adds the event; false, changing nothing, when its revenue would overflow the row's sum.
     private static func count(_ event: AdEvent, into sums: inout Sums) -> Bool {
-        defer { if let device = event.device { sums.devices.append(DeviceHash.hash(device)) } }
         switch event.type {
         case .request: sums.requests += 1
         case .load: sums.loads += 1

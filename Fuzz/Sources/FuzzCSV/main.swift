@@ -4,7 +4,9 @@ import FuzzDriver
 
 /// One input as a CSV file fed in two chunks (split where its first byte says):
 /// records become raw events by the header, as `adtally ingest` does, and are
-/// validated in text-values mode. Any trap is a finding.
+/// validated in text-values mode. The same bytes are also read as a rate card and
+/// as an FX file (the bodies `POST /v1/rates` and `POST /v1/fx` take as text/csv).
+/// Any trap is a finding.
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzCSV(_ data: UnsafePointer<UInt8>, _ count: Int) -> CInt {
@@ -14,6 +16,8 @@ public func fuzzCSV(_ data: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     var records = reader.feed(bytes[..<split])
     records += reader.feed(bytes[split...])
     if let last = reader.finish() { records.append(last) }
+    _ = try? RateCardEntry.parseCSV(bytes)
+    _ = try? FXRate.parseCSV(bytes, base: "EUR")
     guard let header = records.first?.fields else { return 0 }
     let validator = EventValidator(appID: "fuzz", acceptsTextValues: true)
     for record in records.dropFirst() {
