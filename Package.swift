@@ -86,7 +86,7 @@ let package = Package(
         .target(
             name: "AdTallyApp",
             dependencies: [
-                "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit",
+                "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit", "TextFormats",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

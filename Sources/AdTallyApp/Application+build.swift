@@ -1,3 +1,4 @@
+import Foundation
 import AdTallyHTTP
 import AdTallyStorage
 import Hummingbird
@@ -22,9 +23,16 @@ public struct AppServices: Sendable {
     public var limits: IngestLimits
     /// The report engine every reading surface calls.
     public let reports: ReportEngine
+    /// Export schedules and runs.
+    public let exports: ExportStore
+    /// Runs due export slots while this server leads.
+    public let exportRunner: ExportRunner
 
     /// Wires the stores and the ingest batcher over a database.
-    public init(settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil) {
+    public init(
+        settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil,
+        exportRunner: ExportRunner.Configuration? = nil
+    ) {
         // Before the batcher and compactor create their metrics.
         MetricsRoutes.bootstrapOnce()
         self.database = database
@@ -42,11 +50,23 @@ public struct AppServices: Sendable {
         self.maintenance = EventMaintenance(store: eventStore, retentionDays: settings.retentionDays, maxEventAge: limits.maxAge, logger: logger)
         self.compactor = RollupCompactor(store: eventStore, logger: logger)
         self.reports = ReportEngine(pool: database.reportPool, logger: logger)
+        self.exports = ExportStore(pool: database.pool)
+        var runner = ExportRunner.Configuration(identity: Self.identity(settings))
+        runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
+        self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: reports, logger: Logger(label: "adtally.exports"))
+    }
+
+    /// This server as export runs name it: host, port and process id.
+    static func identity(_ settings: Settings) -> String {
+        "\(ProcessInfo.processInfo.hostName):\(settings.port) pid \(getpid())"
     }
 
     /// The background services, in start order (they stop in reverse).
     public var backgroundServices: [any Service] {
-        [MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher)]
+        [
+            MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher),
+            ExportService(runner: exportRunner),
+        ]
     }
 }
 
@@ -98,6 +118,17 @@ struct IngestService: Service {
             }
         } onCancel: {
             batcher.finish()
+        }
+    }
+}
+
+/// The export runner: leads when it holds the runner lock, else waits for it.
+struct ExportService: Service {
+    let runner: ExportRunner
+
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            await runner.run()
         }
     }
 }

@@ -18,6 +18,9 @@ public final class Database: Sendable {
     public let reportPool: PostgresPool
     /// Connections of the report pool: reports at once; more wait (10 s) for one.
     public static let reportConnections = 4
+    /// One connection of its own for the export runner: it holds the runner lock while
+    /// this process leads, and every claim and finish goes through it.
+    public let leaderPool: PostgresPool
     /// The schema migrations.
     public let migrator: Migrator
     /// The embedded cluster, when no URL was given.
@@ -26,12 +29,13 @@ public final class Database: Sendable {
     private let logger: Logger
 
     private init(
-        pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?,
+        pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, leaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?,
         startedEmbedded: Bool, logger: Logger
     ) {
         self.pool = pool
         self.authPool = authPool
         self.reportPool = reportPool
+        self.leaderPool = leaderPool
         self.migrator = migrator
         self.embedded = embedded
         self.startedEmbedded = startedEmbedded
@@ -68,8 +72,9 @@ public final class Database: Sendable {
             configuration: .init(conninfo: conninfo, maxConnections: reportConnections, options: settings.databaseOptions),
             logger: logger
         )
+        let leaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
         return Database(
-            pool: pool, authPool: authPool, reportPool: reportPool, migrator: migrator, embedded: embedded,
+            pool: pool, authPool: authPool, reportPool: reportPool, leaderPool: leaderPool, migrator: migrator, embedded: embedded,
             startedEmbedded: started, logger: logger
         )
     }
@@ -85,6 +90,7 @@ public final class Database: Sendable {
     public func close() async {
         await authPool.shutdown()
         await reportPool.shutdown()
+        await leaderPool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }
         do {

@@ -45,6 +45,8 @@ public struct Settings: Sendable {
     public var dbStatementTimeoutSeconds: Int
     /// libpq `connect_timeout`, in seconds.
     public var dbConnectTimeoutSeconds: Int
+    /// How far back (days) `serve` still writes export slots missed while no server ran.
+    public var exportCatchUpDays: Int = 7
 
     /// The accepted age of `occurred_at`.
     public var maxEventAge: Duration { .seconds(maxEventAgeDays * 86_400) }
@@ -111,6 +113,8 @@ public struct Settings: Sendable {
         public var dbStatementTimeoutSeconds: Int?
         /// `--connect-timeout`, when given.
         public var dbConnectTimeoutSeconds: Int?
+        /// `--export-catch-up-days` / `ADTALLY_EXPORT_CATCH_UP_DAYS`.
+        public var exportCatchUpDays: Int?
 
         /// Flags as given; nil means not given.
         public init(
@@ -187,6 +191,7 @@ public struct Settings: Sendable {
             ?? defaults.dbStatementTimeoutSeconds
         settings.dbConnectTimeoutSeconds = try number(flags.dbConnectTimeoutSeconds, "ADTALLY_CONNECT_TIMEOUT_SECONDS", range: 2...3600)
             ?? defaults.dbConnectTimeoutSeconds
+        settings.exportCatchUpDays = try number(flags.exportCatchUpDays, "ADTALLY_EXPORT_CATCH_UP_DAYS", range: 0...366) ?? defaults.exportCatchUpDays
         // Events older than the retention period would land in partitions about to be dropped.
         guard settings.maxEventAgeDays < settings.retentionDays else {
             throw SettingsError.invalid(

@@ -84,7 +84,7 @@ public struct ReportRoutes: Sendable {
             ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &out)
             var pending = out
             do {
-                try await engine.stream(query) {
+                try await engine.stream(query) { _ in
                     try await writer.write(ByteBuffer(bytes: pending))
                     pending = []
                 } rows: { rows in

@@ -32,6 +32,16 @@ public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+/// What a stream knows before its first row (`ReportEngine.stream(withSummary:)`).
+public struct ReportSummary: Sendable {
+    /// The notes of the report.
+    public var notes: ReportNotes
+    /// Sums over every row the stream will send.
+    public var totals: ReportCounts
+    /// The compared period's totals, when the query compares.
+    public var previousTotals: ReportCounts?
+}
+
 /// The one reporting engine: plans a `ReportQuery` onto the cheapest source that
 /// answers it exactly, runs it, and returns typed rows — to the API, the CLI and
 /// everything later built on them. No other code computes a metric: they get
@@ -116,28 +126,36 @@ public struct ReportEngine: Sendable {
 
     /// Streams every row of a report (the page of `limit`/`offset` when given), in
     /// chunks fetched from a server-side cursor: memory does not grow with rows.
-    /// `start` runs before the first row. A caller that must refuse before its first byte
-    /// runs `check` first; it saw an earlier snapshot than the stream's, so every streamed
-    /// row also carries its own FX check, and a row with an amount whose rate is missing
-    /// fails the stream instead of leaving the amount out.
+    /// `start` runs before the first row, with the notes and totals read in the stream's
+    /// own snapshot when `withSummary` (an export's manifest and JSON need them to agree
+    /// with its rows). A caller that must refuse before its first byte runs `check`
+    /// first; it saw an earlier snapshot than the stream's, so every streamed row also
+    /// carries its own FX check, and a row with an amount whose rate is missing fails
+    /// the stream instead of leaving the amount out.
     public func stream(
-        _ query: ReportQuery, start: () async throws -> Void, rows: ([ReportRow]) async throws -> Void
+        _ query: ReportQuery, withSummary: Bool = false, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         try await pool.withLease { lease in
-            let compared = try await lease.run { connection -> [String: ReportCounts]? in
+            let (compared, summary) = try await lease.run { connection -> ([String: ReportCounts]?, ReportSummary?) in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
                 // A client that reads nothing for a minute loses its transaction, its
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
                 try Self.prepare(plan, on: connection)
-                let compared = try query.comparedQuery.map { try Self.compared($0, on: connection).rows }
+                let compared = try query.comparedQuery.map { try Self.compared($0, on: connection) }
+                var summary: ReportSummary?
+                if withSummary {
+                    summary = ReportSummary(
+                        notes: try Self.notes(plan, on: connection), totals: try Self.totals(plan, on: connection), previousTotals: compared?.totals
+                    )
+                }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
-                return compared
+                return (compared?.rows, summary)
             }
-            try await start()
+            try await start(summary)
             // The next chunk is fetched (and decoded, on a pool thread) while this one is
             // written to the socket: PostgreSQL and the writer work at the same time.
             let fetch: @Sendable (PostgresConnection) throws -> [ReportRow] = { connection in
@@ -214,14 +232,18 @@ public struct ReportEngine: Sendable {
         }
         let days = try connection.query("""
             SELECT d::date - DATE '1970-01-01', extract(epoch FROM (d::date + 1)::timestamptz - d::date::timestamptz)::bigint,
-                   (d::date + 1)::timestamptz > now() - make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon))
+                   (d::date + 1)::timestamptz > now() - make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon)),
+                   extract(epoch FROM (d::date + 1)::timestamptz + make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon)))::bigint
             FROM generate_series(\(ReportQuery.formatDate(query.from))::date, \(ReportQuery.formatDate(query.to))::date, interval '1 day') AS d
             """)
         for row in days {
             let day = try row.decode(0, as: Int.self)
             let seconds = try row.decode(1, as: Int.self)
             if seconds != 86_400 { notes.dayLengths.append(.init(day: day, hours: Double(seconds) / 3600)) }
-            if try row.decode(2, as: Bool.self) { notes.provisionalDays.append(day) }
+            if try row.decode(2, as: Bool.self) {
+                notes.provisionalDays.append(day)
+                notes.finalAt = try row.decode(3, as: Int64.self)
+            }
         }
         return notes
     }

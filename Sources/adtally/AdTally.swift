@@ -9,7 +9,10 @@ struct AdTally: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "adtally",
         abstract: "Self-hosted analytics and reporting for in-app advertising.",
-        subcommands: [Serve.self, Migrate.self, AppsCommand.self, KeysCommand.self, IngestCommand.self, ReportCommand.self, RatesCommand.self, FXCommand.self]
+        subcommands: [
+            Serve.self, Migrate.self, AppsCommand.self, KeysCommand.self, IngestCommand.self, ReportCommand.self, RatesCommand.self, FXCommand.self,
+            ExportsCommand.self, StatusCommand.self, DemoCommand.self,
+        ]
     )
 }
 
@@ -90,6 +93,9 @@ extension AdTally {
         @Option(name: .customLong("max-connections"), help: "Most HTTP connections open at once (env ADTALLY_MAX_CONNECTIONS; default 1024).")
         var maxConnections: Int?
 
+        @Option(name: .customLong("export-catch-up-days"), help: "Days back that export slots missed while no server ran are still written (env ADTALLY_EXPORT_CATCH_UP_DAYS; default 7).")
+        var exportCatchUpDays: Int?
+
         @Option(name: .customLong("shutdown-timeout"), help: "Seconds a graceful shutdown waits for requests in progress (env ADTALLY_SHUTDOWN_TIMEOUT_SECONDS; default 15).")
         var shutdownTimeout: Int?
 
@@ -104,6 +110,7 @@ extension AdTally {
             flags.httpBodyTimeoutSeconds = bodyTimeout
             flags.maxConnections = maxConnections
             flags.shutdownTimeoutSeconds = shutdownTimeout
+            flags.exportCatchUpDays = exportCatchUpDays
             let settings = try Settings.resolve(flags: flags)
             let logger = LogSetup.bootstrap(level: settings.logLevel)
             try await Server.run(settings: settings, logger: logger)

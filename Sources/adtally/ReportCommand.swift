@@ -24,51 +24,15 @@ struct ReportCommand: AsyncParsableCommand {
     }
 
     @OptionGroup var database: DatabaseOptions
-    @Option(help: "Apps, comma-separated (default: all).") var apps: String?
-    @Option(help: "First day YYYY-MM-DD, in the report's zone.") var from: String?
-    @Option(help: "Last day YYYY-MM-DD, inclusive.") var to: String?
-    @Option(help: "The N whole days before today (instead of --from/--to).") var days: Int?
+    @OptionGroup var report: ReportOptions
     @Option(help: "IANA time zone (default: the apps' own, or UTC when they differ).") var tz: String?
-    @Option(help: "Group by: app date hour week month network placement format size country platform os_version app_version error_code.")
-    var dimensions: String?
-    @Option(help: "Metrics, comma-separated (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm).") var metrics: String?
-    @Option(name: .customLong("filter"), help: ArgumentHelp("Only these values of a dimension, e.g. network=admob,iad (repeatable).", valueName: "dimension=values"))
-    var filters: [String] = []
-    @Option(help: "Currency money is shown in (default: the app's; several apps: USD).") var currency: String?
-    @Option(help: "Sort keys, comma-separated, - for descending (e.g. -revenue,date).") var sort: String?
-    @Option(help: "Most rows (a table and JSON: 1000 unless given; CSV: all).") var limit: Int?
-    @Option(help: "previous_period or year_over_year.") var compare: String?
     @Option(help: "table, csv or json (default: a table on a terminal, else CSV).") var format: Output?
     @Option(help: "Write to this file instead of standard output.") var output: String?
-
-    func parameters() throws -> [(String, String)] {
-        var parameters: [(String, String)] = []
-        func add(_ name: String, _ value: String?) { if let value { parameters.append((name, value)) } }
-        add("apps", apps)
-        add("from", from)
-        add("to", to)
-        add("days", days.map(String.init))
-        add("tz", tz)
-        add("dimensions", dimensions)
-        add("metrics", metrics)
-        add("currency", currency)
-        add("sort", sort)
-        add("limit", limit.map(String.init))
-        add("compare", compare)
-        for filter in filters {
-            let parts = filter.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, ReportDimension(rawValue: String(parts[0])) != nil else {
-                throw ValidationError("--filter must be dimension=value[,value…] with a dimension of \(ReportDimension.allCases.map(\.rawValue).joined(separator: ", ")), e.g. network=admob,iad")
-            }
-            parameters.append((String(parts[0]), String(parts[1])))
-        }
-        return parameters
-    }
 
     func run() async throws {
         let toTerminal = output == nil && isatty(STDOUT_FILENO) == 1
         let chosen = format ?? (toTerminal ? .table : .csv)
-        let parameters = try parameters()
+        let parameters = try report.parameters(tz: tz)
         try await database.withDatabase { database, logger in
             let engine = ReportEngine(pool: database.pool, logger: logger)
             let query: ReportQuery
@@ -77,7 +41,7 @@ struct ReportCommand: AsyncParsableCommand {
                     parameters, readable: try await engine.readableApps(only: nil), isAdmin: true, output: chosen == .csv ? .csv : .json
                 )
             } catch let error as ReportQueryError {
-                throw ValidationError("--\(error.parameter.replacingOccurrences(of: "_", with: "-")): \(error.message)")
+                throw ValidationError(ReportOptions.describe(error))
             }
             let sink = try OutputSink(path: output)
             do {
@@ -89,7 +53,7 @@ struct ReportCommand: AsyncParsableCommand {
                     var bytes: [UInt8] = []
                     ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &bytes)
                     try sink.write(bytes)
-                    try await engine.stream(query) {} rows: { rows in
+                    try await engine.stream(query) { _ in } rows: { rows in
                         bytes.removeAll(keepingCapacity: true)
                         for row in rows { layout.appendCSV(row, to: &bytes) }
                         try sink.write(bytes)
@@ -166,5 +130,53 @@ final class OutputSink {
 
     func close() throws {
         if isFile { try handle.close() }
+    }
+}
+
+/// The report options `adtally report` and `adtally exports create` share, under the
+/// names `GET /v1/reports` uses.
+struct ReportOptions: ParsableArguments {
+    @Option(help: "Apps, comma-separated (default: all).") var apps: String?
+    @Option(help: "First day YYYY-MM-DD, in the report's zone.") var from: String?
+    @Option(help: "Last day YYYY-MM-DD, inclusive.") var to: String?
+    @Option(help: "The N whole days before today (an export: before its slot's day) instead of --from/--to.") var days: Int?
+    @Option(help: "Group by: app date hour week month network placement format size country platform os_version app_version error_code.")
+    var dimensions: String?
+    @Option(help: "Metrics, comma-separated (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm).") var metrics: String?
+    @Option(name: .customLong("filter"), help: ArgumentHelp("Only these values of a dimension, e.g. network=admob,iad (repeatable).", valueName: "dimension=values"))
+    var filters: [String] = []
+    @Option(help: "Currency money is shown in (default: the app's; several apps: USD).") var currency: String?
+    @Option(help: "Sort keys, comma-separated, - for descending (e.g. -revenue,date).") var sort: String?
+    @Option(help: "Most rows (a table and JSON: 1000 unless given; CSV: all).") var limit: Int?
+    @Option(help: "previous_period or year_over_year.") var compare: String?
+
+    /// The parameters as `GET /v1/reports` names them; `tz` is the report's zone.
+    func parameters(tz: String?) throws -> [(String, String)] {
+        var parameters: [(String, String)] = []
+        func add(_ name: String, _ value: String?) { if let value { parameters.append((name, value)) } }
+        add("apps", apps)
+        add("from", from)
+        add("to", to)
+        add("days", days.map(String.init))
+        add("tz", tz)
+        add("dimensions", dimensions)
+        add("metrics", metrics)
+        add("currency", currency)
+        add("sort", sort)
+        add("limit", limit.map(String.init))
+        add("compare", compare)
+        for filter in filters {
+            let parts = filter.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, ReportDimension(rawValue: String(parts[0])) != nil else {
+                throw ValidationError("--filter must be dimension=value[,value…] with a dimension of \(ReportDimension.allCases.map(\.rawValue).joined(separator: ", ")), e.g. network=admob,iad")
+            }
+            parameters.append((String(parts[0]), String(parts[1])))
+        }
+        return parameters
+    }
+
+    /// A report error as a CLI error, naming the option.
+    static func describe(_ error: ReportQueryError) -> String {
+        "--\(error.parameter.replacingOccurrences(of: "_", with: "-")): \(error.message)"
     }
 }

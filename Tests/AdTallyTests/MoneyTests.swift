@@ -209,7 +209,7 @@ struct MoneyTests {
             )
             var streamed: [String?] = []
             await #expect(throws: ReportCurrencyError.self) {
-                try await services.reports.stream(kwd, start: {}, rows: { rows in streamed += rows.map { $0.dimensions[0] } })
+                try await services.reports.stream(kwd, start: { _ in }, rows: { rows in streamed += rows.map { $0.dimensions[0] } })
             }
             #expect(!streamed.contains("2026-02-02"))
             // Counts need no rate.

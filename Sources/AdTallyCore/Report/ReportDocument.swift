@@ -32,6 +32,8 @@ public struct ReportNotes: Sendable, Equatable {
     public var dayLengths: [DayLength] = []
     /// Days late events may still change (inside the accepted window).
     public var provisionalDays: [Int] = []
+    /// When the last provisional day turns final (seconds since 1970), if any is provisional.
+    public var finalAt: Int64?
     /// Where the numbers were read: rollups or raw events.
     public var source: String = ""
     /// For a report read from raw events: the first UTC day whose raw events are
@@ -94,9 +96,15 @@ public struct ReportDocument: Sendable {
 
     /// The page as JSON.
     public func json() -> [UInt8] {
-        let query = layout.query
-        var out: [UInt8] = []
-        out.reserveCapacity(512 + rows.count * 24 * layout.columns.count)
+        var out = Self.jsonHead(layout)
+        out.reserveCapacity(out.count + 512 + rows.count * 24 * layout.columns.count)
+        for (index, row) in rows.enumerated() { Self.appendJSONRow(row, layout: layout, isFirst: index == 0, to: &out) }
+        appendJSONTail(to: &out)
+        return out
+    }
+
+    /// The query as understood, as the JSON object of a page's `query` (and an export manifest's).
+    public static func appendQueryJSON(_ query: ReportQuery, to out: inout [UInt8]) {
         func key(_ name: String) {
             ReportText.appendJSONString(name, to: &out)
             out.append(UInt8(ascii: ":"))
@@ -111,9 +119,7 @@ public struct ReportDocument: Sendable {
             out.append(UInt8(ascii: "]"))
         }
         func raw(_ text: String) { out.append(contentsOf: text.utf8) }
-
         raw("{")
-        key("query"); raw("{")
         key("apps"); strings(query.apps); raw(",")
         key("from"); string(ReportQuery.formatDate(query.from)); raw(",")
         key("to"); string(ReportQuery.formatDate(query.to)); raw(",")
@@ -132,25 +138,58 @@ public struct ReportDocument: Sendable {
         key("compare"); if let comparison = query.comparison { string(comparison.rawValue) } else { raw("null") }
         raw(",")
         key("format"); string(query.format.rawValue)
-        raw("},")
+        raw("}")
+    }
 
+    /// A page's JSON up to its first row: `{"query":…,"columns":…,"rows":[`.
+    public static func jsonHead(_ layout: ReportLayout) -> [UInt8] {
+        var out: [UInt8] = []
+        func key(_ name: String) {
+            ReportText.appendJSONString(name, to: &out)
+            out.append(UInt8(ascii: ":"))
+        }
+        func raw(_ text: String) { out.append(contentsOf: text.utf8) }
+        raw("{")
+        key("query"); appendQueryJSON(layout.query, to: &out); raw(",")
         key("columns"); raw("[")
         for (index, column) in layout.columns.enumerated() {
             if index > 0 { raw(",") }
-            raw("{"); key("name"); string(column.name); raw(","); key("type"); string(column.type.rawValue); raw("}")
+            raw("{"); key("name"); ReportText.appendJSONString(column.name, to: &out); raw(",")
+            key("type"); ReportText.appendJSONString(column.type.rawValue, to: &out); raw("}")
         }
         raw("],")
-
         key("rows"); raw("[")
-        for (index, row) in rows.enumerated() {
-            if index > 0 { raw(",") }
-            raw("[")
-            for (position, cell) in layout.cells(row).enumerated() {
-                if position > 0 { raw(",") }
-                ReportText.appendJSON(cell, to: &out)
-            }
-            raw("]")
+        return out
+    }
+
+    /// One row of `rows`, after a comma unless it is the first.
+    public static func appendJSONRow(_ row: ReportRow, layout: ReportLayout, isFirst: Bool, to out: inout [UInt8]) {
+        if !isFirst { out.append(UInt8(ascii: ",")) }
+        out.append(UInt8(ascii: "["))
+        for (position, cell) in layout.cells(row).enumerated() {
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            ReportText.appendJSON(cell, to: &out)
         }
+        out.append(UInt8(ascii: "]"))
+    }
+
+    /// The rest of the page after its rows: `],"totals":…,"notes":…,"next_cursor":…}`.
+    public func appendJSONTail(to out: inout [UInt8]) {
+        let query = layout.query
+        func key(_ name: String) {
+            ReportText.appendJSONString(name, to: &out)
+            out.append(UInt8(ascii: ":"))
+        }
+        func string(_ text: String) { ReportText.appendJSONString(text, to: &out) }
+        func strings(_ items: [String]) {
+            out.append(UInt8(ascii: "["))
+            for (index, item) in items.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                string(item)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        func raw(_ text: String) { out.append(contentsOf: text.utf8) }
         raw("],")
 
         key("totals"); raw("{")
@@ -197,6 +236,5 @@ public struct ReportDocument: Sendable {
         raw("},")
         key("next_cursor"); if let cursor = nextCursor { string(cursor) } else { raw("null") }
         raw("}")
-        return out
     }
 }

@@ -1,0 +1,344 @@
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+import Logging
+import TextFormats
+
+/// `adtally demo`: a few apps in different zones and currencies, a rate card, FX
+/// rates and weeks of traffic that looks like the real thing — a daily rhythm,
+/// weekends, networks that differ in fill and eCPM, taps and cancels, interstitials
+/// that expire shown and unshown, load errors — written through the same validator,
+/// dedupe and storage as `POST /v1/events` and `adtally ingest`.
+///
+/// Events older than the server's accepted window cannot come over HTTP (by
+/// design), so the demo writes them the way `adtally ingest` does, with its own
+/// window as long as its history; it does not widen the window of the service.
+public struct DemoLoader: Sendable {
+    /// A network as one demo app sees it.
+    struct Network: Sendable {
+        var name: String
+        var weight: Double
+        /// Share of requests filled.
+        var fill: Double
+        /// eCPM in USD micros, when the SDK reports revenue per impression.
+        var reportedECPMMicros: Int64?
+    }
+
+    /// A demo app.
+    struct DemoApp: Sendable {
+        var id: String
+        var name: String
+        var timezone: String
+        var currency: String
+        /// Requests in an average hour.
+        var requestsPerHour: Double
+        var networks: [Network]
+        var countries: [(String, Double)]
+        var formats: [(AdFormat, Double)]
+    }
+
+    static let apps: [DemoApp] = [
+        DemoApp(
+            id: "demo-puzzle", name: "Puzzle Garden (demo)", timezone: "Asia/Tokyo", currency: "JPY", requestsPerHour: 420,
+            networks: [
+                Network(name: "admob", weight: 0.45, fill: 0.93, reportedECPMMicros: 1_900_000),
+                Network(name: "applovin", weight: 0.3, fill: 0.86, reportedECPMMicros: nil),
+                Network(name: "nend", weight: 0.25, fill: 0.71, reportedECPMMicros: nil),
+            ],
+            countries: [("JP", 0.7), ("US", 0.1), ("KR", 0.08), ("TW", 0.07), ("ZZ", 0.05)],
+            formats: [(.banner, 0.55), (.interstitial, 0.3), (.rewarded, 0.15)]
+        ),
+        DemoApp(
+            id: "demo-news", name: "Daily Brief (demo)", timezone: "America/New_York", currency: "USD", requestsPerHour: 300,
+            networks: [
+                Network(name: "admob", weight: 0.5, fill: 0.95, reportedECPMMicros: 2_400_000),
+                Network(name: "meta", weight: 0.3, fill: 0.78, reportedECPMMicros: nil),
+                Network(name: "iad", weight: 0.2, fill: 0.6, reportedECPMMicros: nil),
+            ],
+            countries: [("US", 0.62), ("CA", 0.12), ("GB", 0.1), ("MX", 0.08), ("IN", 0.08)],
+            formats: [(.banner, 0.5), (.native, 0.35), (.interstitial, 0.15)]
+        ),
+        DemoApp(
+            id: "demo-runner", name: "Trail Runner (demo)", timezone: "Europe/Berlin", currency: "EUR", requestsPerHour: 180,
+            networks: [
+                Network(name: "applovin", weight: 0.4, fill: 0.88, reportedECPMMicros: nil),
+                Network(name: "unity", weight: 0.35, fill: 0.74, reportedECPMMicros: nil),
+                Network(name: "admob", weight: 0.25, fill: 0.9, reportedECPMMicros: 2_100_000),
+            ],
+            countries: [("DE", 0.45), ("FR", 0.2), ("GB", 0.15), ("NL", 0.1), ("BR", 0.1)],
+            formats: [(.rewarded, 0.5), (.interstitial, 0.3), (.banner, 0.2)]
+        ),
+    ]
+
+    /// The app ids the demo makes.
+    public static var appIDs: [String] { apps.map(\.id) }
+
+    /// How far along the load is.
+    public struct Progress: Sendable {
+        /// App-days written, of `total`.
+        public var done: Int
+        /// App-days in all.
+        public var total: Int
+        /// Events stored so far.
+        public var events: Int
+    }
+
+    /// What was made.
+    public struct Summary: Sendable {
+        /// Events stored.
+        public var events: Int
+        /// Events the validator refused (none, unless the generator is wrong).
+        public var rejected: Int
+        /// First and last UTC day of the traffic.
+        public var firstDay: Int
+        /// The last day.
+        public var lastDay: Int
+        /// A read key for the first app.
+        public var readKey: NewKey
+        /// An admin key.
+        public var adminKey: NewKey
+    }
+
+    /// Why the demo did not load.
+    public enum DemoError: Error, CustomStringConvertible {
+        case alreadyLoaded([String])
+        case invalidEvents(Int, String)
+
+        public var description: String {
+            switch self {
+            case .alreadyLoaded(let apps): "the demo apps exist already (\(apps.joined(separator: ", "))): the demo loads once per database"
+            case .invalidEvents(let count, let first): "the demo made \(count) events the validator refused (a bug in the demo), the first: \(first)"
+            }
+        }
+    }
+
+    let database: Database
+    /// Days of history, ending now.
+    public var days: Int
+    /// Traffic multiplier.
+    public var scale: Double
+    /// Random seed (the same seed makes the same traffic, with fresh event ids).
+    public var seed: UInt64
+    let logger: Logger
+
+    /// A loader of `days` days of traffic at `scale` times the usual volume.
+    public init(database: Database, days: Int = 28, scale: Double = 1, seed: UInt64 = 2026, logger: Logger) {
+        self.database = database
+        self.days = days
+        self.scale = scale
+        self.seed = seed
+        self.logger = logger
+    }
+
+    /// Loads everything; refuses when the demo apps exist.
+    public func load(now: Date = Date(), report: (Progress) -> Void = { _ in }) async throws -> Summary {
+        let appStore = AppStore(pool: database.pool)
+        let existing = try await appStore.listApps().map(\.id).filter { Self.appIDs.contains($0) }
+        guard existing.isEmpty else { throw DemoError.alreadyLoaded(existing) }
+        let eventStore = EventStore(pool: database.pool, logger: logger)
+        // Ids older than the ledger's pruning cannot be deduplicated: start after it.
+        let nowSeconds = Int64(now.timeIntervalSince1970)
+        var start = (nowSeconds / 86_400 - Int64(days)) * 86_400
+        if let pruned = try await eventStore.widenIDHorizon(to: .zero) { start = max(start, pruned / 1_000_000 / 3600 * 3600 + 7200) }
+
+        for app in Self.apps {
+            _ = try await appStore.createApp(id: app.id, name: app.name, timezone: app.timezone, currency: app.currency)
+        }
+        let firstDay = Int(start / 86_400), lastDay = Int(nowSeconds / 86_400)
+        try await loadMoney(firstDay: firstDay, lastDay: lastDay)
+
+        var random = SplitMix64(seed: seed)
+        var progress = Progress(done: 0, total: Self.apps.count * (lastDay - firstDay + 1), events: 0)
+        var rejected = 0
+        var firstRejection: String?
+        var sinceCompaction = 0
+        let nowMicros = Int64(now.timeIntervalSince1970 * 1_000_000)
+        for app in Self.apps {
+            // The demo's own window: as long as its history, not the service's.
+            let validator = EventValidator(appID: app.id, maxAge: .seconds(nowSeconds - start + 86_400), maxAhead: .seconds(60))
+            for day in firstDay...lastDay {
+                var events: [AppEvent] = []
+                for raw in Self.day(app, day: day, start: start, end: nowSeconds, scale: scale, random: &random) {
+                    do {
+                        events.append(AppEvent(appID: app.id, event: try validator.validate(raw, nowMicros: nowMicros)))
+                    } catch {
+                        rejected += 1
+                        firstRejection = firstRejection ?? error.description
+                    }
+                }
+                var offset = 0
+                while offset < events.count {
+                    let slice = Array(events[offset..<min(offset + 10_000, events.count)])
+                    progress.events += try await eventStore.store(slice).filter { $0 }.count
+                    offset += slice.count
+                }
+                sinceCompaction += events.count
+                if sinceCompaction >= 200_000 {
+                    try await RollupCompactor(store: eventStore).compactOnce()
+                    sinceCompaction = 0
+                }
+                progress.done += 1
+                report(progress)
+            }
+        }
+        try await RollupCompactor(store: eventStore).compactOnce()
+        // The generator makes valid events only; a refusal is a bug to see, not to skip.
+        if let firstRejection { throw DemoError.invalidEvents(rejected, firstRejection) }
+        let readKey = try await appStore.createKey(app: Self.apps[0].id, scope: .read)
+        let adminKey = try await appStore.createKey(app: nil, scope: .admin)
+        return Summary(events: progress.events, rejected: rejected, firstDay: firstDay, lastDay: lastDay, readKey: readKey, adminKey: adminKey)
+    }
+
+    /// A rate card in USD (any country, and dearer rates for a few), and EUR-based FX
+    /// rates for every day of the traffic.
+    func loadMoney(firstDay: Int, lastDay: Int) async throws {
+        let money = MoneyStore(pool: database.pool)
+        let from = ReportQuery.formatDate(firstDay - 1)
+        var entries: [RateCardEntry] = []
+        // CPM and CPT in USD micros per network and format: (banner, interstitial, rewarded, native).
+        let cards: [(String, [AdFormat: (Int64, Int64)])] = [
+            ("applovin", [.banner: (600_000, 40_000), .interstitial: (7_500_000, 120_000), .rewarded: (11_000_000, 150_000), .native: (2_000_000, 60_000)]),
+            ("nend", [.banner: (350_000, 25_000), .interstitial: (4_000_000, 80_000), .rewarded: (6_000_000, 90_000), .native: (1_200_000, 40_000)]),
+            ("meta", [.banner: (700_000, 50_000), .interstitial: (8_000_000, 150_000), .rewarded: (10_000_000, 150_000), .native: (3_500_000, 90_000)]),
+            ("iad", [.banner: (1_000_000, 30_000), .interstitial: (9_000_000, 100_000), .rewarded: (9_000_000, 100_000), .native: (2_500_000, 50_000)]),
+            ("unity", [.banner: (400_000, 30_000), .interstitial: (6_500_000, 110_000), .rewarded: (12_500_000, 140_000), .native: (1_500_000, 50_000)]),
+            ("admob", [.banner: (800_000, 50_000), .interstitial: (7_000_000, 120_000), .rewarded: (10_000_000, 140_000), .native: (2_500_000, 70_000)]),
+        ]
+        for (network, formats) in cards {
+            for (format, (cpm, cpt)) in formats {
+                entries.append(RateCardEntry(network: network, format: format.rawValue, country: "*", currency: "USD", cpmMicros: cpm, cptMicros: cpt, effectiveFrom: from))
+                entries.append(RateCardEntry(network: network, format: format.rawValue, country: "US", currency: "USD", cpmMicros: cpm * 3 / 2, cptMicros: cpt * 3 / 2, effectiveFrom: from))
+                entries.append(RateCardEntry(network: network, format: format.rawValue, country: "JP", currency: "JPY", cpmMicros: cpm * 150 * 6 / 5, cptMicros: cpt * 150, effectiveFrom: from))
+            }
+        }
+        _ = try await money.setRates(entries)
+        // EUR-based rates drifting a little from day to day, as the ECB publishes them.
+        var random = SplitMix64(seed: seed &+ 1)
+        var levels: [(String, Double)] = [("USD", 1.08), ("JPY", 162.5), ("GBP", 0.85), ("KRW", 1_450), ("CAD", 1.47), ("BRL", 5.9)]
+        var rates: [FXRate] = []
+        for day in (firstDay - 1)...(lastDay + 1) {
+            for index in levels.indices {
+                levels[index].1 *= 1 + (random.nextDouble() - 0.5) * 0.008
+                let digits = levels[index].1 > 100 ? 2 : 4
+                rates.append(FXRate(date: ReportQuery.formatDate(day), base: "EUR", currency: levels[index].0, rate: String(format: "%.\(digits)f", levels[index].1)))
+            }
+        }
+        _ = try await money.importFX(rates)
+    }
+
+    /// One UTC day of an app's events, in time order within each hour.
+    static func day(_ app: DemoApp, day: Int, start: Int64, end: Int64, scale: Double, random: inout SplitMix64) -> [RawEvent] {
+        let zone = TimeZone(identifier: app.timezone)!
+        var events: [RawEvent] = []
+        let devices = Int(3000 * scale) + 50
+        for hour in 0..<24 {
+            let hourStart = Int64(day) * 86_400 + Int64(hour) * 3600
+            guard hourStart >= start, hourStart < end else { continue }
+            let localHour = ((hourStart + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(hourStart))))) % 86_400) / 3600
+            let weekday = ((hourStart + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(hourStart))))) / 86_400 + 4) % 7
+            // Quiet at 4 am, busiest around 9 pm local; weekends a fifth busier.
+            let phase = Double((localHour + 24 - 4) % 24) / 24
+            let rhythm = 0.25 + 1.5 * pow(sin(Double.pi * phase * 0.95), 2)
+            let weekend = weekday == 0 || weekday == 6 ? 1.2 : 1
+            let requests = Int(app.requestsPerHour * scale * rhythm * weekend * (0.85 + 0.3 * random.nextDouble()))
+            for _ in 0..<requests {
+                let at = hourStart * 1_000_000 + Int64(random.nextDouble() * 3_600_000_000)
+                guard at / 1_000_000 < end else { continue }
+                events += request(app, at: at, devices: devices, random: &random).filter { $0.1 / 1_000_000 < end }.map(\.0)
+            }
+        }
+        return events
+    }
+
+    /// One ad request and what followed it: (event, occurred_at micros).
+    static func request(_ app: DemoApp, at: Int64, devices: Int, random: inout SplitMix64) -> [(RawEvent, Int64)] {
+        let network = pick(app.networks.map { ($0, $0.weight) }, &random)
+        let format = pick(app.formats, &random)
+        let country = pick(app.countries, &random)
+        let device = Int(random.next() % UInt64(devices))
+        let isIOS = device % 5 < 3
+        var base = RawEvent()
+        base.set("network", .string(network.name))
+        base.set("format", .string(format.rawValue))
+        base.set("country", .string(country))
+        base.set("platform", .string(isIOS ? "ios" : "android"))
+        base.set("os_version", .string(isIOS ? ["17.6", "18.1", "18.2"][device % 3] : ["13", "14", "15"][device % 3]))
+        base.set("app_version", .string(["3.2.0", "3.3.0", "3.3.1"][min(2, device % 7 / 2)]))
+        base.set("placement", .string(format == .banner ? ["home", "feed"][device % 2] : ["level_end", "menu"][device % 2]))
+        base.set("device", .string("\(app.id)-device-\(device)"))
+        if format == .banner { base.set("size", .string("320x50")) }
+        var out: [(RawEvent, Int64)] = []
+        func event(_ type: EventType, _ micros: Int64, _ extra: (inout RawEvent) -> Void = { _ in }) {
+            var raw = base
+            raw.set("id", .string(UUID().uuidString.lowercased()))
+            raw.set("type", .string(type.rawValue))
+            // RFC 3339 in UTC: PostgreSQL's "YYYY-MM-DD HH:MM:SS.ffffff+00" with a T and a Z.
+            raw.set("occurred_at", .string(CivilTime.timestamp(micros: micros).replacingOccurrences(of: " ", with: "T").dropLast(3) + "Z"))
+            extra(&raw)
+            out.append((raw, micros))
+        }
+        event(.request, at)
+        // Weekend evenings fill a little worse; some countries fill worse everywhere.
+        let fill = network.fill * (country == "ZZ" || country == "IN" || country == "BR" ? 0.85 : 1)
+        guard random.nextDouble() < fill else {
+            let roll = random.nextDouble()
+            event(.error, at + 300_000) { $0.set("error_code", .number(roll < 0.8 ? "3" : roll < 0.95 ? "2" : "0")) }
+            return out
+        }
+        let isFullScreen = format == .interstitial || format == .rewarded
+        var shownAt: Int64?
+        if isFullScreen {
+            event(.load, at + 900_000)
+            if random.nextDouble() < 0.78 { shownAt = at + Int64(5 + random.nextDouble() * 240) * 1_000_000 }
+        } else {
+            shownAt = at + 400_000
+        }
+        guard let shown = shownAt else {
+            // Loaded, never shown: the content lapses after half an hour — a wasted fill.
+            event(.expiry, at + 1_800_000_000) { $0.set("shown", .bool(false)) }
+            return out
+        }
+        event(.impression, shown) { raw in
+            if let ecpm = network.reportedECPMMicros {
+                // The SDK reports what this impression earned: eCPM / 1000, give or take.
+                raw.set("revenue_micros", .number(String(Int64(Double(ecpm) / 1000 * (0.6 + 0.8 * random.nextDouble())))))
+                raw.set("currency", .string("USD"))
+            }
+        }
+        if isFullScreen, random.nextDouble() < 0.25 { event(.expiry, shown + 60_000_000) { $0.set("shown", .bool(true)) } }
+        let ctr = format == .banner ? 0.011 : format == .native ? 0.018 : 0.05
+        if random.nextDouble() < ctr {
+            let leaves = random.nextDouble() < 0.7
+            event(.tap, shown + 3_000_000) { $0.set("will_leave", .bool(leaves)) }
+            if random.nextDouble() < 0.12 { event(.actionCancel, shown + 5_000_000) }
+        }
+        return out
+    }
+
+    static func pick<T>(_ choices: [(T, Double)], _ random: inout SplitMix64) -> T {
+        let total = choices.reduce(0) { $0 + $1.1 }
+        var roll = random.nextDouble() * total
+        for (value, weight) in choices {
+            roll -= weight
+            if roll < 0 { return value }
+        }
+        return choices[choices.count - 1].0
+    }
+}
+
+/// A small, fast, seedable generator (SplitMix64), so a seed makes the same traffic.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func nextDouble() -> Double { Double(next() >> 11) / Double(1 << 53) }
+}

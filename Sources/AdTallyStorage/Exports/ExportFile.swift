@@ -1,0 +1,156 @@
+import AdTallyCore
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A file or folder an export cannot write: names the path and the system's reason.
+public struct ExportFileError: Error, Sendable, CustomStringConvertible {
+    /// The path.
+    public var path: String
+    /// What failed, with strerror's words.
+    public var reason: String
+
+    init(_ path: String, _ action: String, errno code: Int32 = errno) {
+        self.path = path
+        self.reason = "\(action): \(String(cString: strerror(code)))"
+    }
+
+    public var description: String { "cannot write \(path): \(reason)" }
+}
+
+/// An export file written the safe way: under a hidden temporary name beside its
+/// final one, fsynced, then renamed over it (with its manifest) and the folder
+/// fsynced — a reader never sees a partial file under the final name, and a crash
+/// leaves at most a `.NAME.tmp-…` file that the slot's next attempt removes.
+/// The bytes are counted and hashed as they are written.
+///
+/// `@unchecked Sendable`: one export run owns a file and uses it from one task at a
+/// time — its writes in the run's task, its commit in a pool thread the run awaits.
+public final class ExportFile: @unchecked Sendable {
+    /// The final path.
+    public let path: String
+    let temporaryPath: String
+    private var descriptor: Int32
+    private var hasher = SHA256()
+    private var isCommitted = false
+    /// Bytes written.
+    public private(set) var bytes: Int64 = 0
+
+    /// Folder and file name of a path.
+    static func split(_ path: String) -> (folder: String, name: String) {
+        let url = URL(fileURLWithPath: path)
+        return (url.deletingLastPathComponent().path, url.lastPathComponent)
+    }
+
+    /// Prefix of the temporary names of `name` (all attempts).
+    static func temporaryPrefix(_ name: String) -> String { ".\(name).tmp-" }
+
+    /// Creates the folder if needed, removes temporary files an earlier attempt left
+    /// for this file, and opens a new temporary one.
+    public init(path: String) throws {
+        self.path = path
+        let (folder, name) = Self.split(path)
+        try Self.makeFolder(folder)
+        for leftover in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] where leftover.hasPrefix(Self.temporaryPrefix(name)) {
+            unlink(folder + "/" + leftover)
+        }
+        temporaryPath = "\(folder)/\(Self.temporaryPrefix(name))\(getpid())-\(UInt32.random(in: .min ... .max))"
+        descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { throw ExportFileError(temporaryPath, "open") }
+    }
+
+    deinit {
+        if descriptor >= 0 { close(descriptor) }
+        if !isCommitted { unlink(temporaryPath) }
+    }
+
+    /// Appends bytes.
+    public func write(_ data: [UInt8]) throws {
+        try Self.writeAll(descriptor, data, path: temporaryPath)
+        hasher.update(data)
+        bytes += Int64(data.count)
+    }
+
+    /// Flushes the file to disk and returns its SHA-256 (hex); `commit` renames it.
+    public func finish() throws -> String {
+        guard fsync(descriptor) == 0 else { throw ExportFileError(temporaryPath, "fsync") }
+        guard close(descriptor) == 0 else { throw ExportFileError(temporaryPath, "close") }
+        descriptor = -1
+        return hasher.finalize().map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+    }
+
+    /// Puts the finished file under its final name, then the manifest beside it
+    /// (`PATH.manifest.json`, written the same way): a manifest never names a file
+    /// that is not whole. Both renames replace what an interrupted attempt may have left.
+    public func commit(manifest: [UInt8]) throws {
+        let manifestPath = path + ".manifest.json"
+        let manifestTemporary = "\(temporaryPath).manifest"
+        let handle = open(manifestTemporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard handle >= 0 else { throw ExportFileError(manifestTemporary, "open") }
+        do {
+            try Self.writeAll(handle, manifest, path: manifestTemporary)
+            guard fsync(handle) == 0 else { throw ExportFileError(manifestTemporary, "fsync") }
+        } catch {
+            close(handle)
+            unlink(manifestTemporary)
+            throw error
+        }
+        close(handle)
+        guard rename(temporaryPath, path) == 0 else {
+            let error = ExportFileError(path, "rename")
+            unlink(manifestTemporary)
+            throw error
+        }
+        isCommitted = true
+        guard rename(manifestTemporary, manifestPath) == 0 else { throw ExportFileError(manifestPath, "rename") }
+        try Self.syncFolder(Self.split(path).folder)
+    }
+
+    static func writeAll(_ descriptor: Int32, _ data: [UInt8], path: String) throws {
+        var offset = 0
+        while offset < data.count {
+            let written = data[offset...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw ExportFileError(path, "write")
+            }
+            offset += written
+        }
+    }
+
+    /// `mkdir -p`, with the system's reason when a part cannot be made.
+    static func makeFolder(_ folder: String) throws {
+        var path = ""
+        for part in folder.split(separator: "/") {
+            path += "/" + part
+            if mkdir(path, 0o755) != 0, errno != EEXIST { throw ExportFileError(path, "mkdir") }
+        }
+        var status = stat()
+        guard stat(folder, &status) == 0 else { throw ExportFileError(folder, "stat") }
+        guard status.st_mode & S_IFMT == S_IFDIR else { throw ExportFileError(folder, "mkdir", errno: ENOTDIR) }
+    }
+
+    static func syncFolder(_ folder: String) throws {
+        let handle = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard handle >= 0 else { throw ExportFileError(folder, "open") }
+        defer { close(handle) }
+        guard fsync(handle) == 0 else { throw ExportFileError(folder, "fsync") }
+    }
+
+    /// Checks that a schedule's folder can be made in `directory` and written: makes
+    /// it, writes, fsyncs and removes a probe file. Refusing at creation beats a
+    /// failed run at 06:00.
+    public static func checkWritable(directory: String, schedule: String) throws(ExportScheduleError) {
+        let folder = directory + "/" + schedule
+        do {
+            let probe = try ExportFile(path: folder + "/.probe")
+            try probe.write(Array("probe\n".utf8))
+            _ = try probe.finish()
+        } catch let error as ExportFileError {
+            throw ExportScheduleError("dir", "\(error.path) is not writable (\(error.reason))")
+        } catch {
+            throw ExportScheduleError("dir", "\(folder) is not writable (\(error))")
+        }
+    }
+}

@@ -1,0 +1,328 @@
+import AdTallyCore
+import Foundation
+import Logging
+import Metrics
+import PostgresKit
+import Synchronization
+
+/// Runs due export slots (DESIGN §5): one runner across every server on a database.
+///
+/// Election: a runner leads while it holds a session advisory lock on a connection of
+/// its own (`leaderPool`, one connection). Every claim and every finish goes through
+/// that connection, so a runner whose connection died — and with it the lock, which
+/// another server then takes — cannot record anything more.
+///
+/// Exactly once: the leader plans each due slot as a row of `export_runs` (primary
+/// key schedule, slot, pass — inserting it again does nothing), claims rows one at a
+/// time, writes the file under a temporary name, and in one transaction on the leader
+/// connection checks its claim still stands (`FOR UPDATE`), renames the file and its
+/// manifest into place and marks the row succeeded. A leader that dies mid-file leaves
+/// its row `running`; the next leader marks such rows for retry before anything else.
+///
+/// Slots missed while no server ran are caught up when a leader starts, up to
+/// `catchUp` back; older ones are counted on the schedule as skipped and logged.
+/// A failed attempt is retried after 30 s, 1, 2, 4 … minutes (at most an hour), up
+/// to `maxAttempts`, then the run is `failed` until `adtally exports run-now --slot`.
+/// A file whose days were provisional gets pass 2 once they are final: written again
+/// as `NAME-SLOT.final.csv`, the first file untouched.
+public final class ExportRunner: Sendable {
+    /// How the runner behaves.
+    public struct Configuration: Sendable {
+        /// This server, as runs and `adtally status` name it.
+        public var identity: String
+        /// How far back missed slots are still written.
+        public var catchUp: Duration = .seconds(7 * 86_400)
+        /// How often the leader looks for due slots, and a follower for the lock.
+        public var tick: Duration = .seconds(5)
+        /// Attempts before a run is `failed`.
+        public var maxAttempts = 8
+        /// Wait after the first failure; doubles each time, to `retryCap`.
+        public var retryBase: Duration = .seconds(30)
+        /// Longest wait between attempts.
+        public var retryCap: Duration = .seconds(3600)
+        /// Most slots one schedule plans in one pass (a per-minute schedule after a week down).
+        public var maxSlotsPerPass = 10_000
+        /// The time (tests run a faster clock).
+        public var now: @Sendable () -> Date = { Date() }
+        /// Test hook: awaited after each chunk of rows is written (to stop a run mid-file).
+        public var afterChunk: (@Sendable (_ file: String) async throws -> Void)?
+
+        /// Defaults for a server.
+        public init(identity: String) { self.identity = identity }
+    }
+
+    /// The advisory lock key ("AdTally export runner").
+    public static let lockKey: Int64 = 0x4164_5461_6C6C_7905
+
+    let configuration: Configuration
+    let leaderPool: PostgresPool
+    let engine: ReportEngine
+    let logger: Logger
+    private let leading = Mutex(false)
+    private let leaderGauge = Gauge(label: "adtally_export_runner_leader")
+    private let runsCounter = Counter(label: "adtally_export_runs_total", dimensions: [("outcome", "succeeded")])
+    private let failuresCounter = Counter(label: "adtally_export_runs_total", dimensions: [("outcome", "failed")])
+
+    /// A runner; `leaderPool` should be a pool of one connection of its own.
+    public init(configuration: Configuration, leaderPool: PostgresPool, engine: ReportEngine, logger: Logger = Logger(label: "adtally.exports")) {
+        self.configuration = configuration
+        self.leaderPool = leaderPool
+        self.engine = engine
+        self.logger = logger
+    }
+
+    /// Whether this runner leads now.
+    public var isLeader: Bool { leading.withLock { $0 } }
+
+    /// Runs until cancelled: waits for leadership, then runs slots while it leads.
+    public func run() async {
+        while !Task.isCancelled {
+            do {
+                try await leaderPool.withLease { lease in
+                    guard try await lease.run({ connection in try Self.takeLead(connection, identity: self.configuration.identity) }) else { return }
+                    self.setLeading(true)
+                    defer { self.setLeading(false) }
+                    self.logger.info("this server runs the scheduled exports", metadata: ["runner": "\(self.configuration.identity)"])
+                    try await self.lead(lease)
+                }
+            } catch where Task.isCancelled {
+                break
+            } catch {
+                logger.error("export runner lost the database; trying again", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: configuration.tick)
+        }
+    }
+
+    private func setLeading(_ value: Bool) {
+        leading.withLock { $0 = value }
+        leaderGauge.record(value ? 1 : 0)
+    }
+
+    static func takeLead(_ connection: PostgresConnection, identity: String) throws -> Bool {
+        _ = try connection.query("SELECT set_config('application_name', \("adtally export runner " + identity), false)")
+        guard try connection.query("SELECT pg_try_advisory_lock(\(lockKey))")[0].decode(0, as: Bool.self) else { return false }
+        // Rows left running belong to a runner that is gone: its lock was free.
+        _ = try connection.query("""
+            UPDATE export_runs SET status = 'retrying', next_attempt_at = now(), finished_at = now(),
+                   error = 'the runner (' || coalesce(runner, '?') || ') stopped during this attempt'
+            WHERE status = 'running'
+            """)
+        return true
+    }
+
+    /// While leading: plan, run what is due, wait a tick; until cancelled or the lease's connection fails.
+    func lead(_ lease: PostgresLease) async throws {
+        while !Task.isCancelled {
+            try await pass(lease)
+            try await Task.sleep(for: configuration.tick)
+        }
+        _ = try? await lease.run { try $0.query("SELECT pg_advisory_unlock(\(Self.lockKey))") }
+    }
+
+    /// One pass of a leader: plans due slots and runs every runnable one.
+    func pass(_ lease: PostgresLease) async throws {
+        let now = configuration.now()
+        let configuration = configuration
+        let skipped = try await lease.run { connection in try Self.plan(connection, now: now, configuration: configuration) }
+        for (schedule, count, last) in skipped {
+            logger.warning("export slots missed by more than the catch-up limit are skipped", metadata: [
+                "schedule": "\(schedule)", "skipped": "\(count)", "last": "\(last)", "catch_up_seconds": "\(configuration.catchUp.components.seconds)",
+            ])
+        }
+        while !Task.isCancelled, let claim = try await lease.run({ try Self.claim($0, now: configuration.now(), runner: configuration.identity) }) {
+            try await execute(claim, lease: lease)
+        }
+    }
+
+    /// Plans every due slot as a run row; returns the schedules that skipped slots.
+    static func plan(_ connection: PostgresConnection, now: Date, configuration: Configuration) throws -> [(String, Int, String)] {
+        try connection.withTransaction { connection in
+            var skipped: [(String, Int, String)] = []
+            let schedules = try connection.query("""
+                SELECT name, cron, timezone, paused, planned_through FROM export_schedules ORDER BY name FOR UPDATE
+                """)
+            let nowSeconds = Int64(now.timeIntervalSince1970.rounded(.down))
+            let oldest = nowSeconds - configuration.catchUp.components.seconds
+            for row in schedules {
+                let name = try row.decode(0, as: String.self)
+                let planned = Int64(try row.decode(4, as: Date.self).timeIntervalSince1970.rounded(.down))
+                guard planned < nowSeconds else { continue }
+                var through = nowSeconds
+                if try !row.decode(3, as: Bool.self), let cron = try? CronSchedule(try row.decode(1)), let zone = TimeZone(identifier: try row.decode(2)) {
+                    let slots = cron.slots(after: planned, through: nowSeconds, in: zone, limit: configuration.maxSlotsPerPass)
+                    if slots.count == configuration.maxSlotsPerPass, let last = slots.last { through = last.due }
+                    var missed = 0
+                    for slot in slots {
+                        if slot.due < oldest {
+                            missed += 1
+                            continue
+                        }
+                        try connection.query("""
+                            INSERT INTO export_runs (schedule, slot, pass, due_at, status, trigger, next_attempt_at)
+                            VALUES (\(name), \(slot.name), 1, \(slot.dueDate), 'pending', 'schedule', \(slot.dueDate))
+                            ON CONFLICT DO NOTHING
+                            """)
+                    }
+                    if missed > 0, let last = slots.filter({ $0.due < oldest }).last {
+                        try connection.query("""
+                            UPDATE export_schedules SET skipped_slots = skipped_slots + \(missed), last_skipped = \(last.name) WHERE name = \(name)
+                            """)
+                        skipped.append((name, missed, last.name))
+                    }
+                }
+                try connection.query("UPDATE export_schedules SET planned_through = \(Date(timeIntervalSince1970: TimeInterval(through))) WHERE name = \(name)")
+            }
+            // Provisional files whose days are final now: their second pass.
+            try connection.query("""
+                INSERT INTO export_runs (schedule, slot, pass, due_at, status, trigger, next_attempt_at)
+                SELECT schedule, slot, 2, final_due_at, 'pending', 'final', final_due_at FROM export_runs
+                WHERE pass = 1 AND status = 'succeeded' AND file_status = 'provisional' AND final_due_at <= \(now)
+                ON CONFLICT DO NOTHING
+                """)
+            return skipped
+        }
+    }
+
+    /// A claimed run and its schedule.
+    struct Claim: Sendable {
+        var schedule: ExportSchedule
+        var slot: String
+        var pass: Int
+        var dueAt: Date
+        var attempt: Int
+    }
+
+    /// Claims the next runnable run, oldest first.
+    static func claim(_ connection: PostgresConnection, now: Date, runner: String) throws -> Claim? {
+        let rows = try connection.query("""
+            WITH next AS (
+                SELECT schedule, slot, pass FROM export_runs
+                WHERE status IN ('pending', 'retrying') AND next_attempt_at <= \(now)
+                ORDER BY next_attempt_at, schedule, slot, pass LIMIT 1 FOR UPDATE SKIP LOCKED
+            )
+            UPDATE export_runs r SET status = 'running', attempts = attempts + 1, runner = \(runner), started_at = now(),
+                   finished_at = NULL, duration_ms = NULL
+            FROM next WHERE (r.schedule, r.slot, r.pass) = (next.schedule, next.slot, next.pass)
+            RETURNING r.schedule, r.slot, r.pass, r.due_at, r.attempts
+            """)
+        guard let row = rows.first else { return nil }
+        let name = try row.decode(0, as: String.self)
+        guard let schedule = try connection.query("SELECT \(unsafeRaw: ExportStore.scheduleColumns) FROM export_schedules WHERE name = \(name)").first else {
+            return nil
+        }
+        return Claim(
+            schedule: try ExportStore.schedule(schedule), slot: try row.decode(1), pass: try row.decode(2), dueAt: try row.decode(3), attempt: try row.decode(4)
+        )
+    }
+
+    /// Writes one claimed run's file and records the outcome.
+    func execute(_ claim: Claim, lease: PostgresLease) async throws {
+        let started = ContinuousClock.now
+        let schedule = claim.schedule
+        let relative = schedule.fileName(slot: claim.slot, isFinalRewrite: claim.pass == 2)
+        var rows: Int64 = 0
+        do {
+            let query = try schedule.reportQuery(at: claim.dueAt, readable: try await engine.readableApps(only: nil))
+            let file = try ExportFile(path: schedule.directory + "/" + relative)
+            let layout = ReportLayout(query: query)
+            var summary: ReportSummary?
+            var buffer: [UInt8] = []
+            buffer.reserveCapacity(1 << 16)
+            let afterChunk = configuration.afterChunk
+            try await engine.stream(query, withSummary: true) { head in
+                summary = head
+                switch schedule.format {
+                case .csv: ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &buffer)
+                case .json: buffer = ReportDocument.jsonHead(layout)
+                }
+                try file.write(buffer)
+            } rows: { chunk in
+                buffer.removeAll(keepingCapacity: true)
+                for row in chunk {
+                    switch schedule.format {
+                    case .csv: layout.appendCSV(row, to: &buffer)
+                    case .json: ReportDocument.appendJSONRow(row, layout: layout, isFirst: rows == 0, to: &buffer)
+                    }
+                    rows += 1
+                }
+                try file.write(buffer)
+                try await afterChunk?(relative)
+            }
+            guard let summary else { throw ExportFileError(relative, "the report returned no summary") }
+            if schedule.format == .json {
+                buffer.removeAll(keepingCapacity: true)
+                ReportDocument(layout: layout, rows: [], totals: summary.totals, previousTotals: summary.previousTotals, notes: summary.notes, nextCursor: nil)
+                    .appendJSONTail(to: &buffer)
+                buffer.append(0x0A)
+                try file.write(buffer)
+            }
+            let sha256 = try file.finish()
+            let isFinal = summary.notes.provisionalDays.isEmpty
+            let manifest = ExportManifest(
+                schedule: schedule.name, slot: claim.slot, rows: rows, bytes: file.bytes, sha256: sha256, isFinal: isFinal,
+                file: String(relative.split(separator: "/").last!), provisionalDays: summary.notes.provisionalDays, generatedAt: Date()
+            ).json(query: query)
+            let finalDue = isFinal ? nil : summary.notes.finalAt.map { Date(timeIntervalSince1970: TimeInterval($0)) }
+            let bytes = file.bytes, rowCount = rows
+            let durationMs = Self.milliseconds(ContinuousClock.now - started)
+            let runner = configuration.identity
+            let committed = try await lease.run { connection in
+                try connection.withTransaction { connection -> Bool in
+                    // The claim must still be ours: the row lock keeps a new leader's
+                    // recovery waiting until the files are in place and the row says so.
+                    guard try !connection.query("""
+                        SELECT 1 FROM export_runs WHERE schedule = \(schedule.name) AND slot = \(claim.slot) AND pass = \(claim.pass)
+                               AND status = 'running' AND attempts = \(claim.attempt) AND runner = \(runner) FOR UPDATE
+                        """).isEmpty else { return false }
+                    try file.commit(manifest: manifest)
+                    try connection.query("""
+                        UPDATE export_runs SET status = 'succeeded', finished_at = now(), duration_ms = \(durationMs), rows = \(rowCount),
+                               bytes = \(bytes), sha256 = \(sha256), file = \(relative), file_status = \(isFinal ? "final" : "provisional"),
+                               final_due_at = \(claim.pass == 1 ? finalDue : nil), error = NULL
+                        WHERE schedule = \(schedule.name) AND slot = \(claim.slot) AND pass = \(claim.pass)
+                        """)
+                    return true
+                }
+            }
+            if committed {
+                runsCounter.increment()
+                logger.info("export written", metadata: [
+                    "schedule": "\(schedule.name)", "slot": "\(claim.slot)", "file": "\(relative)", "rows": "\(rows)", "bytes": "\(bytes)",
+                    "status": "\(isFinal ? "final" : "provisional")",
+                ])
+            } else {
+                logger.warning("export claim lost before its file was committed; not written", metadata: ["schedule": "\(schedule.name)", "slot": "\(claim.slot)"])
+            }
+        } catch {
+            failuresCounter.increment()
+            let interrupted = Task.isCancelled
+            let message = interrupted ? "interrupted: the server was shutting down" : "\(error)"
+            logger.error("export run failed", metadata: [
+                "schedule": "\(schedule.name)", "slot": "\(claim.slot)", "attempt": "\(claim.attempt)", "error": "\(message)",
+            ])
+            let retry = interrupted ? Duration.zero : Self.backoff(attempt: claim.attempt, configuration)
+            let gaveUp = !interrupted && claim.attempt >= configuration.maxAttempts
+            let durationMs = Self.milliseconds(ContinuousClock.now - started)
+            let runner = configuration.identity
+            try await lease.run { connection in
+                _ = try connection.query("""
+                    UPDATE export_runs SET status = \(gaveUp ? "failed" : "retrying"), finished_at = now(), duration_ms = \(durationMs),
+                           next_attempt_at = now() + make_interval(secs => \(Double(retry.components.seconds))), error = \(message)
+                    WHERE schedule = \(schedule.name) AND slot = \(claim.slot) AND pass = \(claim.pass) AND attempts = \(claim.attempt)
+                          AND runner = \(runner) AND status = 'running'
+                    """)
+            }
+            if interrupted { throw CancellationError() }
+        }
+    }
+
+    static func backoff(attempt: Int, _ configuration: Configuration) -> Duration {
+        let factor = 1 << min(max(attempt - 1, 0), 20)
+        return min(configuration.retryBase * factor, configuration.retryCap)
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+    }
+}

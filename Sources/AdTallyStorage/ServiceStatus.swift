@@ -1,0 +1,136 @@
+import Foundation
+import PostgresKit
+
+/// What `adtally status` reads from the database: its size and biggest tables,
+/// migrations, recent ingest, rollup lag, and the export runner.
+public struct ServiceStatus: Sendable, Encodable {
+    /// A table with its partitions, indexes and TOAST.
+    public struct Table: Sendable, Encodable {
+        /// The table (a partitioned table's partitions are summed under its name).
+        public var name: String
+        /// Partitions counted in it (1 for a plain table).
+        public var partitions: Int
+        /// Bytes on disk.
+        public var bytes: Int64
+    }
+
+    /// A recent run.
+    public struct RecentRun: Sendable, Encodable {
+        public var schedule: String
+        public var slot: String
+        public var pass: Int
+        public var status: String
+        public var finishedAt: Date?
+        public var error: String?
+
+        enum CodingKeys: String, CodingKey {
+            case schedule, slot, pass, status, error, finishedAt = "finished_at"
+        }
+    }
+
+    /// PostgreSQL's version.
+    public var serverVersion: String
+    /// The database's size in bytes.
+    public var databaseBytes: Int64
+    /// The biggest tables, largest first.
+    public var biggestTables: [Table]
+    /// Migrations applied, and the files not yet applied.
+    public var migrationsApplied: Int
+    /// Migration files not yet applied (or changed).
+    public var migrationsPending: [String]
+    /// Events stored in the last minute and the last hour (by receipt).
+    public var eventsLastMinute: Int64
+    /// Events stored in the last hour.
+    public var eventsLastHour: Int64
+    /// Rollup delta rows waiting for compaction, and the age of the oldest (seconds).
+    public var pendingDeltaRows: Int64
+    /// Age of the oldest pending delta row, in seconds (nil: none pending).
+    public var rollupLagSeconds: Double?
+    /// The server leading the export runner (nil: no server runs exports).
+    public var exportRunner: String?
+    /// Since when it leads.
+    public var exportRunnerSince: Date?
+    /// Export schedules, and how many are paused.
+    public var exportSchedules: Int
+    /// Runs that failed for good.
+    public var exportRunsFailed: Int
+    /// The last runs.
+    public var lastRuns: [RecentRun]
+
+    /// Events per second over the last minute.
+    public var ingestEventsPerSecond: Double { Double(eventsLastMinute) / 60 }
+
+    enum CodingKeys: String, CodingKey {
+        case serverVersion = "server_version", databaseBytes = "database_bytes", biggestTables = "biggest_tables"
+        case migrationsApplied = "migrations_applied", migrationsPending = "migrations_pending"
+        case eventsLastMinute = "events_last_minute", eventsLastHour = "events_last_hour", ingestEventsPerSecond = "ingest_events_per_second"
+        case pendingDeltaRows = "pending_delta_rows", rollupLagSeconds = "rollup_lag_seconds"
+        case exportRunner = "export_runner", exportRunnerSince = "export_runner_since", exportSchedules = "export_schedules"
+        case exportRunsFailed = "export_runs_failed", lastRuns = "last_runs"
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(serverVersion, forKey: .serverVersion)
+        try container.encode(databaseBytes, forKey: .databaseBytes)
+        try container.encode(biggestTables, forKey: .biggestTables)
+        try container.encode(migrationsApplied, forKey: .migrationsApplied)
+        try container.encode(migrationsPending, forKey: .migrationsPending)
+        try container.encode(eventsLastMinute, forKey: .eventsLastMinute)
+        try container.encode(eventsLastHour, forKey: .eventsLastHour)
+        try container.encode((ingestEventsPerSecond * 10).rounded() / 10, forKey: .ingestEventsPerSecond)
+        try container.encode(pendingDeltaRows, forKey: .pendingDeltaRows)
+        try container.encode(rollupLagSeconds, forKey: .rollupLagSeconds)
+        try container.encode(exportRunner, forKey: .exportRunner)
+        try container.encode(exportRunnerSince, forKey: .exportRunnerSince)
+        try container.encode(exportSchedules, forKey: .exportSchedules)
+        try container.encode(exportRunsFailed, forKey: .exportRunsFailed)
+        try container.encode(lastRuns, forKey: .lastRuns)
+    }
+
+    /// Reads the status in one transaction.
+    public static func read(pool: PostgresPool, migrator: Migrator) async throws -> ServiceStatus {
+        let migrations = try await migrator.status(pool)
+        return try await pool.withTransaction { connection in
+            let database = try connection.query("SELECT current_setting('server_version'), pg_database_size(current_database())")[0]
+            let tables = try connection.query("""
+                SELECT coalesce(parent.relname, c.relname), count(*)::int, sum(pg_total_relation_size(c.oid))::bigint
+                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                LEFT JOIN pg_inherits i ON i.inhrelid = c.oid LEFT JOIN pg_class parent ON parent.oid = i.inhparent
+                WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')
+                GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 8
+                """).map { Table(name: try $0.decode(0), partitions: try $0.decode(1), bytes: try $0.decode(2)) }
+            let events = try connection.query("""
+                SELECT count(*) FILTER (WHERE received_at > now() - interval '1 minute'), count(*)
+                FROM events WHERE received_at > now() - interval '1 hour'
+                """)[0]
+            let deltas = try connection.query("SELECT count(*), extract(epoch FROM now() - min(added_at))::float8 FROM rollup_delta")[0]
+            // The runner lock's holder, named by the application_name its connection set.
+            let leader = try connection.query("""
+                SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                  AND ((l.classid::bigint << 32) | l.objid::bigint) = \(ExportRunner.lockKey)
+                """).first
+            let exports = try connection.query("""
+                SELECT (SELECT count(*)::int FROM export_schedules), (SELECT count(*)::int FROM export_runs WHERE status = 'failed')
+                """)[0]
+            let runs = try connection.query("""
+                SELECT schedule, slot, pass, status, finished_at, error FROM export_runs
+                WHERE status <> 'pending' ORDER BY coalesce(finished_at, started_at) DESC NULLS LAST LIMIT 5
+                """).map {
+                RecentRun(schedule: try $0.decode(0), slot: try $0.decode(1), pass: try $0.decode(2), status: try $0.decode(3), finishedAt: try $0.decode(4), error: try $0.decode(5))
+            }
+            let applied = try connection.query("SELECT count(*)::int FROM schema_migrations")[0].decode(0, as: Int.self)
+            let runnerName = try leader?.decode(0, as: String?.self)
+            return ServiceStatus(
+                serverVersion: try database.decode(0), databaseBytes: try database.decode(1), biggestTables: tables,
+                migrationsApplied: applied, migrationsPending: migrations.pending,
+                eventsLastMinute: try events.decode(0), eventsLastHour: try events.decode(1),
+                pendingDeltaRows: try deltas.decode(0), rollupLagSeconds: try deltas.decode(1),
+                exportRunner: leader == nil ? nil : (runnerName?.replacingOccurrences(of: "adtally export runner ", with: "") ?? "unknown"),
+                exportRunnerSince: try leader?.decode(1, as: Date?.self),
+                exportSchedules: try exports.decode(0), exportRunsFailed: try exports.decode(1), lastRuns: runs
+            )
+        }
+    }
+}

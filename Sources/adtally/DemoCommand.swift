@@ -1,0 +1,68 @@
+import AdTallyApp
+import AdTallyCore
+import ArgumentParser
+import Foundation
+
+/// `adtally demo`: realistic traffic for a few apps over weeks, then the commands to look at it.
+struct DemoCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "Load demo apps, a rate card, FX rates and weeks of realistic traffic, then print what to try.",
+        discussion: "Loads once per database (it refuses when the demo apps exist). About 0.8 M events at the default size."
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @Option(help: "Days of history, ending now.") var days = 28
+    @Option(help: "Traffic multiplier (1: about 0.8 M events over 28 days).") var scale = 1.0
+    @Option(help: "Random seed (the same seed makes the same traffic).") var seed: UInt64 = 2026
+
+    func validate() throws {
+        guard (1...120).contains(days) else { throw ValidationError("--days must be from 1 to 120") }
+        guard scale > 0, scale <= 50 else { throw ValidationError("--scale must be above 0 and at most 50") }
+    }
+
+    func run() async throws {
+        let isTerminal = isatty(STDERR_FILENO) == 1
+        let started = ContinuousClock.now
+        var lastLine = ContinuousClock.now
+        let summary = try await database.withDatabase { database, logger in
+            do {
+                return try await DemoLoader(database: database, days: days, scale: scale, seed: seed, logger: logger).load { progress in
+                    let percent = progress.total > 0 ? progress.done * 100 / progress.total : 100
+                    let status = "\(percent)% — \(progress.events) events"
+                    if isTerminal {
+                        let filled = percent * 30 / 100
+                        let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: 30 - filled)
+                        FileHandle.standardError.write(Data("\r\u{1B}[2K\(bar) \(status)".utf8))
+                    } else if ContinuousClock.now - lastLine > .seconds(2) || progress.done == progress.total {
+                        lastLine = ContinuousClock.now
+                        FileHandle.standardError.write(Data("\(status)\n".utf8))
+                    }
+                }
+            } catch let error as DemoLoader.DemoError {
+                throw ValidationError(error.description)
+            }
+        }
+        if isTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
+        let seconds = Double((ContinuousClock.now - started).components.attoseconds) / 1e18 + Double((ContinuousClock.now - started).components.seconds)
+        print("""
+            Demo loaded in \(String(format: "%.1f", seconds)) s: \(summary.events) events from \(ReportQuery.formatDate(summary.firstDay)) to \(ReportQuery.formatDate(summary.lastDay)) (UTC)\(summary.rejected > 0 ? ", \(summary.rejected) refused" : ""),
+            apps \(DemoLoader.appIDs.joined(separator: ", ")) (Tokyo/JPY, New York/USD, Berlin/EUR), a rate card and EUR-based FX rates.
+
+            Try:
+              adtally report --apps demo-puzzle --days 14 --dimensions date,network
+              adtally report --apps demo-news --days 7 --dimensions network,format --metrics requests,fill_rate,taps,ctr,cancel_rate,revenue,ecpm
+              adtally report --apps demo-runner --days 28 --dimensions week,network --metrics impressions,expiries,wasted_fills,revenue,estimated_revenue
+              adtally report --days 28 --dimensions app --metrics requests,revenue,unique_devices --currency EUR
+              adtally report --apps demo-puzzle --days 7 --dimensions country --compare previous_period
+
+            Over HTTP (adtally serve, or make run):
+              curl -H 'Authorization: Bearer \(summary.readKey.secret)' 'http://127.0.0.1:8080/v1/reports?days=7&dimensions=date,network'
+              admin key (every app, exports, rates): \(summary.adminKey.secret)
+
+            A daily CSV for finance, written by the running server:
+              adtally exports create demo-daily --cron "0 6 * * *" --tz Asia/Tokyo --dir "$PWD/exports" --apps demo-puzzle --days 1 --dimensions date,network
+              adtally exports run-now demo-daily
+            """)
+    }
+}
