@@ -84,6 +84,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: routes)
     ReportRoutes(engine: services.reports, authenticator: authenticator).register(on: routes)
     MoneyRoutes(store: MoneyStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
+    ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(
         router: router,

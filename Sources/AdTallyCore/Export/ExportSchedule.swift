@@ -85,6 +85,8 @@ public struct ExportSchedule: Sendable, Equatable {
         else {
             throw ExportScheduleError("name", "must be 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit (it names the files)")
         }
+        // `runs` is the path of every schedule's run history in the API.
+        guard name != "runs" else { throw ExportScheduleError("name", "\"runs\" is taken by the API's run history; choose another") }
         _ = try cronSchedule
         _ = try zone
         guard directory.hasPrefix("/") else { throw ExportScheduleError("dir", "must be an absolute path, got \"\(directory)\"") }

@@ -173,10 +173,11 @@ public final class ExportRunner: Sendable {
                 }
                 try connection.query("UPDATE export_schedules SET planned_through = \(Date(timeIntervalSince1970: TimeInterval(through))) WHERE name = \(name)")
             }
-            // Provisional files whose days are final now: their second pass.
+            // Provisional files whose days are final now: their second pass (the same
+            // slot, so the same report days; due when they turned final).
             try connection.query("""
                 INSERT INTO export_runs (schedule, slot, pass, due_at, status, trigger, next_attempt_at)
-                SELECT schedule, slot, 2, final_due_at, 'pending', 'final', final_due_at FROM export_runs
+                SELECT schedule, slot, 2, due_at, 'pending', 'final', final_due_at FROM export_runs
                 WHERE pass = 1 AND status = 'succeeded' AND file_status = 'provisional' AND final_due_at <= \(now)
                 ON CONFLICT DO NOTHING
                 """)
