@@ -11,7 +11,9 @@ Exits 1 listing every mismatch; prints what it checked.
 import copy
 import gzip
 import json
+import shutil
 import sys
+import tempfile
 import uuid
 from datetime import datetime, timezone
 
@@ -132,6 +134,29 @@ call("GET", "/v1/fx?currency=USD", read["secret"], 200)
 call("GET", "/v1/fx?from=yesterday", read["secret"], 400)
 call("DELETE", "/v1/fx?date=2026-01-02&currency=GBP", admin, 204)
 call("DELETE", "/v1/fx?date=2026-01-02&currency=GBP", admin, 404)
+
+# Scheduled exports (the server and this script share the machine, so a temporary folder will do).
+folder = tempfile.mkdtemp(prefix="adtally-openapi-")
+schedule = {"name": "openapi", "cron": "0 6 * * *", "tz": "Asia/Tokyo", "format": "csv", "dir": folder,
+            "query": {"apps": app, "days": "1", "dimensions": "date,network"}}
+call("POST", "/v1/exports", admin, 201, json=schedule)
+call("POST", "/v1/exports", admin, 409, json=schedule)
+call("POST", "/v1/exports", admin, 400, json={**schedule, "name": "other", "cron": "0 6 * *"})
+call("POST", "/v1/exports", read["secret"], 403, json=schedule)
+call("GET", "/v1/exports", admin, 200)
+call("GET", "/v1/exports/openapi", admin, 200)
+call("GET", "/v1/exports/missing", admin, 404)
+call("POST", "/v1/exports/openapi/pause", admin, 200)
+call("POST", "/v1/exports/openapi/resume", admin, 200)
+queued = call("POST", "/v1/exports/openapi/run", admin, 202).json()
+call("POST", "/v1/exports/openapi/run", admin, 404, json={"slot": "20200101T0600"})
+call("POST", "/v1/exports/openapi/run", admin, 409, json={"slot": queued.get("slot")})
+call("GET", "/v1/exports/openapi/runs", admin, 200)
+call("GET", "/v1/exports/runs?limit=5", admin, 200)
+call("GET", "/v1/exports/runs?limit=0", admin, 400)
+call("DELETE", "/v1/exports/openapi", admin, 204)
+call("DELETE", "/v1/exports/openapi", admin, 404)
+shutil.rmtree(folder, ignore_errors=True)
 
 # The validator must be able to fail: a document that requires a property the apps
 # list lacks has to reject that real response.

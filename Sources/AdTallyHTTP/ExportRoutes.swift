@@ -113,7 +113,7 @@ public struct ExportRoutes: Sendable {
         } catch let error as ExportStoreError {
             switch error {
             case .exists, .slotTaken: throw ProblemDetails(.conflict, detail: error.description)
-            case .unknown: throw ProblemDetails(.notFound, detail: error.description)
+            case .unknown, .unknownRun: throw ProblemDetails(.notFound, detail: error.description)
             }
         }
     }

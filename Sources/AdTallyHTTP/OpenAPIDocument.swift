@@ -340,10 +340,133 @@ paths:
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
+  /v1/exports:
+    get:
+      summary: Export schedules (an admin key), with their next slots.
+      responses:
+        "200":
+          description: Schedules by name.
+          content:
+            application/json:
+              schema: {type: object, required: [exports], properties: {exports: {type: array, items: {$ref: "#/components/schemas/ExportSchedule"}}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    post:
+      summary: Create a schedule (an admin key). An invalid cron, zone, query or unwritable folder is a 400 naming it.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [name, cron, dir]
+              properties:
+                name: {type: string, pattern: "^[a-z0-9][a-z0-9_-]{0,63}$"}
+                cron: {type: string, description: "5 fields (minute hour day-of-month month day-of-week) or @hourly, @daily, @weekly, @monthly, @yearly."}
+                tz: {type: string, description: "IANA zone of the cron times and slot names (default UTC)."}
+                format: {type: string, enum: [csv, json]}
+                dir: {type: string, description: "Absolute destination directory on the servers; files go to DIR/NAME/NAME-YYYYMMDDTHHMM.csv."}
+                query: {type: object, additionalProperties: {type: string}, description: "GET /v1/reports parameters; days counts the whole days before the slot's day."}
+      responses:
+        "201":
+          description: Created.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/ExportSchedule"}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "409": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+  /v1/exports/runs:
+    get:
+      summary: Runs of every schedule, newest slot first (an admin key).
+      parameters:
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+      responses:
+        "200": {$ref: "#/components/responses/ExportRuns"}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+  /v1/exports/{name}:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    get:
+      summary: One schedule (an admin key).
+      responses:
+        "200":
+          description: The schedule.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/ExportSchedule"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+    delete:
+      summary: Delete a schedule and its run history; its files stay (an admin key).
+      responses:
+        "204": {description: Deleted.}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/exports/{name}/pause:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    post:
+      summary: Pause a schedule; slots due while paused are not written (an admin key).
+      responses:
+        "200": {description: The schedule., content: {application/json: {schema: {$ref: "#/components/schemas/ExportSchedule"}}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/exports/{name}/resume:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    post:
+      summary: Resume a schedule from its next slot on (an admin key).
+      responses:
+        "200": {description: The schedule., content: {application/json: {schema: {$ref: "#/components/schemas/ExportSchedule"}}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/exports/{name}/run:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    post:
+      summary: Queue the current minute's slot now, or with {"slot"} start a failed slot again (an admin key); the leading server writes it.
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object, properties: {slot: {type: string, pattern: "^[0-9]{8}T[0-9]{4}$"}}}
+      responses:
+        "202": {description: Queued., content: {application/json: {schema: {$ref: "#/components/schemas/ExportRun"}}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+        "409": {$ref: "#/components/responses/Problem"}
+  /v1/exports/{name}/runs:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    get:
+      summary: A schedule's runs, newest slot first (an admin key).
+      parameters:
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+      responses:
+        "200": {$ref: "#/components/responses/ExportRuns"}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
 components:
   securitySchemes:
     bearer: {type: http, scheme: bearer}
   responses:
+    ExportRuns:
+      description: Runs.
+      content:
+        application/json:
+          schema: {type: object, required: [runs], properties: {runs: {type: array, items: {$ref: "#/components/schemas/ExportRun"}}}}
     Problem:
       description: RFC 9457 problem details.
       content:
@@ -392,6 +515,46 @@ components:
         cpm: {type: [string, number], description: "Per thousand impressions, a decimal of the currency."}
         cpt: {type: [string, number], description: "Per tap."}
         effective_from: {type: string, format: date, description: "First UTC date it prices; until the same key's next date."}
+    ExportSchedule:
+      type: object
+      required: [name, query, format, cron, tz, dir, paused, skipped_slots, next_slots]
+      properties:
+        name: {type: string}
+        query: {type: object, additionalProperties: {type: string}}
+        format: {type: string, enum: [csv, json]}
+        cron: {type: string}
+        tz: {type: string}
+        dir: {type: string}
+        paused: {type: boolean}
+        created_at: {type: string, format: date-time}
+        skipped_slots: {type: integer, description: "Slots missed by more than the catch-up limit, never written."}
+        last_skipped: {type: [string, "null"]}
+        next_slots:
+          type: array
+          items: {type: object, required: [slot, due_at], properties: {slot: {type: string}, due_at: {type: string, format: date-time}}}
+    ExportRun:
+      type: object
+      required: [schedule, slot, pass, due_at, status, trigger, attempts, next_attempt_at]
+      properties:
+        schedule: {type: string}
+        slot: {type: string, description: "YYYYMMDDTHHMM in the schedule's zone."}
+        pass: {type: integer, enum: [1, 2], description: "2: the file written again once its days are final."}
+        due_at: {type: string, format: date-time}
+        status: {type: string, enum: [pending, running, retrying, succeeded, failed]}
+        trigger: {type: string, enum: [schedule, manual, final]}
+        attempts: {type: integer}
+        next_attempt_at: {type: string, format: date-time}
+        runner: {type: [string, "null"]}
+        started_at: {type: [string, "null"], format: date-time}
+        finished_at: {type: [string, "null"], format: date-time}
+        duration_ms: {type: [integer, "null"]}
+        rows: {type: [integer, "null"]}
+        bytes: {type: [integer, "null"]}
+        sha256: {type: [string, "null"]}
+        file: {type: [string, "null"]}
+        file_status: {type: [string, "null"], enum: [provisional, final, null]}
+        final_due_at: {type: [string, "null"], format: date-time}
+        error: {type: [string, "null"]}
     FXRate:
       type: object
       required: [date, base, currency, rate]

@@ -82,6 +82,7 @@ public enum ExportStoreError: Error, Sendable, Equatable, CustomStringConvertibl
     case exists(String)
     case unknown(String)
     case slotTaken(schedule: String, slot: String, status: String)
+    case unknownRun(schedule: String, slot: String)
 
     public var description: String {
         switch self {
@@ -89,6 +90,7 @@ public enum ExportStoreError: Error, Sendable, Equatable, CustomStringConvertibl
         case .unknown(let name): "there is no export schedule named \(name) (adtally exports list shows them)"
         case .slotTaken(let schedule, let slot, let status):
             "slot \(slot) of \(schedule) has a run already (\(status)); only a failed run can be started again"
+        case .unknownRun(let schedule, let slot): "\(schedule) has no run for slot \(slot) to start again (adtally exports runs \(schedule) lists them)"
         }
     }
 }
@@ -199,7 +201,7 @@ public struct ExportStore: Sendable {
                 """).first else {
                 let existing = try await run(name, slot: slot)
                 throw existing.map { ExportStoreError.slotTaken(schedule: name, slot: slot, status: $0.status) }
-                    ?? ExportScheduleError("slot", "\(name) has no run for slot \(slot) to start again")
+                    ?? ExportStoreError.unknownRun(schedule: name, slot: slot)
             }
             return try ExportRun(row)
         }
