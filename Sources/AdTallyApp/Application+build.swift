@@ -128,7 +128,7 @@ struct ExportService: Service {
     let runner: ExportRunner
 
     func run() async throws {
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             await runner.run()
         }
     }

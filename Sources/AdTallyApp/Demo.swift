@@ -39,7 +39,7 @@ public struct DemoLoader: Sendable {
 
     static let apps: [DemoApp] = [
         DemoApp(
-            id: "demo-puzzle", name: "Puzzle Garden (demo)", timezone: "Asia/Tokyo", currency: "JPY", requestsPerHour: 420,
+            id: "demo-puzzle", name: "Puzzle Garden (demo)", timezone: "Asia/Tokyo", currency: "JPY", requestsPerHour: 210,
             networks: [
                 Network(name: "admob", weight: 0.45, fill: 0.93, reportedECPMMicros: 1_900_000),
                 Network(name: "applovin", weight: 0.3, fill: 0.86, reportedECPMMicros: nil),
@@ -49,7 +49,7 @@ public struct DemoLoader: Sendable {
             formats: [(.banner, 0.55), (.interstitial, 0.3), (.rewarded, 0.15)]
         ),
         DemoApp(
-            id: "demo-news", name: "Daily Brief (demo)", timezone: "America/New_York", currency: "USD", requestsPerHour: 300,
+            id: "demo-news", name: "Daily Brief (demo)", timezone: "America/New_York", currency: "USD", requestsPerHour: 150,
             networks: [
                 Network(name: "admob", weight: 0.5, fill: 0.95, reportedECPMMicros: 2_400_000),
                 Network(name: "meta", weight: 0.3, fill: 0.78, reportedECPMMicros: nil),
@@ -59,7 +59,7 @@ public struct DemoLoader: Sendable {
             formats: [(.banner, 0.5), (.native, 0.35), (.interstitial, 0.15)]
         ),
         DemoApp(
-            id: "demo-runner", name: "Trail Runner (demo)", timezone: "Europe/Berlin", currency: "EUR", requestsPerHour: 180,
+            id: "demo-runner", name: "Trail Runner (demo)", timezone: "Europe/Berlin", currency: "EUR", requestsPerHour: 90,
             networks: [
                 Network(name: "applovin", weight: 0.4, fill: 0.88, reportedECPMMicros: nil),
                 Network(name: "unity", weight: 0.35, fill: 0.74, reportedECPMMicros: nil),

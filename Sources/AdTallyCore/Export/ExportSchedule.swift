@@ -163,10 +163,7 @@ public struct ExportManifest: Sendable, Equatable {
     /// it), `slot`, `rows`, `bytes`, `sha256`, `status`, and what else a consumer wants.
     public func json(query: ReportQuery) -> [UInt8] {
         var out: [UInt8] = []
-        func key(_ name: String) {
-            ReportText.appendJSONString(name, to: &out)
-            out.append(UInt8(ascii: ":"))
-        }
+        func key(_ name: String) { ReportText.appendJSONKey(name, to: &out) }
         func string(_ text: String) { ReportText.appendJSONString(text, to: &out) }
         func raw(_ text: String) { out.append(contentsOf: text.utf8) }
         raw("{\n  "); key("schedule"); string(schedule)

@@ -105,19 +105,9 @@ public struct ReportDocument: Sendable {
 
     /// The query as understood, as the JSON object of a page's `query` (and an export manifest's).
     public static func appendQueryJSON(_ query: ReportQuery, to out: inout [UInt8]) {
-        func key(_ name: String) {
-            ReportText.appendJSONString(name, to: &out)
-            out.append(UInt8(ascii: ":"))
-        }
+        func key(_ name: String) { ReportText.appendJSONKey(name, to: &out) }
         func string(_ text: String) { ReportText.appendJSONString(text, to: &out) }
-        func strings(_ items: [String]) {
-            out.append(UInt8(ascii: "["))
-            for (index, item) in items.enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                string(item)
-            }
-            out.append(UInt8(ascii: "]"))
-        }
+        func strings(_ items: [String]) { ReportText.appendJSONStrings(items, to: &out) }
         func raw(_ text: String) { out.append(contentsOf: text.utf8) }
         raw("{")
         key("apps"); strings(query.apps); raw(",")
@@ -144,10 +134,7 @@ public struct ReportDocument: Sendable {
     /// A page's JSON up to its first row: `{"query":…,"columns":…,"rows":[`.
     public static func jsonHead(_ layout: ReportLayout) -> [UInt8] {
         var out: [UInt8] = []
-        func key(_ name: String) {
-            ReportText.appendJSONString(name, to: &out)
-            out.append(UInt8(ascii: ":"))
-        }
+        func key(_ name: String) { ReportText.appendJSONKey(name, to: &out) }
         func raw(_ text: String) { out.append(contentsOf: text.utf8) }
         raw("{")
         key("query"); appendQueryJSON(layout.query, to: &out); raw(",")
@@ -176,19 +163,9 @@ public struct ReportDocument: Sendable {
     /// The rest of the page after its rows: `],"totals":…,"notes":…,"next_cursor":…}`.
     public func appendJSONTail(to out: inout [UInt8]) {
         let query = layout.query
-        func key(_ name: String) {
-            ReportText.appendJSONString(name, to: &out)
-            out.append(UInt8(ascii: ":"))
-        }
+        func key(_ name: String) { ReportText.appendJSONKey(name, to: &out) }
         func string(_ text: String) { ReportText.appendJSONString(text, to: &out) }
-        func strings(_ items: [String]) {
-            out.append(UInt8(ascii: "["))
-            for (index, item) in items.enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                string(item)
-            }
-            out.append(UInt8(ascii: "]"))
-        }
+        func strings(_ items: [String]) { ReportText.appendJSONStrings(items, to: &out) }
         func raw(_ text: String) { out.append(contentsOf: text.utf8) }
         raw("],")
 

@@ -182,6 +182,22 @@ public enum ReportText {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// An object key: `"name":`.
+    public static func appendJSONKey(_ name: String, to out: inout [UInt8]) {
+        appendJSONString(name, to: &out)
+        out.append(UInt8(ascii: ":"))
+    }
+
+    /// A JSON array of strings.
+    public static func appendJSONStrings(_ items: [String], to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "["))
+        for (index, item) in items.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            appendJSONString(item, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+    }
+
     /// Appends a JSON string literal.
     public static func appendJSONString(_ text: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
