@@ -54,6 +54,14 @@ CREATE TABLE export_runs (
     PRIMARY KEY (schedule, slot, pass)
 );
 
+-- Who took the runner lock last, and when (adtally status; the lock itself, in
+-- pg_locks, says whether it is still held).
+CREATE TABLE export_leader (
+    id     boolean PRIMARY KEY DEFAULT true CHECK (id),
+    runner text NOT NULL,
+    since  timestamptz NOT NULL
+);
+
 -- The runner's next work: runnable rows in due order.
 CREATE INDEX export_runs_runnable ON export_runs (next_attempt_at) WHERE status IN ('pending', 'retrying');
 -- Provisional files waiting for their final pass.

@@ -191,7 +191,7 @@ public struct Settings: Sendable {
             ?? defaults.dbStatementTimeoutSeconds
         settings.dbConnectTimeoutSeconds = try number(flags.dbConnectTimeoutSeconds, "ADTALLY_CONNECT_TIMEOUT_SECONDS", range: 2...3600)
             ?? defaults.dbConnectTimeoutSeconds
-        settings.exportCatchUpDays = try number(flags.exportCatchUpDays, "ADTALLY_EXPORT_CATCH_UP_DAYS", range: 0...366) ?? defaults.exportCatchUpDays
+        settings.exportCatchUpDays = try number(flags.exportCatchUpDays, "ADTALLY_EXPORT_CATCH_UP_DAYS", range: 1...366) ?? defaults.exportCatchUpDays
         // Events older than the retention period would land in partitions about to be dropped.
         guard settings.maxEventAgeDays < settings.retentionDays else {
             throw SettingsError.invalid(

@@ -112,7 +112,7 @@ public struct ExportRoutes: Sendable {
             throw ProblemDetails(.badRequest, detail: error.description)
         } catch let error as ExportStoreError {
             switch error {
-            case .exists, .slotTaken: throw ProblemDetails(.conflict, detail: error.description)
+            case .exists, .slotTaken, .paused: throw ProblemDetails(.conflict, detail: error.description)
             case .unknown, .unknownRun: throw ProblemDetails(.notFound, detail: error.description)
             }
         }

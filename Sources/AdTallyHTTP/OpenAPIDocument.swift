@@ -445,6 +445,7 @@ paths:
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
         "409": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
   /v1/exports/{name}/runs:
     parameters:
       - {name: name, in: path, required: true, schema: {type: string}}

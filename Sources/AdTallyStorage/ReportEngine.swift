@@ -36,8 +36,8 @@ public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
 public struct ReportSummary: Sendable {
     /// The notes of the report.
     public var notes: ReportNotes
-    /// Sums over every row the stream will send.
-    public var totals: ReportCounts
+    /// Sums over every row the stream will send (when asked for).
+    public var totals: ReportCounts?
     /// The compared period's totals, when the query compares.
     public var previousTotals: ReportCounts?
 }
@@ -133,7 +133,7 @@ public struct ReportEngine: Sendable {
     /// carries its own FX check, and a row with an amount whose rate is missing fails
     /// the stream instead of leaving the amount out.
     public func stream(
-        _ query: ReportQuery, withSummary: Bool = false, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
+        _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = true, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
@@ -149,7 +149,8 @@ public struct ReportEngine: Sendable {
                 var summary: ReportSummary?
                 if withSummary {
                     summary = ReportSummary(
-                        notes: try Self.notes(plan, on: connection), totals: try Self.totals(plan, on: connection), previousTotals: compared?.totals
+                        notes: try Self.notes(plan, on: connection), totals: withTotals ? try Self.totals(plan, on: connection) : nil,
+                        previousTotals: compared?.totals
                     )
                 }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))

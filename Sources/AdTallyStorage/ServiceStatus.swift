@@ -107,7 +107,7 @@ public struct ServiceStatus: Sendable, Encodable {
             let deltas = try connection.query("SELECT count(*), extract(epoch FROM now() - min(added_at))::float8 FROM rollup_delta")[0]
             // The runner lock's holder, named by the application_name its connection set.
             let leader = try connection.query("""
-                SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                SELECT a.application_name, (SELECT since FROM export_leader) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                   AND ((l.classid::bigint << 32) | l.objid::bigint) = \(ExportRunner.lockKey)
                 """).first

@@ -8,14 +8,14 @@ enum OutputFormat: String, CaseIterable, Sendable {
 }
 
 extension DatabaseOptions {
-    /// Opens (and migrates) the database, runs `body`, and closes it again.
-    func withDatabase<T>(_ body: (Database, Logger) async throws -> T) async throws -> T {
+    /// Opens (and, unless told not to, migrates) the database, runs `body`, and closes it again.
+    func withDatabase<T>(migrate: Bool = true, _ body: (Database, Logger) async throws -> T) async throws -> T {
         let settings = try Settings.resolve(flags: flags)
         // The CLI talks on stdout; logs stay on stderr and quiet unless asked for.
         let logger = LogSetup.bootstrap(level: logLevel == nil && ProcessInfo.processInfo.environment["LOG_LEVEL"] == nil ? .warning : settings.logLevel)
         let database = try await Database.open(settings, logger: logger)
         do {
-            try await database.migrate()
+            if migrate { try await database.migrate() }
             let value = try await body(database, logger)
             await database.close()
             return value

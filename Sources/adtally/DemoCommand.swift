@@ -22,6 +22,10 @@ struct DemoCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        let retention = try Settings.resolve(flags: database.flags).retentionDays
+        guard days < retention else {
+            throw ValidationError("--days must be less than the retention period (\(retention) days), or its oldest events would be dropped at once")
+        }
         let isTerminal = isatty(STDERR_FILENO) == 1
         let started = ContinuousClock.now
         var lastLine = ContinuousClock.now

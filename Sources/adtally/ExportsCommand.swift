@@ -76,12 +76,12 @@ struct ExportsCommand: AsyncParsableCommand {
         func run() async throws {
             let (schedules, runs) = try await database.withDatabase { database, _ in
                 let store = ExportStore(pool: database.pool)
-                return (try await store.list(), try await store.runs(nil, limit: 1000))
+                return (try await store.list(), try await store.lastRuns())
             }
             if format == .json { return try printJSON(["exports": schedules]) }
             guard !schedules.isEmpty else { return print("no export schedules (adtally exports create NAME --cron … --dir …)") }
             printTable(["NAME", "CRON", "TZ", "FORMAT", "DIR", "STATE", "NEXT SLOT", "LAST RUN"], schedules.map { schedule in
-                let last = runs.first { $0.schedule == schedule.name }
+                let last = runs[schedule.name]
                 return [
                     schedule.name, schedule.cron, schedule.timezone, schedule.format.rawValue, schedule.directory,
                     schedule.isPaused ? "paused" : "active", schedule.isPaused ? "-" : schedule.nextSlots(after: Date(), count: 1).first?.name ?? "-",
@@ -127,7 +127,7 @@ struct ExportsCommand: AsyncParsableCommand {
     }
 
     struct Pause: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Pause a schedule: no slots are written until it is resumed.")
+        static let configuration = CommandConfiguration(abstract: "Pause a schedule: nothing of it is written (retries and final rewrites wait too) until it is resumed.")
         @OptionGroup var database: DatabaseOptions
         @Argument(help: "The schedule.") var name: String
 

@@ -41,7 +41,8 @@ struct StatusCommand: AsyncParsableCommand {
         let url = server ?? "http://127.0.0.1:\(port)"
         let status: ServiceStatus
         do {
-            status = try await database.withDatabase { database, _ in
+            // Looking must not change the schema: no migrations here.
+            status = try await database.withDatabase(migrate: false) { database, _ in
                 try await ServiceStatus.read(pool: database.pool, migrator: database.migrator)
             }
         } catch {

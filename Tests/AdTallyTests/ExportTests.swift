@@ -123,9 +123,16 @@ struct ExportTests {
         let hourly = try CronSchedule("0 * * * *").slots(after: Self.utc("2026-11-01T03:59:00Z"), through: Self.utc("2026-11-02T04:59:00Z"), in: newYork, limit: 100)
         #expect(hourly.count == 24 && Set(hourly.map(\.name)).count == 24)
         #expect(zip(hourly, hourly.dropFirst()).allSatisfy { $0.due < $1.due })
-        // On the 23-hour day, every half hour: 46 instants, none twice.
+        // On the 23-hour day, every half hour: all 48 wall times, the skipped 02:00 and 02:30
+        // due with 03:00 at the change; 46 distinct instants.
         let halves = try CronSchedule("*/30 * * * *").slots(after: Self.utc("2026-03-08T04:59:00Z"), through: Self.utc("2026-03-09T03:59:00Z"), in: newYork, limit: 100)
-        #expect(halves.count == 46 && Set(halves.map(\.due)).count == 46)
+        #expect(halves.count == 48 && Set(halves.map(\.name)).count == 48 && Set(halves.map(\.due)).count == 46)
+        #expect(halves.filter { $0.due == Self.utc("2026-03-08T07:00:00Z") }.map(\.name) == ["20260308T0200", "20260308T0230", "20260308T0300"])
+        // Planned in two passes split at the change, nothing is lost or repeated.
+        let cut = Self.utc("2026-03-08T07:00:00Z")
+        let split = try CronSchedule("*/30 * * * *").slots(after: Self.utc("2026-03-08T04:59:00Z"), through: cut, in: newYork, limit: 100)
+            + CronSchedule("*/30 * * * *").slots(after: cut, through: Self.utc("2026-03-09T03:59:00Z"), in: newYork, limit: 100)
+        #expect(split == halves)
 
         // Offsets of a quarter hour: 06:00 in Kathmandu (+05:45) is 00:15Z.
         let kathmandu = try CronSchedule("0 6 * * *").nextSlot(after: Self.utc("2026-11-22T12:00:00Z"), in: TimeZone(identifier: "Asia/Kathmandu")!)
@@ -141,6 +148,13 @@ struct ExportTests {
         // Day of month and day of week both restricted: either matches (crontab(5)).
         let either = try CronSchedule("0 0 1 * sun").slots(after: Self.utc("2026-11-28T00:00:00Z"), through: Self.utc("2026-12-07T00:00:00Z"), in: utc, limit: 10)
         #expect(either.map(\.name) == ["20261129T0000", "20261201T0000", "20261206T0000"])
+        // A step in a day field still restricts it: with the other field at *, both must match.
+        let everyOtherDay = try CronSchedule("0 0 */2 * *").slots(after: Self.utc("2026-11-27T12:00:00Z"), through: Self.utc("2026-12-04T00:00:00Z"), in: utc, limit: 10)
+        #expect(everyOtherDay.map(\.name) == ["20261129T0000", "20261201T0000", "20261203T0000"])
+        let everyOtherWeekday = try CronSchedule("0 0 * * */2").slots(after: Self.utc("2026-11-22T12:00:00Z"), through: Self.utc("2026-11-29T12:00:00Z"), in: utc, limit: 10)
+        #expect(everyOtherWeekday.map(\.name) == ["20261124T0000", "20261126T0000", "20261128T0000", "20261129T0000"])
+        let both = try CronSchedule("0 0 1-15 * */2").slots(after: Self.utc("2026-12-01T12:00:00Z"), through: Self.utc("2026-12-31T00:00:00Z"), in: utc, limit: 31)
+        #expect(both.map(\.name) == ["20261203T0000", "20261205T0000", "20261206T0000", "20261208T0000", "20261210T0000", "20261212T0000", "20261213T0000", "20261215T0000"])
         #expect(try CronSchedule("@daily").slots(after: Self.utc("2026-11-20T00:00:00Z"), through: Self.utc("2026-11-22T00:00:00Z"), in: utc, limit: 10).count == 2)
         #expect(try CronSchedule("0-10/5,50 3 * jan,nov 7").slots(after: Self.utc("2026-11-22T00:00:00Z"), through: Self.utc("2026-11-23T00:00:00Z"), in: utc, limit: 10).map(\.name)
             == ["20261122T0300", "20261122T0305", "20261122T0310", "20261122T0350"])
@@ -171,10 +185,12 @@ struct ExportTests {
                 // Kill the leader as a crash would: its task stops and its connection (and lock) dies.
                 try await Self.waitUntil { first.isLeader || second.isLeader }
                 let leader = first.isLeader ? (first, a, "runner-a") : (second, b, "runner-b")
-                leader.1.cancel()
+                // Its connection (and lock) dies first, as in a crash; then its task stops, so it
+                // cannot win the lock back.
                 _ = try await services.database.pool.query("""
                     SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = \("adtally export runner " + leader.2)
                     """)
+                leader.1.cancel()
                 // The other takes over.
                 let survivor = leader.0 === first ? second : first
                 try await Self.waitUntil { survivor.isLeader }
@@ -240,6 +256,9 @@ struct ExportTests {
                 await firstPool.shutdown()
                 #expect(try await services.exports.run("daily", slot: run.slot)?.status != "succeeded")
 
+                // A temporary file a crashed attempt left behind (a SIGKILL runs no cleanup).
+                let leftover = "\(directory)/daily/.daily-\(run.slot).csv.tmp-999999-1"
+                #expect(FileManager.default.createFile(atPath: leftover, contents: Data("half a fi".utf8)))
                 let (second, secondPool) = Exports.runner(services, conninfo, identity: "takes-over")
                 let b = Task { await second.run() }
                 try await Self.waitUntil { try await services.exports.run("daily", slot: run.slot)?.status == "succeeded" }
@@ -336,6 +355,57 @@ struct ExportTests {
                 task.cancel()
                 await task.value
                 await pool.shutdown()
+        }
+    }
+
+    @Test("a failed attempt waits its backoff; a run left running by a dead leader counts as an attempt; a paused schedule runs nothing")
+    func backoffOrphansAndPause() async throws {
+        try await Self.withSeededDatabase { conninfo, services, directory in
+            _ = try await services.exports.create(
+                ExportSchedule(name: "slow", query: ["apps": "exp", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory),
+                readable: try await services.reports.readableApps(only: nil)
+            )
+            // Rows a dead leader left running: one on its last attempt, one on its first.
+            _ = try await services.database.pool.query("""
+                INSERT INTO export_runs (schedule, slot, pass, due_at, status, attempts, runner, next_attempt_at)
+                VALUES ('slow', '20260101T0600', 1, now(), 'running', 3, 'gone', now()), ('slow', '20260102T0600', 1, now(), 'running', 1, 'gone', now())
+                """)
+            // The folder becomes a file: every attempt fails.
+            _ = FileManager.default.createFile(atPath: directory + "/slow", contents: Data("x".utf8))
+            let (runner, pool) = Exports.runner(services, conninfo, identity: "backoff") { configuration in
+                configuration.retryBase = .seconds(1)
+                configuration.maxAttempts = 3
+            }
+            let task = Task { await runner.run() }
+            try await Self.waitUntil { runner.isLeader }
+            let last = try #require(try await services.exports.run("slow", slot: "20260101T0600"))
+            #expect(last.status == "failed" && (last.error ?? "").contains("gone"), "\(last)")
+            // The other waits a second, fails again (attempt 2), waits two, and fails for good.
+            let requeued = try #require(try await services.exports.run("slow", slot: "20260102T0600"))
+            #expect(requeued.attempts == 1 && ["retrying", "running"].contains(requeued.status))
+            try await Self.waitUntil {
+                let run = try await services.exports.run("slow", slot: "20260102T0600")
+                return run?.attempts == 2 && run?.status == "retrying"
+            }
+            let second = try #require(try await services.exports.run("slow", slot: "20260102T0600"))
+            #expect(second.startedAt!.timeIntervalSince(requeued.nextAttemptAt) > -0.2 && requeued.nextAttemptAt.timeIntervalSince(requeued.finishedAt!) > 0.8)
+            try await Self.waitUntil { try await services.exports.run("slow", slot: "20260102T0600")?.status == "failed" }
+            let failed = try #require(try await services.exports.run("slow", slot: "20260102T0600"))
+            #expect(failed.attempts == 3 && (failed.error ?? "").contains("Not a directory"))
+            if let retried = second.finishedAt, let end = failed.startedAt { #expect(end.timeIntervalSince(retried) > 1.8, "the third attempt waited two seconds") }
+
+            // Paused: a queued run stays queued.
+            try FileManager.default.removeItem(atPath: directory + "/slow")
+            _ = try await services.exports.setPaused("slow", true)
+            await #expect(throws: ExportStoreError.paused("slow")) { _ = try await services.exports.requestRun("slow", slot: "20260102T0600") }
+            _ = try await services.database.pool.query("UPDATE export_runs SET status = 'pending', attempts = 0, next_attempt_at = now() WHERE slot = '20260102T0600'")
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(try await services.exports.run("slow", slot: "20260102T0600")?.status == "pending")
+            _ = try await services.exports.setPaused("slow", false)
+            try await Self.waitUntil { try await services.exports.run("slow", slot: "20260102T0600")?.status == "succeeded" }
+            task.cancel()
+            await task.value
+            await pool.shutdown()
         }
     }
 

@@ -30,6 +30,9 @@ public struct CronSlot: Sendable, Equatable, Hashable {
             + "T" + two(minuteOfDay / 60) + two(minuteOfDay % 60)
     }
 
+    /// The wall time as seconds since 1970 as if the zone were UTC.
+    public var wall: Int64 { Int64(day) * 86_400 + Int64(minuteOfDay) * 60 }
+
     /// The instant the slot is due.
     public var dueDate: Date { Date(timeIntervalSince1970: TimeInterval(due)) }
 }
@@ -42,7 +45,7 @@ public struct CronSlot: Sendable, Equatable, Hashable {
 /// Daylight saving time, decided so that every wall time a schedule names runs
 /// once and slot names (wall times) never repeat:
 /// - a wall time the clocks skip (02:30 on a spring-forward day in New York) is due
-///   at the moment of the change (03:00 EDT), once;
+///   at the moment of the change (03:00 EDT), once, beside the slot of 03:00 itself;
 /// - a wall time the clocks repeat (01:30 on a fall-back day) is due at its first
 ///   occurrence only.
 public struct CronSchedule: Sendable, Equatable {
@@ -123,47 +126,57 @@ public struct CronSchedule: Sendable, Equatable {
         return values
     }
 
-    /// Whether the schedule runs on a local date (days since 1970-01-01).
+    /// Whether the schedule runs on a local date (days since 1970-01-01). As cron(8)
+    /// does: when both day fields are restricted a day matching either runs; when
+    /// either starts with `*` (`*/2` included) a day must match both sets.
     func runs(onDay day: Int) -> Bool {
         let date = CivilTime.date(days: day)
         guard months.contains(date.month) else { return false }
         // 1970-01-01 was a Thursday (4).
         let weekday = ((day + 4) % 7 + 7) % 7
         let dayOfMonth = daysOfMonth.contains(date.day), dayOfWeek = daysOfWeek.contains(weekday)
-        switch (isDayOfMonthRestricted, isDayOfWeekRestricted) {
-        case (true, true): return dayOfMonth || dayOfWeek
-        case (true, false): return dayOfMonth
-        case (false, true): return dayOfWeek
-        case (false, false): return true
-        }
+        return isDayOfMonthRestricted && isDayOfWeekRestricted ? dayOfMonth || dayOfWeek : dayOfMonth && dayOfWeek
     }
 
-    /// The first slot due strictly after `instant` (seconds since 1970), or nil when
-    /// none comes in the next 8 years (29 February on a Monday-only schedule…).
-    public func nextSlot(after instant: Int64, in zone: TimeZone) -> CronSlot? {
-        let local = instant + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(instant))))
-        let firstDay = Int((local - 86_400).floorDiv(86_400))
+    /// The first slot whose wall time is later than `wall`. Due instants never fall as
+    /// wall times rise, so slots are enumerated in wall-time order.
+    func nextSlot(afterWall wall: Int64, in zone: TimeZone) -> CronSlot? {
+        let firstDay = Int(wall.floorDiv(86_400))
         for day in firstDay...(firstDay + 366 * 8) where runs(onDay: day) {
-            for hour in hours {
+            let midnight = Int64(day) * 86_400
+            for hour in hours where midnight + Int64(hour * 3600 + 59 * 60) > wall {
                 for minute in minutes {
-                    let wall = Int64(day) * 86_400 + Int64(hour * 3600 + minute * 60)
-                    // Offsets move a wall time by at most a few hours from its instant.
-                    if wall < local - 4 * 3600 { continue }
-                    let due = Self.instant(ofWallTime: wall, in: zone)
-                    if due > instant { return CronSlot(due: due, day: day, minuteOfDay: hour * 60 + minute) }
+                    let candidate = midnight + Int64(hour * 3600 + minute * 60)
+                    if candidate <= wall { continue }
+                    return CronSlot(due: Self.instant(ofWallTime: candidate, in: zone), day: day, minuteOfDay: hour * 60 + minute)
                 }
             }
         }
         return nil
     }
 
-    /// The slots due in (`after`, `through`], at most `limit` of them.
+    /// The first slot due strictly after `instant` (seconds since 1970), or nil when
+    /// none comes in the next 8 years (29 February on a Monday-only schedule…).
+    public func nextSlot(after instant: Int64, in zone: TimeZone) -> CronSlot? {
+        let local = instant + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(instant))))
+        // Offsets move a wall time by at most a few hours from its instant.
+        var wall = local - 4 * 3600
+        while let slot = nextSlot(afterWall: wall, in: zone) {
+            if slot.due > instant { return slot }
+            wall = slot.wall
+        }
+        return nil
+    }
+
+    /// The slots due in (`after`, `through`], at most `limit` of them, in wall-time order.
+    /// Wall times the clocks skip share the instant of the change with the first real
+    /// wall time after it; each is a slot of its own.
     public func slots(after: Int64, through: Int64, in zone: TimeZone, limit: Int) -> [CronSlot] {
         var slots: [CronSlot] = []
-        var cursor = after
-        while slots.count < limit, let slot = nextSlot(after: cursor, in: zone), slot.due <= through {
+        var next = nextSlot(after: after, in: zone)
+        while slots.count < limit, let slot = next, slot.due <= through {
             slots.append(slot)
-            cursor = slot.due
+            next = nextSlot(afterWall: slot.wall, in: zone)
         }
         return slots
     }

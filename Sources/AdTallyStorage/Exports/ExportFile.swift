@@ -85,6 +85,9 @@ public final class ExportFile: @unchecked Sendable {
     /// that is not whole. Both renames replace what an interrupted attempt may have left.
     public func commit(manifest: [UInt8]) throws {
         let manifestPath = path + ".manifest.json"
+        // An earlier attempt that renamed its files but could not record the run may have
+        // left a manifest: it goes first, so no manifest ever describes other bytes.
+        if unlink(manifestPath) != 0, errno != ENOENT { throw ExportFileError(manifestPath, "unlink") }
         let manifestTemporary = "\(temporaryPath).manifest"
         let handle = open(manifestTemporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard handle >= 0 else { throw ExportFileError(manifestTemporary, "open") }
@@ -119,12 +122,13 @@ public final class ExportFile: @unchecked Sendable {
         }
     }
 
-    /// `mkdir -p`, with the system's reason when a part cannot be made.
+    /// Makes the schedule's folder inside the destination directory, which must exist:
+    /// a shared mount that is missing on this server fails the run rather than filling
+    /// the mount point on the local disk.
     static func makeFolder(_ folder: String) throws {
-        var path = ""
-        for part in folder.split(separator: "/") {
-            path += "/" + part
-            if mkdir(path, 0o755) != 0, errno != EEXIST { throw ExportFileError(path, "mkdir") }
+        if mkdir(folder, 0o755) != 0, errno != EEXIST {
+            let code = errno
+            throw ExportFileError(folder, code == ENOENT ? "mkdir (the destination directory does not exist)" : "mkdir", errno: code)
         }
         var status = stat()
         guard stat(folder, &status) == 0 else { throw ExportFileError(folder, "stat") }
@@ -138,19 +142,25 @@ public final class ExportFile: @unchecked Sendable {
         guard fsync(handle) == 0 else { throw ExportFileError(folder, "fsync") }
     }
 
-    /// Checks that a schedule's folder can be made in `directory` and written: makes
-    /// it, writes, fsyncs and removes a probe file. Refusing at creation beats a
-    /// failed run at 06:00.
+    /// Checks that `directory` exists and can be written here: writes, fsyncs and removes
+    /// a probe file. Refusing at creation beats a failed run at 06:00. It runs as the
+    /// user that creates the schedule, on that machine: the servers may still differ.
     public static func checkWritable(directory: String, schedule: String) throws(ExportScheduleError) {
-        let folder = directory + "/" + schedule
+        var status = stat()
+        guard stat(directory, &status) == 0 else {
+            throw ExportScheduleError("dir", "\(directory) cannot be used (\(String(cString: strerror(errno)))); the directory must exist")
+        }
+        guard status.st_mode & S_IFMT == S_IFDIR else { throw ExportScheduleError("dir", "\(directory) is not a directory") }
+        // A probe in the directory itself: the schedule's folder is left for the server to
+        // make, as the user it runs as.
         do {
-            let probe = try ExportFile(path: folder + "/.probe")
+            let probe = try ExportFile(path: directory + "/.adtally-probe-" + schedule)
             try probe.write(Array("probe\n".utf8))
             _ = try probe.finish()
         } catch let error as ExportFileError {
             throw ExportScheduleError("dir", "\(error.path) is not writable (\(error.reason))")
         } catch {
-            throw ExportScheduleError("dir", "\(folder) is not writable (\(error))")
+            throw ExportScheduleError("dir", "\(directory) is not writable (\(error))")
         }
     }
 }

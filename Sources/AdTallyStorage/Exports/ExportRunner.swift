@@ -2,6 +2,7 @@ import AdTallyCore
 import Foundation
 import Logging
 import Metrics
+import NIOPosix
 import PostgresKit
 import Synchronization
 
@@ -79,7 +80,7 @@ public final class ExportRunner: Sendable {
         while !Task.isCancelled {
             do {
                 try await leaderPool.withLease { lease in
-                    guard try await lease.run({ connection in try Self.takeLead(connection, identity: self.configuration.identity) }) else { return }
+                    guard try await lease.run({ connection in try Self.takeLead(connection, self.configuration) }) else { return }
                     self.setLeading(true)
                     defer { self.setLeading(false) }
                     self.logger.info("this server runs the scheduled exports", metadata: ["runner": "\(self.configuration.identity)"])
@@ -99,24 +100,45 @@ public final class ExportRunner: Sendable {
         leaderGauge.record(value ? 1 : 0)
     }
 
-    static func takeLead(_ connection: PostgresConnection, identity: String) throws -> Bool {
-        _ = try connection.query("SELECT set_config('application_name', \("adtally export runner " + identity), false)")
+    static func takeLead(_ connection: PostgresConnection, _ configuration: Configuration) throws -> Bool {
+        _ = try connection.query("SELECT set_config('application_name', \("adtally export runner " + configuration.identity), false)")
+        // Over TCP, let PostgreSQL notice a leader that vanished (and free its lock) within
+        // about a minute, not the system's two hours.
+        _ = try connection.execute(unsafeSQL: "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3")
         guard try connection.query("SELECT pg_try_advisory_lock(\(lockKey))")[0].decode(0, as: Bool.self) else { return false }
-        // Rows left running belong to a runner that is gone: its lock was free.
+        // Rows left running belong to a runner that is gone (its lock was free). They count
+        // as failed attempts, with the same backoff and limit: a run that kills the server
+        // must not be run again at once by every server that takes over.
         _ = try connection.query("""
-            UPDATE export_runs SET status = 'retrying', next_attempt_at = now(), finished_at = now(),
-                   error = 'the runner (' || coalesce(runner, '?') || ') stopped during this attempt'
+            UPDATE export_runs SET status = CASE WHEN attempts >= \(configuration.maxAttempts) THEN 'failed' ELSE 'retrying' END,
+                   next_attempt_at = now() + least(
+                       make_interval(secs => \(Self.seconds(configuration.retryBase)) * power(2, least(greatest(attempts, 1) - 1, 20))),
+                       make_interval(secs => \(Self.seconds(configuration.retryCap)))),
+                   finished_at = now(), error = 'the runner (' || coalesce(runner, '?') || ') stopped during this attempt'
             WHERE status = 'running'
             """)
+        _ = try connection.query("""
+            INSERT INTO export_leader (runner, since) VALUES (\(configuration.identity), now())
+            ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, since = excluded.since
+            """)
         return true
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     /// While leading: plan, run what is due, wait a tick; until cancelled or the lease's connection fails.
     func lead(_ lease: PostgresLease) async throws {
         while !Task.isCancelled {
-            try await pass(lease)
-            try await Task.sleep(for: configuration.tick)
+            do {
+                try await pass(lease)
+            } catch where Task.isCancelled {
+                break
+            }
+            try? await Task.sleep(for: configuration.tick)
         }
+        // Graceful stop: hand the lead over now, not when the pool closes after the HTTP drain.
         _ = try? await lease.run { try $0.query("SELECT pg_advisory_unlock(\(Self.lockKey))") }
     }
 
@@ -175,10 +197,15 @@ public final class ExportRunner: Sendable {
             }
             // Provisional files whose days are final now: their second pass (the same
             // slot, so the same report days; due when they turned final).
+            // Clearing final_due_at marks a pass 1 done with, so this reads only new ones.
             try connection.query("""
+                WITH due AS (
+                    UPDATE export_runs SET final_due_at = NULL
+                    WHERE pass = 1 AND status = 'succeeded' AND file_status = 'provisional' AND final_due_at <= \(now)
+                    RETURNING schedule, slot, due_at
+                )
                 INSERT INTO export_runs (schedule, slot, pass, due_at, status, trigger, next_attempt_at)
-                SELECT schedule, slot, 2, due_at, 'pending', 'final', final_due_at FROM export_runs
-                WHERE pass = 1 AND status = 'succeeded' AND file_status = 'provisional' AND final_due_at <= \(now)
+                SELECT schedule, slot, 2, due_at, 'pending', 'final', \(now) FROM due
                 ON CONFLICT DO NOTHING
                 """)
             return skipped
@@ -198,8 +225,9 @@ public final class ExportRunner: Sendable {
     static func claim(_ connection: PostgresConnection, now: Date, runner: String) throws -> Claim? {
         let rows = try connection.query("""
             WITH next AS (
-                SELECT schedule, slot, pass FROM export_runs
+                SELECT schedule, slot, pass FROM export_runs r
                 WHERE status IN ('pending', 'retrying') AND next_attempt_at <= \(now)
+                  AND NOT EXISTS (SELECT 1 FROM export_schedules s WHERE s.name = r.schedule AND s.paused)
                 ORDER BY next_attempt_at, schedule, slot, pass LIMIT 1 FOR UPDATE SKIP LOCKED
             )
             UPDATE export_runs r SET status = 'running', attempts = attempts + 1, runner = \(runner), started_at = now(),
@@ -225,19 +253,28 @@ public final class ExportRunner: Sendable {
         var rows: Int64 = 0
         do {
             let query = try schedule.reportQuery(at: claim.dueAt, readable: try await engine.readableApps(only: nil))
-            let file = try ExportFile(path: schedule.directory + "/" + relative)
+            // File work (open, write, fsync) blocks: it runs on NIO's blocking pool, never on
+            // the cooperative threads HTTP and ingest run on.
+            let path = schedule.directory + "/" + relative
+            let file = try await NIOThreadPool.singleton.runIfActive { try ExportFile(path: path) }
+            @Sendable func write(_ bytes: [UInt8]) async throws { try await NIOThreadPool.singleton.runIfActive { try file.write(bytes) } }
             let layout = ReportLayout(query: query)
             var summary: ReportSummary?
             var buffer: [UInt8] = []
             buffer.reserveCapacity(1 << 16)
             let afterChunk = configuration.afterChunk
-            try await engine.stream(query, withSummary: true) { head in
+            try await engine.stream(query, withSummary: true, withTotals: schedule.format == .json) { head in
                 summary = head
+                // The final rewrite waits while any day may still change (the database's
+                // clock decides, as in every report's notes).
+                if claim.pass == 2, let head, !head.notes.provisionalDays.isEmpty {
+                    throw StillProvisional(until: head.notes.finalAt.map { Date(timeIntervalSince1970: TimeInterval($0)) })
+                }
                 switch schedule.format {
                 case .csv: ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &buffer)
                 case .json: buffer = ReportDocument.jsonHead(layout)
                 }
-                try file.write(buffer)
+                try await write(buffer)
             } rows: { chunk in
                 buffer.removeAll(keepingCapacity: true)
                 for row in chunk {
@@ -247,18 +284,18 @@ public final class ExportRunner: Sendable {
                     }
                     rows += 1
                 }
-                try file.write(buffer)
+                try await write(buffer)
                 try await afterChunk?(relative)
             }
             guard let summary else { throw ExportFileError(relative, "the report returned no summary") }
             if schedule.format == .json {
                 buffer.removeAll(keepingCapacity: true)
-                ReportDocument(layout: layout, rows: [], totals: summary.totals, previousTotals: summary.previousTotals, notes: summary.notes, nextCursor: nil)
+                ReportDocument(layout: layout, rows: [], totals: summary.totals ?? ReportCounts(), previousTotals: summary.previousTotals, notes: summary.notes, nextCursor: nil)
                     .appendJSONTail(to: &buffer)
                 buffer.append(0x0A)
-                try file.write(buffer)
+                try await write(buffer)
             }
-            let sha256 = try file.finish()
+            let sha256 = try await NIOThreadPool.singleton.runIfActive { try file.finish() }
             let isFinal = summary.notes.provisionalDays.isEmpty
             let manifest = ExportManifest(
                 schedule: schedule.name, slot: claim.slot, rows: rows, bytes: file.bytes, sha256: sha256, isFinal: isFinal,
@@ -295,6 +332,18 @@ public final class ExportRunner: Sendable {
             } else {
                 logger.warning("export claim lost before its file was committed; not written", metadata: ["schedule": "\(schedule.name)", "slot": "\(claim.slot)"])
             }
+        } catch let wait as StillProvisional {
+            let until = wait.until ?? Date().addingTimeInterval(3600)
+            let runner = configuration.identity
+            logger.info("final export waits: its days are still provisional", metadata: ["schedule": "\(schedule.name)", "slot": "\(claim.slot)", "until": "\(until)"])
+            try await lease.run { connection in
+                _ = try connection.query("""
+                    UPDATE export_runs SET status = 'pending', attempts = attempts - 1, next_attempt_at = \(until), finished_at = now(),
+                           error = 'waiting: days still provisional until ' || \(until)::text
+                    WHERE schedule = \(schedule.name) AND slot = \(claim.slot) AND pass = 2 AND attempts = \(claim.attempt)
+                          AND runner = \(runner) AND status = 'running'
+                    """)
+            }
         } catch {
             failuresCounter.increment()
             let interrupted = Task.isCancelled
@@ -316,6 +365,11 @@ public final class ExportRunner: Sendable {
             }
             if interrupted { throw CancellationError() }
         }
+    }
+
+    /// A final rewrite whose days are not final yet (the horizon widened, or clocks differ).
+    struct StillProvisional: Error {
+        var until: Date?
     }
 
     static func backoff(attempt: Int, _ configuration: Configuration) -> Duration {

@@ -1,5 +1,6 @@
 import AdTallyCore
 import Foundation
+import NIOPosix
 import PostgresKit
 
 /// One run of a schedule's slot (a row of `export_runs`): the claim, then the proof.
@@ -83,6 +84,7 @@ public enum ExportStoreError: Error, Sendable, Equatable, CustomStringConvertibl
     case unknown(String)
     case slotTaken(schedule: String, slot: String, status: String)
     case unknownRun(schedule: String, slot: String)
+    case paused(String)
 
     public var description: String {
         switch self {
@@ -90,6 +92,7 @@ public enum ExportStoreError: Error, Sendable, Equatable, CustomStringConvertibl
         case .unknown(let name): "there is no export schedule named \(name) (adtally exports list shows them)"
         case .slotTaken(let schedule, let slot, let status):
             "slot \(slot) of \(schedule) has a run already (\(status)); only a failed run can be started again"
+        case .paused(let name): "\(name) is paused: resume it first (adtally exports resume \(name))"
         case .unknownRun(let schedule, let slot): "\(schedule) has no run for slot \(slot) to start again (adtally exports runs \(schedule) lists them)"
         }
     }
@@ -122,7 +125,8 @@ public struct ExportStore: Sendable {
     /// first one due after now.
     public func create(_ schedule: ExportSchedule, readable: [ReportApp], now: Date = Date()) async throws -> ExportSchedule {
         try schedule.validate(readable: readable, now: now)
-        try ExportFile.checkWritable(directory: schedule.directory, schedule: schedule.name)
+        // Blocking file calls (and an fsync) off the cooperative threads.
+        try await NIOThreadPool.singleton.runIfActive { try ExportFile.checkWritable(directory: schedule.directory, schedule: schedule.name) }
         return try await insert(schedule)
     }
 
@@ -182,6 +186,14 @@ public struct ExportStore: Sendable {
             """).map(ExportRun.init)
     }
 
+    /// Each schedule's newest run (by slot), keyed by schedule.
+    public func lastRuns() async throws -> [String: ExportRun] {
+        let runs = try await pool.query("""
+            SELECT DISTINCT ON (schedule) \(unsafeRaw: ExportRun.columns) FROM export_runs ORDER BY schedule, due_at DESC, pass DESC
+            """).map(ExportRun.init)
+        return Dictionary(runs.map { ($0.schedule, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
     /// One run.
     public func run(_ name: String, slot: String, pass: Int = 1) async throws -> ExportRun? {
         try await pool.query("""
@@ -193,6 +205,7 @@ public struct ExportStore: Sendable {
     /// zone) when `slot` is nil, else a failed run of an earlier slot is started again.
     public func requestRun(_ name: String, slot: String?, now: Date = Date()) async throws -> ExportRun {
         let schedule = try await schedule(name)
+        guard !schedule.isPaused else { throw ExportStoreError.paused(name) }
         if let slot {
             guard let row = try await pool.query("""
                 UPDATE export_runs SET status = 'pending', next_attempt_at = now(), attempts = 0, error = NULL, trigger = 'manual'
