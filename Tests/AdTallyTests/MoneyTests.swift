@@ -346,7 +346,7 @@ struct MoneyTests {
         try await withServices(flags: Reports.flags) { services in
             _ = try await services.appStore.createApp(id: "crowd", name: nil, timezone: "America/New_York", currency: "USD")
             // Seeded: the bound holds for 99.7% of estimates, and the test must not fail on the rest.
-            var random = SeededGenerator(seed: 20_261_123)
+            var random = SplitMix64(seed: 20_261_123)
             var events: [AdEvent] = []
             let start = Reports.micros("2026-03-01T00:00:00Z")
             // 30,000 events over 4 days from 12,000 devices (some days share devices), 2 networks.
@@ -413,20 +413,5 @@ struct MoneyTests {
                 #expect("\(DeviceHash.hash(sample))" == (try row.decode(0, as: String.self)), "\(sample)")
             }
         }
-    }
-}
-
-/// SplitMix64: the same numbers every run.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

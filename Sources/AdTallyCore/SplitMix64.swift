@@ -1,0 +1,20 @@
+/// A small, fast, seedable generator (SplitMix64): the same seed gives the same
+/// numbers (the demo's traffic, the tests' random data).
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    var state: UInt64
+
+    /// A generator that starts from `seed`.
+    public init(seed: UInt64) { state = seed }
+
+    /// The next 64 random bits.
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A double in [0, 1).
+    public mutating func nextDouble() -> Double { Double(next() >> 11) / Double(1 << 53) }
+}
