@@ -378,19 +378,31 @@ struct ExportTests {
                 """)
             // The folder becomes a file: every attempt fails.
             _ = FileManager.default.createFile(atPath: directory + "/slow", contents: Data("x".utf8))
-            let (runner, pool) = Exports.runner(services, conninfo, identity: "backoff") { configuration in
-                configuration.retryBase = .seconds(2)
+            // A leader whose clock runs an hour behind claims nothing: only its takeover is seen.
+            let (watcher, watcherPool) = Exports.runner(services, conninfo, identity: "takeover") { configuration in
+                configuration.retryBase = .seconds(3)
                 configuration.maxAttempts = 3
+                configuration.now = { Date().addingTimeInterval(-3600) }
             }
-            let task = Task { await runner.run() }
-            try await Self.waitUntil { runner.isLeader }
+            let watching = Task { await watcher.run() }
+            try await Self.waitUntil { watcher.isLeader }
             let last = try #require(try await services.exports.run("slow", slot: "20260101T0600"))
             #expect(last.status == "failed" && (last.error ?? "").contains("gone"), "\(last)")
-            // The other waits 2 s, fails again (attempt 2), waits 4 s, and fails for good.
+            // The other counts as attempt 1 and waits 3 s.
             let requeued = try #require(try await services.exports.run("slow", slot: "20260102T0600"))
             #expect(requeued.attempts == 1 && requeued.status == "retrying", "\(requeued)")
             let requeuedFinished = try #require(requeued.finishedAt)
-            #expect(abs(requeued.nextAttemptAt.timeIntervalSince(requeuedFinished) - 2) < 0.1, "\(requeued)")
+            #expect(abs(requeued.nextAttemptAt.timeIntervalSince(requeuedFinished) - 3) < 0.1, "\(requeued)")
+            watching.cancel()
+            await watching.value
+            await watcherPool.shutdown()
+
+            // A runner on time: attempt 2 after the 3 s, fails, waits 6 s, attempt 3 fails for good.
+            let (runner, pool) = Exports.runner(services, conninfo, identity: "backoff") { configuration in
+                configuration.retryBase = .seconds(3)
+                configuration.maxAttempts = 3
+            }
+            let task = Task { await runner.run() }
             try await Self.waitUntil {
                 let run = try await services.exports.run("slow", slot: "20260102T0600")
                 return run?.attempts == 2 && run?.status == "retrying"
@@ -398,7 +410,7 @@ struct ExportTests {
             let second = try #require(try await services.exports.run("slow", slot: "20260102T0600"))
             let secondStarted = try #require(second.startedAt), secondFinished = try #require(second.finishedAt)
             #expect(secondStarted.timeIntervalSince(requeued.nextAttemptAt) > -0.1, "not before its backoff: \(second)")
-            #expect(abs(second.nextAttemptAt.timeIntervalSince(secondFinished) - 4) < 0.1, "\(second)")
+            #expect(abs(second.nextAttemptAt.timeIntervalSince(secondFinished) - 6) < 0.1, "\(second)")
             try await Self.waitUntil { try await services.exports.run("slow", slot: "20260102T0600")?.status == "failed" }
             let failed = try #require(try await services.exports.run("slow", slot: "20260102T0600"))
             #expect(failed.attempts == 3 && (failed.error ?? "").contains("Not a directory"))
