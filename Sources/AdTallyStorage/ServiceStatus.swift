@@ -38,6 +38,8 @@ public struct ServiceStatus: Sendable, Encodable {
     public var migrationsApplied: Int
     /// Migration files not yet applied (or changed).
     public var migrationsPending: [String]
+    /// Whether the figures below were read (false until every migration is applied).
+    public var isComplete: Bool
     /// Events stored in the last minute and the last hour (by receipt).
     public var eventsLastMinute: Int64
     /// Events stored in the last hour.
@@ -62,7 +64,7 @@ public struct ServiceStatus: Sendable, Encodable {
 
     enum CodingKeys: String, CodingKey {
         case serverVersion = "server_version", databaseBytes = "database_bytes", biggestTables = "biggest_tables"
-        case migrationsApplied = "migrations_applied", migrationsPending = "migrations_pending"
+        case migrationsApplied = "migrations_applied", migrationsPending = "migrations_pending", isComplete = "complete"
         case eventsLastMinute = "events_last_minute", eventsLastHour = "events_last_hour", ingestEventsPerSecond = "ingest_events_per_second"
         case pendingDeltaRows = "pending_delta_rows", rollupLagSeconds = "rollup_lag_seconds"
         case exportRunner = "export_runner", exportRunnerSince = "export_runner_since", exportSchedules = "export_schedules"
@@ -76,6 +78,7 @@ public struct ServiceStatus: Sendable, Encodable {
         try container.encode(biggestTables, forKey: .biggestTables)
         try container.encode(migrationsApplied, forKey: .migrationsApplied)
         try container.encode(migrationsPending, forKey: .migrationsPending)
+        try container.encode(isComplete, forKey: .isComplete)
         try container.encode(eventsLastMinute, forKey: .eventsLastMinute)
         try container.encode(eventsLastHour, forKey: .eventsLastHour)
         try container.encode((ingestEventsPerSecond * 10).rounded() / 10, forKey: .ingestEventsPerSecond)
@@ -100,14 +103,26 @@ public struct ServiceStatus: Sendable, Encodable {
                 WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')
                 GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 8
                 """).map { Table(name: try $0.decode(0), partitions: try $0.decode(1), bytes: try $0.decode(2)) }
+            let applied = try connection.query("""
+                SELECT CASE WHEN to_regclass('schema_migrations') IS NULL THEN 0 ELSE (SELECT count(*)::int FROM schema_migrations) END
+                """)[0].decode(0, as: Int.self)
+            var status = ServiceStatus(
+                serverVersion: try database.decode(0), databaseBytes: try database.decode(1), biggestTables: tables,
+                migrationsApplied: applied, migrationsPending: migrations.pending, isComplete: false,
+                eventsLastMinute: 0, eventsLastHour: 0, pendingDeltaRows: 0, rollupLagSeconds: nil,
+                exportRunner: nil, exportRunnerSince: nil, exportSchedules: 0, exportRunsFailed: 0, lastRuns: []
+            )
+            // The rest reads tables of the current schema: not there before `adtally migrate`.
+            guard migrations.isCurrent else { return status }
+            status.isComplete = true
             let events = try connection.query("""
                 SELECT count(*) FILTER (WHERE received_at > now() - interval '1 minute'), count(*)
                 FROM events WHERE received_at > now() - interval '1 hour'
                 """)[0]
             let deltas = try connection.query("SELECT count(*), extract(epoch FROM now() - min(added_at))::float8 FROM rollup_delta")[0]
-            // The runner lock's holder, named by the application_name its connection set.
+            // The runner lock's holder; its full name and since when, from export_leader.
             let leader = try connection.query("""
-                SELECT a.application_name, (SELECT since FROM export_leader) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                SELECT (SELECT runner FROM export_leader), (SELECT since FROM export_leader) FROM pg_locks l
                 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                   AND ((l.classid::bigint << 32) | l.objid::bigint) = \(ExportRunner.lockKey)
                 """).first
@@ -120,17 +135,18 @@ public struct ServiceStatus: Sendable, Encodable {
                 """).map {
                 RecentRun(schedule: try $0.decode(0), slot: try $0.decode(1), pass: try $0.decode(2), status: try $0.decode(3), finishedAt: try $0.decode(4), error: try $0.decode(5))
             }
-            let applied = try connection.query("SELECT count(*)::int FROM schema_migrations")[0].decode(0, as: Int.self)
-            let runnerName = try leader?.decode(0, as: String?.self)
-            return ServiceStatus(
-                serverVersion: try database.decode(0), databaseBytes: try database.decode(1), biggestTables: tables,
-                migrationsApplied: applied, migrationsPending: migrations.pending,
-                eventsLastMinute: try events.decode(0), eventsLastHour: try events.decode(1),
-                pendingDeltaRows: try deltas.decode(0), rollupLagSeconds: try deltas.decode(1),
-                exportRunner: leader == nil ? nil : (runnerName?.replacingOccurrences(of: "adtally export runner ", with: "") ?? "unknown"),
-                exportRunnerSince: try leader?.decode(1, as: Date?.self),
-                exportSchedules: try exports.decode(0), exportRunsFailed: try exports.decode(1), lastRuns: runs
-            )
+            status.eventsLastMinute = try events.decode(0)
+            status.eventsLastHour = try events.decode(1)
+            status.pendingDeltaRows = try deltas.decode(0)
+            status.rollupLagSeconds = try deltas.decode(1)
+            if let leader {
+                status.exportRunner = try leader.decode(0, as: String?.self) ?? "unknown"
+                status.exportRunnerSince = try leader.decode(1, as: Date?.self)
+            }
+            status.exportSchedules = try exports.decode(0)
+            status.exportRunsFailed = try exports.decode(1)
+            status.lastRuns = runs
+            return status
         }
     }
 }

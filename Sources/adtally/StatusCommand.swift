@@ -97,6 +97,12 @@ struct StatusCommand: AsyncParsableCommand {
         var lines: [String] = []
         lines.append("database:    reachable, PostgreSQL \(status.serverVersion), \(bytes(status.databaseBytes))")
         lines.append("migrations:  \(status.migrationsApplied) applied" + (status.migrationsPending.isEmpty ? ", none pending" : ", PENDING: \(status.migrationsPending.joined(separator: ", "))"))
+        guard status.isComplete else {
+            lines.append("(the rest needs the schema of this version: run adtally migrate, or start adtally serve, which migrates)")
+            lines.append("tables:")
+            for table in status.biggestTables { lines.append("  \(table.name) \(bytes(table.bytes))") }
+            return lines.joined(separator: "\n")
+        }
         lines.append("ingest:      \(status.eventsLastMinute) events in the last minute (\(String(format: "%.1f", status.ingestEventsPerSecond))/s), \(status.eventsLastHour) in the last hour")
         if server.reachable {
             lines.append("server:      \(server.url) up, ingest queue \(server.queueEvents.map { String(Int($0)) } ?? "?") events")

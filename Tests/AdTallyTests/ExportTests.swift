@@ -504,6 +504,12 @@ struct ExportTests {
                 #expect(status.migrationsPending.isEmpty && status.migrationsApplied == services.database.migrator.migrations.count)
                 #expect(status.eventsLastHour == Int64(summary.events) && status.pendingDeltaRows == 0 && status.exportRunner == nil)
                 #expect(status.biggestTables.contains { $0.name == "events" && $0.partitions > 1 })
+                #expect(status.isComplete)
+                // A database a migration behind: the status says which, and reads no table it lacks.
+                _ = try await services.database.pool.query("DELETE FROM schema_migrations WHERE file_name = '0006_exports.sql'")
+                _ = try await services.database.pool.query("DROP TABLE export_leader")
+                let behind = try await ServiceStatus.read(pool: services.database.pool, migrator: services.database.migrator)
+                #expect(!behind.isComplete && behind.migrationsPending.contains { $0.contains("0006_exports") }, "\(behind.migrationsPending)")
             }
         }
     }

@@ -87,7 +87,12 @@ public final class ExportFile: @unchecked Sendable {
         let manifestPath = path + ".manifest.json"
         // An earlier attempt that renamed its files but could not record the run may have
         // left a manifest: it goes first, so no manifest ever describes other bytes.
-        if unlink(manifestPath) != 0, errno != ENOENT { throw ExportFileError(manifestPath, "unlink") }
+        if unlink(manifestPath) == 0 {
+            // On disk before the data rename, or a crash could keep the rename and not this.
+            try Self.syncFolder(Self.split(path).folder)
+        } else if errno != ENOENT {
+            throw ExportFileError(manifestPath, "unlink")
+        }
         let manifestTemporary = "\(temporaryPath).manifest"
         let handle = open(manifestTemporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard handle >= 0 else { throw ExportFileError(manifestTemporary, "open") }

@@ -84,7 +84,14 @@ public final class ExportRunner: Sendable {
                     self.setLeading(true)
                     defer { self.setLeading(false) }
                     self.logger.info("this server runs the scheduled exports", metadata: ["runner": "\(self.configuration.identity)"])
-                    try await self.lead(lease)
+                    do {
+                        try await self.lead(lease)
+                    } catch {
+                        // Whatever ended the lead, hand it over: a lock taken again on this
+                        // same session would only raise its count.
+                        _ = try? await lease.run { try $0.query("SELECT pg_advisory_unlock_all()") }
+                        throw error
+                    }
                 }
             } catch where Task.isCancelled {
                 break
@@ -104,7 +111,7 @@ public final class ExportRunner: Sendable {
         _ = try connection.query("SELECT set_config('application_name', \("adtally export runner " + configuration.identity), false)")
         // Over TCP, let PostgreSQL notice a leader that vanished (and free its lock) within
         // about a minute, not the system's two hours.
-        _ = try connection.execute(unsafeSQL: "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3")
+        _ = try connection.execute(unsafeSQL: "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3; SET tcp_user_timeout = 60000")
         guard try connection.query("SELECT pg_try_advisory_lock(\(lockKey))")[0].decode(0, as: Bool.self) else { return false }
         // Rows left running belong to a runner that is gone (its lock was free). They count
         // as failed attempts, with the same backoff and limit: a run that kills the server
@@ -172,8 +179,13 @@ public final class ExportRunner: Sendable {
                 guard planned < nowSeconds else { continue }
                 var through = nowSeconds
                 if try !row.decode(3, as: Bool.self), let cron = try? CronSchedule(try row.decode(1)), let zone = TimeZone(identifier: try row.decode(2)) {
-                    let slots = cron.slots(after: planned, through: nowSeconds, in: zone, limit: configuration.maxSlotsPerPass)
-                    if slots.count == configuration.maxSlotsPerPass, let last = slots.last { through = last.due }
+                    var slots = cron.slots(after: planned, through: nowSeconds, in: zone, limit: configuration.maxSlotsPerPass)
+                    if slots.count == configuration.maxSlotsPerPass, let last = slots.last {
+                        // Cut before the last instant: the wall times a spring-forward skips share
+                        // it, and the next pass starts after it, so none of them may be left behind.
+                        slots.removeAll { $0.due == last.due }
+                        through = last.due - 1
+                    }
                     var missed = 0
                     for slot in slots {
                         if slot.due < oldest {
@@ -333,7 +345,9 @@ public final class ExportRunner: Sendable {
                 logger.warning("export claim lost before its file was committed; not written", metadata: ["schedule": "\(schedule.name)", "slot": "\(claim.slot)"])
             }
         } catch let wait as StillProvisional {
-            let until = wait.until ?? Date().addingTimeInterval(3600)
+            // Never sooner than a tick by this runner's clock: the database's clock named
+            // `until`, and a runner ahead of it would claim the row again at once.
+            let until = max(wait.until ?? Date().addingTimeInterval(3600), configuration.now().addingTimeInterval(Self.seconds(configuration.tick)))
             let runner = configuration.identity
             logger.info("final export waits: its days are still provisional", metadata: ["schedule": "\(schedule.name)", "slot": "\(claim.slot)", "until": "\(until)"])
             try await lease.run { connection in
