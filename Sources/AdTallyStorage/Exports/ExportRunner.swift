@@ -84,14 +84,17 @@ public final class ExportRunner: Sendable {
                     self.setLeading(true)
                     defer { self.setLeading(false) }
                     self.logger.info("this server runs the scheduled exports", metadata: ["runner": "\(self.configuration.identity)"])
+                    let ended: Result<Void, any Error>
                     do {
                         try await self.lead(lease)
+                        ended = .success(())
                     } catch {
-                        // Whatever ended the lead, hand it over: a lock taken again on this
-                        // same session would only raise its count.
-                        _ = try? await lease.run { try $0.query("SELECT pg_advisory_unlock_all()") }
-                        throw error
+                        ended = .failure(error)
                     }
+                    // Whatever ended the lead (shutdown or an error), hand it over now, not when the
+                    // pool closes; a lock taken again on this same session would only raise its count.
+                    _ = try? await lease.run { try $0.query("SELECT pg_advisory_unlock_all()") }
+                    try ended.get()
                 }
             } catch where Task.isCancelled {
                 break
@@ -145,8 +148,6 @@ public final class ExportRunner: Sendable {
             }
             try? await Task.sleep(for: configuration.tick)
         }
-        // Graceful stop: hand the lead over now, not when the pool closes after the HTTP drain.
-        _ = try? await lease.run { try $0.query("SELECT pg_advisory_unlock(\(Self.lockKey))") }
     }
 
     /// One pass of a leader: plans due slots and runs every runnable one.
