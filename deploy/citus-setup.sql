@@ -15,3 +15,8 @@ SELECT create_distributed_table('event_ids', 'app_id', colocate_with => 'events'
 SELECT create_distributed_table('rollup_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_15m_compacted'::regclass);
 SELECT create_distributed_table('rollup_revenue_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_revenue_15m_compacted'::regclass);
 SELECT create_distributed_table('rollup_delta', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_delta'::regclass);
+
+-- The dashboards' tables (Migrations/0007): the shared secrets whole on every node,
+-- the report series co-located with the app's events.
+SELECT create_reference_table('server_secrets') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'server_secrets'::regclass);
+SELECT create_distributed_table('report_series', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'report_series'::regclass);

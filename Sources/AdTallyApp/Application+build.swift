@@ -27,6 +27,8 @@ public struct AppServices: Sendable {
     public let exports: ExportStore
     /// Runs due export slots while this server leads.
     public let exportRunner: ExportRunner
+    /// Writes the report engine's recent numbers where Grafana reads them.
+    public let reportSeries: ReportSeriesWriter
 
     /// Wires the stores and the ingest batcher over a database.
     public init(
@@ -54,6 +56,7 @@ public struct AppServices: Sendable {
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
         self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: reports, logger: Logger(label: "adtally.exports"))
+        self.reportSeries = ReportSeriesWriter(engine: reports, pool: database.pool)
     }
 
     /// This server as export runs name it: host, port and process id.
@@ -65,7 +68,7 @@ public struct AppServices: Sendable {
     public var backgroundServices: [any Service] {
         [
             MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher),
-            ExportService(runner: exportRunner),
+            ExportService(runner: exportRunner), ReportSeriesService(writer: reportSeries),
         ]
     }
 }
@@ -85,6 +88,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     ReportRoutes(engine: services.reports, authenticator: authenticator).register(on: routes)
     MoneyRoutes(store: MoneyStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator).register(on: routes)
+    DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(
         router: router,
@@ -130,6 +134,32 @@ struct ExportService: Service {
     func run() async throws {
         await cancelWhenGracefulShutdown {
             await runner.run()
+        }
+    }
+}
+
+/// The report series Grafana reads, rewritten at start and then every minute.
+struct ReportSeriesService: Service {
+    let writer: ReportSeriesWriter
+    var interval: Duration = .seconds(60)
+
+    func run() async throws {
+        let logger = Logger(label: "adtally.series")
+        try? await cancelWhenGracefulShutdown {
+            var failing = false
+            while !Task.isCancelled {
+                do {
+                    try await writer.refresh()
+                    if failing { logger.info("report series refresh recovered") }
+                    failing = false
+                } catch where Task.isCancelled {
+                    break
+                } catch {
+                    if !failing { logger.error("report series refresh failed", metadata: ["error": "\(error)"]) }
+                    failing = true
+                }
+                try await Task.sleep(for: interval)
+            }
         }
     }
 }

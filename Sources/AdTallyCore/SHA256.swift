@@ -55,6 +55,24 @@ public struct SHA256: Sendable {
     /// The lowercase hex digest of a string's UTF-8 bytes.
     public static func hex(_ text: String) -> String { hex(text.utf8) }
 
+    /// HMAC-SHA256 (RFC 2104) of `message` under `key`: signs the dashboard's session cookies.
+    public static func hmac(key: [UInt8], message: some Sequence<UInt8>) -> [UInt8] {
+        var block = key
+        if block.count > 64 {
+            var hasher = SHA256()
+            hasher.update(block)
+            block = hasher.finalize()
+        }
+        block += [UInt8](repeating: 0, count: 64 - block.count)
+        var inner = SHA256()
+        inner.update(block.map { $0 ^ 0x36 })
+        inner.update(message)
+        var outer = SHA256()
+        outer.update(block.map { $0 ^ 0x5c })
+        outer.update(inner.finalize())
+        return outer.finalize()
+    }
+
     private static let k: [UInt32] = [
         0x428a_2f98, 0x7137_4491, 0xb5c0_fbcf, 0xe9b5_dba5, 0x3956_c25b, 0x59f1_11f1, 0x923f_82a4, 0xab1c_5ed5,
         0xd807_aa98, 0x1283_5b01, 0x2431_85be, 0x550c_7dc3, 0x72be_5d74, 0x80de_b1fe, 0x9bdc_06a7, 0xc19b_f174,

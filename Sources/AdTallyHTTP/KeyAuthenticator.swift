@@ -52,8 +52,15 @@ public final class KeyAuthenticator: Sendable {
         guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].isEmpty else {
             throw Self.unauthorized("Authorization must be \"Bearer <key>\"")
         }
-        let secret = parts[1].trimmingCharacters(in: .whitespaces)
-        guard Self.isKeyShaped(Substring(secret)) else { throw Self.unauthorized("unknown or revoked key") }
+        guard let key = try await authenticate(secret: parts[1].trimmingCharacters(in: .whitespaces)) else {
+            throw Self.unauthorized("unknown or revoked key")
+        }
+        return key
+    }
+
+    /// The live key a secret belongs to, or nil (the dashboard's login form sends one).
+    public func authenticate(secret: String) async throws -> APIKey? {
+        guard Self.isKeyShaped(Substring(secret)) else { return nil }
         let hash = SHA256.hex(secret)
         let now = ContinuousClock.now
         let cached = known.withLock { $0[hash] } ?? unknown.withLock { $0[hash] }
@@ -65,8 +72,13 @@ public final class KeyAuthenticator: Sendable {
             let entry = Entry(key: key, expires: now + ttl)
             if key == nil { Self.remember(hash, entry, in: unknown, now: now) } else { Self.remember(hash, entry, in: known, now: now) }
         }
-        guard let key else { throw Self.unauthorized("unknown or revoked key") }
         return key
+    }
+
+    /// The live key with this id, read afresh (a dashboard session names its key by
+    /// id): revoking a key ends its sessions on every server at once.
+    public func liveKey(id: String) async throws -> APIKey? {
+        try await store.liveKey(id: id)
     }
 
     /// Caches an entry; when the cache is full, drops expired entries, and failing

@@ -162,6 +162,41 @@ public struct AppStore: Sendable {
         return try rows.first.map(Self.key)
     }
 
+    /// The key with this id while it is live (not revoked), else nil: a dashboard
+    /// session names its key by id and is good only as long as the key is.
+    public func liveKey(id: String) async throws -> APIKey? {
+        let rows = try await pool.query("""
+            SELECT key_id, app_id, scope, created_at, revoked_at FROM api_keys WHERE key_id = \(id) AND revoked_at IS NULL
+            """)
+        return try rows.first.map(Self.key)
+    }
+
+    /// A 32-byte secret every server of this database shares (`server_secrets`),
+    /// made from this machine's random source by the first server that asks.
+    public func sharedSecret(named name: String) async throws -> [UInt8] {
+        var found: String?
+        // A server making it at the same moment wins the insert; this statement's
+        // snapshot may predate its commit, and the next statement sees it.
+        for _ in 0..<3 where found == nil {
+            let rows = try await pool.query("""
+                WITH made AS (
+                    INSERT INTO server_secrets (name, secret) VALUES (\(name), \(Self.randomHex(bytes: 32))) ON CONFLICT (name) DO NOTHING RETURNING secret
+                )
+                SELECT secret FROM made UNION ALL SELECT secret FROM server_secrets WHERE name = \(name)
+                """)
+            found = try rows.first?.decode(0, as: String.self)
+        }
+        guard let hex = found else { throw AppStoreError.invalid(field: "server_secrets", rule: "the secret \(name) could not be made or read") }
+        var bytes: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            bytes.append(UInt8(hex[index..<next], radix: 16)!)
+            index = next
+        }
+        return bytes
+    }
+
     static func app(_ row: PostgresRow) throws -> App {
         App(id: try row.decode("app_id"), name: try row.decode("name"), timezone: try row.decode("timezone"),
             currency: try row.decode("currency"), createdAt: try row.decode("created_at"))

@@ -215,7 +215,8 @@ public enum MetricValue: Sendable, Equatable {
         return .ratio((now - before) / before)
     }
 
-    var number: Double? {
+    /// The value as a number (for drawing it); nil when null.
+    public var number: Double? {
         switch self {
         case .null: nil
         case .integer(let value): Double(value)

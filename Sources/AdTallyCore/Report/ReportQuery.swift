@@ -407,7 +407,8 @@ public struct ReportQuery: Sendable {
         return TimeZone(identifier: name) != nil
     }
 
-    static func today(in zone: String, now: Date) throws(ReportQueryError) -> Int {
+    /// Today's date (days since 1970) in a zone.
+    public static func today(in zone: String, now: Date) throws(ReportQueryError) -> Int {
         guard let timeZone = TimeZone(identifier: zone) else { throw ReportQueryError("tz", "\"\(zone)\" is not an IANA time zone") }
         let local = Int64(now.timeIntervalSince1970.rounded(.down)) + Int64(timeZone.secondsFromGMT(for: now))
         return Int(local >= 0 ? local / 86_400 : (local - 86_399) / 86_400)

@@ -1,0 +1,314 @@
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+
+/// The HTML of `/dashboard`: a form to pick the app and range, headline figures,
+/// six charts, and the table they are drawn from. Values and their text come from
+/// the report engine's documents (`ReportLayout`'s cells); this draws them.
+struct DashboardPage {
+    /// The table's metrics; the first charts read them from the same rows.
+    static let tableMetrics: [ReportMetric] = [.requests, .impressions, .fillRate, .taps, .ctr, .actionCancels, .cancelRate, .revenue, .ecpm]
+
+    let selection: DashboardRoutes.Selection
+    let key: APIKey
+    let main: ReportDocument?
+    let expiries: ReportDocument?
+    let networks: ReportDocument?
+    var failure: String?
+
+    // MARK: - Rows by category
+
+    /// The page's categories: every day of the range, or every hour a row has.
+    var categories: [String] {
+        if selection.grain == .date { return (selection.from...selection.to).map(ReportQuery.formatDate) }
+        var seen = Set<String>()
+        var hours: [String] = []
+        for document in [main, networks, expiries].compactMap({ $0 }) {
+            for row in document.rows { if let hour = row.dimensions.first ?? nil, seen.insert(hour).inserted { hours.append(hour) } }
+        }
+        // Hour texts carry their offset; in one zone they sort as the instants do but
+        // for a repeated hour, whose earlier offset sorts first (-04:00 before -05:00).
+        return hours.sorted()
+    }
+
+    func label(_ category: String) -> String {
+        if selection.grain == .date { return String(category.dropFirst(5)) }  // MM-DD
+        let time = category.dropFirst(11).prefix(5)
+        return time == "00:00" ? String(category.dropFirst(5).prefix(5)) : String(time)
+    }
+
+    /// A metric series of a document over the categories: values to draw and the
+    /// engine's cell text for the tooltips (`network` picks one network's rows).
+    func series(_ document: ReportDocument?, _ metric: ReportMetric, network: String? = nil, categories: [String]) -> (values: [Double?], labels: [String]) {
+        guard let document else { return ([], []) }
+        let layout = document.layout
+        guard let column = layout.columns.firstIndex(where: { $0.name == metric.rawValue }) else { return ([], []) }
+        var byCategory: [String: (Double?, String)] = [:]
+        for row in document.rows {
+            guard let category = row.dimensions.first ?? nil else { continue }
+            if let network, row.dimensions.count > 1, row.dimensions[1] != network { continue }
+            var number = metric.value(row.counts).number
+            if metric.isMoney, let value = number { number = value / 1_000_000 }
+            byCategory[category] = (number, Self.text(layout.cells(row)[column]))
+        }
+        var values: [Double?] = [], labels: [String] = []
+        let isCount = metric.valueType == .integer || metric.formula == .money(.revenueMicros)
+        for category in categories {
+            let title = network.map { "\(category) · \($0)" } ?? category
+            if let (value, text) = byCategory[category] {
+                values.append(value)
+                labels.append("\(title) · \(metric.rawValue): \(text.isEmpty ? "none" : text)\(metric.isMoney && !text.isEmpty ? " \(document.layout.query.currency)" : "")")
+            } else {
+                // No events in that period: counts are 0, ratios undefined.
+                values.append(isCount ? 0 : nil)
+                labels.append("\(title) · \(metric.rawValue): \(isCount ? "0" : "none")")
+            }
+        }
+        return (values, labels)
+    }
+
+    // MARK: - Charts
+
+    func charts() -> [SVGChart] {
+        let categories = self.categories
+        let labels = categories.map(label)
+        let provisionalDays = Set((main?.notes.provisionalDays ?? []).map(ReportQuery.formatDate))
+        let provisional = Set(categories.indices.filter { provisionalDays.contains(String(categories[$0].prefix(10))) })
+        let currency = main?.layout.query.currency ?? selection.app.currency
+        func chart(_ id: String, _ title: String, _ unit: SVGChart.Unit, _ axisTitle: String, right: (SVGChart.Unit, String)? = nil, stacked: Bool = false, _ series: [SVGChart.Series]) -> SVGChart {
+            SVGChart(
+                id: id, title: title, categories: categories, categoryLabels: labels, provisional: provisional, leftUnit: unit, leftTitle: axisTitle,
+                rightUnit: right?.0, rightTitle: right?.1, isStacked: stacked, series: series
+            )
+        }
+        func line(_ document: ReportDocument?, _ metric: ReportMetric, _ name: String, colour: Int, axis: SVGChart.Axis = .left, kind: SVGChart.Kind = .line, network: String? = nil) -> SVGChart.Series {
+            let (values, labels) = series(document, metric, network: network, categories: categories)
+            return SVGChart.Series(name: name, kind: kind, axis: axis, colour: colour, values: values, labels: labels)
+        }
+        let networkNames = Array(Set((networks?.rows ?? []).compactMap { $0.dimensions.count > 1 ? $0.dimensions[1] : nil })).sorted()
+        return [
+            chart("inventory", "Inventory and impressions", .count, "requests, impressions", [
+                line(main, .requests, "requests", colour: 0), line(main, .impressions, "impressions", colour: 1),
+            ]),
+            chart("fill-rate", "Fill rate (impressions / requests)", .percent, "fill rate %", [line(main, .fillRate, "fill rate", colour: 1)]),
+            chart("taps", "Taps and cancel rate", .count, "taps", right: (.percent, "cancel rate %"), [
+                line(main, .taps, "taps", colour: 2, kind: .bar), line(main, .cancelRate, "cancel rate", colour: 3, axis: .right),
+            ]),
+            // Wasted fills are the unshown part of all expiries: drawn over the whole bar from the baseline.
+            chart("expiries", "Interstitial expiries: shown and never shown", .count, "expiries", [
+                line(expiries, .expiries, "all expiries (top part: shown)", colour: 4, kind: .bar),
+                line(expiries, .wastedFills, "never shown (wasted fills)", colour: 3, kind: .bar),
+            ]),
+            chart("revenue", "Revenue by network", .money(currency), "revenue \(currency)", stacked: true,
+                  networkNames.enumerated().map { index, name in line(networks, .revenue, name, colour: 5 + index % 6, kind: .bar, network: name) }),
+            chart("ecpm", "eCPM by network", .money(currency), "eCPM \(currency)",
+                  networkNames.enumerated().map { index, name in line(networks, .ecpm, name, colour: 5 + index % 6, network: name) }),
+        ]
+    }
+
+    // MARK: - HTML
+
+    func html() -> String {
+        let app = selection.app
+        var body = "<header><h1>AdTally</h1><form class=\"pick\" method=\"get\" action=\"/dashboard\">"
+        body += "<label>App <select name=\"app\" id=\"app\">"
+        for candidate in selection.apps {
+            body += "<option value=\"\(HTML.escape(candidate.id))\"\(candidate.id == app.id ? " selected" : "")>\(HTML.escape(candidate.id))</option>"
+        }
+        body += "</select></label>"
+        body += "<label>From <input type=\"date\" name=\"from\" value=\"\(ReportQuery.formatDate(selection.from))\"></label>"
+        body += "<label>To <input type=\"date\" name=\"to\" value=\"\(ReportQuery.formatDate(selection.to))\"></label>"
+        body += "<button type=\"submit\">Show</button>"
+        for days in [1, 7, 28, 90] {
+            let from = ReportQuery.formatDate(selection.today - days + 1), to = ReportQuery.formatDate(selection.today)
+            body += "<a class=\"quick\" href=\"/dashboard?app=\(Self.urlEncode(app.id))&amp;from=\(from)&amp;to=\(to)\">\(days == 1 ? "today" : "\(days) days")</a>"
+        }
+        body += "</form><form method=\"post\" action=\"/dashboard/logout\" class=\"logout\"><span>\(HTML.escape(key.scope.rawValue)) key \(HTML.escape(key.id))</span><button type=\"submit\">Sign out</button></form></header>"
+        body += "<main>"
+        if let problem = selection.problem { body += "<p class=\"error\" role=\"alert\">\(HTML.escape(problem))</p>" }
+        let zone = main?.layout.query.timezone ?? app.timezone
+        body += "<p class=\"context\"><strong>\(HTML.escape(app.id))</strong> · \(ReportQuery.formatDate(selection.from)) to \(ReportQuery.formatDate(selection.to)) · "
+        body += "\(selection.grain == .hour ? "hours" : "days") in <strong>\(HTML.escape(zone))</strong> (the app's zone) · money in \(HTML.escape(main?.layout.query.currency ?? app.currency))</p>"
+        if let failure {
+            body += "<p class=\"error\" role=\"alert\">\(HTML.escape(failure))</p></main>"
+            return Self.document(title: "AdTally · \(app.id)", body: body)
+        }
+        if let main {
+            body += tiles(main)
+            body += notes(main)
+        }
+        body += "<section class=\"charts\">"
+        for chart in charts() {
+            body += "<figure><figcaption>\(HTML.escape(chart.title))</figcaption>\(chart.svg())\(legend(chart))</figure>"
+        }
+        body += "</section>"
+        if let main { body += table(main) }
+        body += "</main>"
+        return Self.document(title: "AdTally · \(app.id)", body: body)
+    }
+
+    /// A cell as people read it: the engine's text, ratios as percentages.
+    static func text(_ cell: ReportCell) -> String {
+        if case .ratio(let value) = cell { return String(format: "%.1f%%", value * 100) }
+        return ReportText.plain(cell)
+    }
+
+    func tiles(_ document: ReportDocument) -> String {
+        let cells = document.layout.totalCells(document.totals, previous: nil)
+        var out = "<section class=\"tiles\">"
+        for (index, metric) in document.layout.query.metrics.enumerated() where index < cells.count {
+            var text = Self.text(cells[index])
+            if metric.isMoney, !text.isEmpty { text += " " + document.layout.query.currency }
+            out += "<div class=\"tile\" data-metric=\"\(metric.rawValue)\"><span class=\"name\">\(metric.rawValue.replacingOccurrences(of: "_", with: " "))</span><span class=\"value\">\(HTML.escape(text.isEmpty ? "–" : text))</span></div>"
+        }
+        return out + "</section>"
+    }
+
+    func notes(_ document: ReportDocument) -> String {
+        var items: [String] = []
+        let provisional = document.notes.provisionalDays
+        if let first = provisional.first, let last = provisional.last {
+            let days = first == last ? ReportQuery.formatDate(first) : "\(ReportQuery.formatDate(first)) to \(ReportQuery.formatDate(last))"
+            items.append("<span class=\"swatch provisional\"></span>Provisional (shaded): \(days) — late events may still arrive and change them.")
+        }
+        for length in document.notes.dayLengths {
+            items.append("\(ReportQuery.formatDate(length.day)) had \(ReportText.ratio(length.hours)) hours in \(HTML.escape(document.layout.query.timezone)).")
+        }
+        if document.totals.estimatedMicros > 0 {
+            items.append("Revenue includes amounts estimated from the rate card (\(ReportText.plain(.money(micros: document.totals.estimatedMicros, per: 1, digits: Money.digits(document.layout.query.currency)))) \(HTML.escape(document.layout.query.currency))).")
+        }
+        if document.totals.unratedEvents > 0 {
+            items.append("\(document.totals.unratedEvents) impressions or taps had neither reported revenue nor a rate card entry, so no revenue.")
+        }
+        guard !items.isEmpty else { return "" }
+        return "<ul class=\"notes\">" + items.map { "<li>\($0)</li>" }.joined() + "</ul>"
+    }
+
+    func legend(_ chart: SVGChart) -> String {
+        var out = "<ul class=\"legend\">"
+        for series in chart.series {
+            out += "<li><span class=\"swatch c\(series.colour)\"></span>\(HTML.escape(series.name))\(series.axis == .right ? " (right axis)" : "")</li>"
+        }
+        if !chart.provisional.isEmpty { out += "<li><span class=\"swatch provisional\"></span>provisional</li>" }
+        if chart.series.isEmpty { out += "<li>no network reported anything in this range</li>" }
+        return out + "</ul>"
+    }
+
+    func table(_ document: ReportDocument) -> String {
+        let layout = document.layout
+        let csv = "/dashboard/report.csv?app=\(Self.urlEncode(selection.app.id))&amp;from=\(ReportQuery.formatDate(selection.from))&amp;to=\(ReportQuery.formatDate(selection.to))"
+        var out = "<section class=\"table\"><h2>By \(selection.grain == .hour ? "hour" : "day") <a class=\"download\" href=\"\(csv)\" download>Download CSV</a></h2><table><thead><tr>"
+        for (index, column) in layout.columns.enumerated() {
+            out += "<th class=\"\(index < layout.query.dimensions.count ? "text" : "num")\">\(HTML.escape(column.name))</th>"
+        }
+        out += "</tr></thead><tbody>"
+        let provisional = Set(document.notes.provisionalDays.map(ReportQuery.formatDate))
+        for row in document.rows {
+            let category = (row.dimensions.first ?? nil) ?? ""
+            out += "<tr data-cat=\"\(HTML.escape(category))\"\(provisional.contains(String(category.prefix(10))) ? " class=\"provisional\"" : "")>"
+            for (index, cell) in layout.cells(row).enumerated() {
+                out += "<td class=\"\(index < layout.query.dimensions.count ? "text" : "num")\">\(HTML.escape(Self.text(cell)))</td>"
+            }
+            out += "</tr>"
+        }
+        out += "</tbody><tfoot><tr><th class=\"text\">total</th>"
+        for cell in layout.totalCells(document.totals, previous: nil) { out += "<td class=\"num\">\(HTML.escape(Self.text(cell)))</td>" }
+        out += "</tr></tfoot></table></section>"
+        return out
+    }
+
+    static func urlEncode(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? ""
+    }
+
+    static func document(title: String, body: String) -> String {
+        """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>\(HTML.escape(title))</title><link rel="icon" href="/dashboard/assets/icon.svg"><link rel="stylesheet" href="/dashboard/assets/dashboard.css"><script src="/dashboard/assets/dashboard.js" defer></script></head>
+        <body>\(body)</body></html>
+        """
+    }
+
+    /// The sign-in form; `message` says why the last attempt failed.
+    static func login(message: String?) -> String {
+        var body = "<main class=\"login\"><h1>AdTally</h1><form method=\"post\" action=\"/dashboard/login\">"
+        body += "<label for=\"key\">Read or admin key</label><input id=\"key\" name=\"key\" type=\"password\" autocomplete=\"off\" required placeholder=\"atk_…\">"
+        if let message { body += "<p class=\"error\" role=\"alert\">\(HTML.escape(message))</p>" }
+        body += "<button type=\"submit\">Sign in</button><p class=\"hint\">The key is exchanged for a session cookie and kept nowhere else. "
+        body += "Make one with <code>adtally keys create --app APP --scope read</code>.</p></form></main>"
+        return document(title: "AdTally · sign in", body: body)
+    }
+
+    // MARK: - Assets
+
+    static let icon = """
+        <svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect x="1" y="9" width="3" height="6" fill="#2563eb"/><rect x="6" y="5" width="3" height="10" fill="#16a34a"/><rect x="11" y="1" width="3" height="14" fill="#f59e0b"/></svg>
+        """
+
+    static let styleSheet = """
+        :root { --fg: #1f2933; --muted: #616e7c; --line: #d9dee4; --bg: #f7f8fa; --card: #fff;
+          font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: var(--fg); background: var(--bg); }
+        body { margin: 0; }
+        header { display: flex; flex-wrap: wrap; align-items: center; gap: 12px 24px; padding: 10px 20px; background: var(--card); border-bottom: 1px solid var(--line); }
+        header h1 { font-size: 18px; margin: 0; }
+        form.pick { display: flex; flex-wrap: wrap; align-items: center; gap: 8px 12px; }
+        form.pick label { font-size: 13px; color: var(--muted); }
+        a.quick { font-size: 13px; color: #2563eb; }
+        form.logout { margin-left: auto; font-size: 12px; color: var(--muted); display: flex; gap: 8px; align-items: center; }
+        main { padding: 12px 20px 40px; max-width: 1400px; }
+        .context { margin: 4px 0 12px; color: var(--muted); }
+        .error { color: #b42318; background: #fef3f2; padding: 8px 12px; border-radius: 6px; }
+        .tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; }
+        .tile { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; display: flex; flex-direction: column; }
+        .tile .name { font-size: 12px; color: var(--muted); }
+        .tile .value { font-size: 20px; font-variant-numeric: tabular-nums; }
+        ul.notes { color: var(--muted); font-size: 13px; padding-left: 18px; }
+        .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; margin-top: 12px; }
+        figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px; }
+        figcaption { font-weight: 600; font-size: 14px; margin-bottom: 4px; }
+        svg.chart { width: 100%; height: auto; display: block; }
+        svg .grid { stroke: #eef0f3; }
+        svg .axis { stroke: #9aa5b1; }
+        svg .tick, svg .axis-title { font-size: 11px; fill: var(--muted); }
+        svg rect.provisional { fill: #f1f3f6; }
+        svg path.line { fill: none; stroke-width: 2; }
+        svg .mark:hover, svg .mark.lit { stroke: #111; stroke-width: 1.5; }
+        ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: 4px 14px; padding: 0; margin: 6px 0 0; font-size: 12px; color: var(--muted); }
+        .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 5px; vertical-align: -1px; }
+        .swatch.provisional { background: #e4e7eb; }
+        .c0 { --c: #2563eb; } .c1 { --c: #16a34a; } .c2 { --c: #7c3aed; } .c3 { --c: #dc2626; } .c4 { --c: #0891b2; }
+        .c5 { --c: #2563eb; } .c6 { --c: #f59e0b; } .c7 { --c: #16a34a; } .c8 { --c: #db2777; } .c9 { --c: #7c3aed; } .c10 { --c: #64748b; }
+        rect.mark, circle.mark { fill: var(--c); } path.line { stroke: var(--c); } .swatch[class*=" c"] { background: var(--c); }
+        section.table { margin-top: 18px; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px; overflow-x: auto; }
+        section.table h2 { font-size: 15px; margin: 0 0 8px; display: flex; gap: 12px; align-items: baseline; }
+        a.download { font-size: 13px; font-weight: normal; }
+        table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; width: 100%; }
+        th, td { padding: 4px 8px; border-bottom: 1px solid #eef0f3; white-space: nowrap; }
+        th.num, td.num { text-align: right; } th.text, td.text { text-align: left; }
+        tr.provisional td { color: var(--muted); font-style: italic; }
+        tr.lit td { background: #fff7d6; }
+        main.login { max-width: 360px; margin: 12vh auto; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 20px 24px; }
+        main.login form { display: flex; flex-direction: column; gap: 10px; }
+        main.login .hint { font-size: 12px; color: var(--muted); }
+        button { font: inherit; padding: 4px 12px; }
+        """
+
+    /// Interactions only (the charts need no script): picking an app shows it, and
+    /// hovering a chart's mark lights its row in the table.
+    static let script = """
+        "use strict";
+        document.addEventListener("DOMContentLoaded", () => {
+          const app = document.getElementById("app");
+          if (app) app.addEventListener("change", () => app.form.submit());
+          const rows = new Map();
+          document.querySelectorAll("tr[data-cat]").forEach((row) => rows.set(row.dataset.cat, row));
+          document.querySelectorAll("svg.chart .mark").forEach((mark) => {
+            const row = rows.get(mark.dataset.cat);
+            if (!row) return;
+            mark.addEventListener("mouseenter", () => row.classList.add("lit"));
+            mark.addEventListener("mouseleave", () => row.classList.remove("lit"));
+          });
+        });
+        """
+}

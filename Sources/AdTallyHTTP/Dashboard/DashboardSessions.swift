@@ -1,0 +1,52 @@
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+import Synchronization
+
+/// The dashboard's session cookies: `v1.KEYID.EXPIRES.MAC`, where MAC is the
+/// HMAC-SHA256 of the rest under a secret every server of the database shares
+/// (`server_secrets`). The cookie names the key by id and never holds its secret;
+/// a session is good until it expires or its key is revoked (checked on every
+/// request, so revocation signs a key's sessions out at once, on every server).
+final class DashboardSessions: Sendable {
+    /// The cookie's name.
+    static let cookieName = "adtally_session"
+    /// How long a session lasts after login.
+    static let lifetime: Int64 = 12 * 3600
+
+    private let store: AppStore
+    private let secret = Mutex<[UInt8]?>(nil)
+
+    init(store: AppStore) {
+        self.store = store
+    }
+
+    private func key() async throws -> [UInt8] {
+        if let secret = secret.withLock({ $0 }) { return secret }
+        let made = try await store.sharedSecret(named: "dashboard_session")
+        secret.withLock { $0 = made }
+        return made
+    }
+
+    /// A signed session value for a key, expiring `lifetime` after `now`.
+    func make(keyID: String, now: Date = Date()) async throws -> String {
+        let body = "v1.\(keyID).\(Int64(now.timeIntervalSince1970) + Self.lifetime)"
+        return body + "." + SHA256.hmac(key: try await key(), message: Array(body.utf8)).hexString
+    }
+
+    /// The key id a session value names, when its signature holds and it has not expired.
+    func keyID(from value: String, now: Date = Date()) async throws -> String? {
+        let parts = value.split(separator: ".", omittingEmptySubsequences: false)
+        guard value.utf8.count < 200, parts.count == 4, parts[0] == "v1",
+              parts[1].utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x7a).contains($0) || $0 == 0x5f }),
+              let expires = Int64(parts[2]), expires > Int64(now.timeIntervalSince1970)
+        else { return nil }
+        let expected = SHA256.hmac(key: try await key(), message: Array("v1.\(parts[1]).\(parts[2])".utf8)).hexString
+        // Compared in constant time: how far a forged MAC matches must not show in timing.
+        let given = Array(parts[3].utf8), wanted = Array(expected.utf8)
+        guard given.count == wanted.count else { return nil }
+        var difference: UInt8 = 0
+        for index in wanted.indices { difference |= given[index] ^ wanted[index] }
+        return difference == 0 ? String(parts[1]) : nil
+    }
+}
