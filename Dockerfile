@@ -1,12 +1,16 @@
 # AdTally server image: build with the Swift toolchain, run on slim Debian with libpq.
 FROM swift:6.3-bookworm AS build
+# The same build as `make build-release` (`make run`): the Makefile's target, its
+# dependency script limited to what building needs (libpq, zlib, pkg-config).
 # Hummingbird 2.28 needs swift-tools 6.2 or later; libpq and zlib are system-library targets.
-RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev zlib1g-dev pkg-config && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY Package.swift ./
+COPY Makefile Package.swift ./
+COPY scripts ./scripts
 COPY Sources ./Sources
 COPY Tests ./Tests
-RUN swift build -c release --product adtally --static-swift-stdlib \
+RUN ADTALLY_DEPS=build make build-release SWIFT_BUILD_FLAGS=--static-swift-stdlib \
+ && rm -rf /var/lib/apt/lists/* \
  && cp "$(swift build -c release --show-bin-path)/adtally" /usr/local/bin/adtally
 
 FROM debian:bookworm-slim

@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test bench-ingest bench-report fuzz
+.PHONY: deps build build-release run test screenshot bench-ingest bench-report fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -10,8 +10,10 @@ deps:
 build: deps
 	$(SWIFT) build
 
+## build-release: the server and CLI, optimised (the Dockerfile builds with this
+## target too, with SWIFT_BUILD_FLAGS=--static-swift-stdlib and ADTALLY_DEPS=build).
 build-release: deps
-	$(SWIFT) build -c release --product adtally
+	$(SWIFT) build -c release --product adtally $(SWIFT_BUILD_FLAGS)
 
 ## run: install what is missing, build, and serve on 127.0.0.1:8080 with the
 ## embedded PostgreSQL in .adtally/ (or DATABASE_URL when set).
@@ -24,6 +26,12 @@ test: deps
 	$(SWIFT) build --build-tests
 	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh $(SWIFT) test --skip-build
 
+## screenshot: docs/dashboard.png, made by the dashboard's browser test (headless
+## Chromium against a server holding demo data); `make test` writes it to .build/.
+screenshot: deps
+	$(SWIFT) build --build-tests
+	ADTALLY_SCREENSHOT="$(CURDIR)/docs/dashboard.png" ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" \
+	  scripts/with-test-postgres.sh $(SWIFT) test --skip-build --filter 'DashboardTests/browser'
 
 ## bench-report: report latency over HTTP (p50/p99) and CSV export rate against plain PostgreSQL, on 10 M loaded events.
 bench-report: build-release

@@ -60,3 +60,14 @@ CREATE TABLE report_series (
 
 -- Grafana's panels read one app's grain over a time range.
 CREATE INDEX report_series_time ON report_series (app_id, grain, period_start);
+
+-- Grafana reads as its own role when the deployment made one
+-- (deploy/postgres/init/10-grafana-role.sh in docker-compose.yml): these two
+-- tables only, never events, keys or secrets.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'adtally_grafana') THEN
+        GRANT SELECT ON report_series, apps TO adtally_grafana;
+    END IF;
+END
+$$;

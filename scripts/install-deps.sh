@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Installs the Debian packages AdTally builds and runs with, if any is missing.
 # Idempotent: when everything is present it installs nothing and does not touch apt.
+#
+# ADTALLY_DEPS=build installs only what building needs (the Dockerfile's build
+# stage); the default adds what running and testing need: PostgreSQL with hll,
+# Chromium for the dashboard's browser test, and the tests' Python packages.
 set -euo pipefail
-packages=(libpq-dev zlib1g-dev pkg-config postgresql curl)
+packages=(libpq-dev zlib1g-dev pkg-config)
+if [ "${ADTALLY_DEPS:-all}" != build ]; then
+  packages+=(postgresql curl chromium)
+fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
 done
-# Python packages the tests use: openapi-core checks responses against /openapi.yaml.
-python_ok() { python3 -c 'import openapi_core, requests, yaml' 2>/dev/null; }
+# Python packages the tests use: openapi-core checks responses against
+# /openapi.yaml, websocket-client drives Chromium over the DevTools protocol.
+python_ok() { [ "${ADTALLY_DEPS:-all}" = build ] || python3 -c 'import openapi_core, requests, yaml, websocket' 2>/dev/null; }
 if ! python_ok; then
-  echo "installing Python packages: openapi-core requests pyyaml"
+  echo "installing Python packages: openapi-core requests pyyaml websocket-client"
   if ! python3 -m pip --version >/dev/null 2>&1; then
     # Debian's own Python comes without pip.
     export DEBIAN_FRONTEND=noninteractive
@@ -22,7 +30,7 @@ if ! python_ok; then
   if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)'; then
     pip_flags+=(--break-system-packages)
   fi
-  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml
+  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml websocket-client
 fi
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
@@ -36,6 +44,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
   # The Debian package starts a system cluster on port 5432; AdTally does not use it.
 fi
+[ "${ADTALLY_DEPS:-all}" = build ] && exit 0
 # The hll extension (unique-device sketches, Migrations/0005) for the PostgreSQL
 # server installed: Debian names it after the server's major version.
 major=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 | sed -E 's|.*/postgresql/([0-9]+)/bin|\1|')

@@ -1,0 +1,307 @@
+import AdTallyApp
+@testable import AdTallyCore
+@testable import AdTallyHTTP
+import AdTallyStorage
+import AdTallyTestSupport
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import PostgresKit
+import Testing
+
+@Suite("Dashboards")
+struct DashboardTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Loads a small demo (14 days, a tenth of the default traffic) into the test app's database.
+    static func loadDemo(_ services: AppServices) async throws -> DemoLoader.Summary {
+        var logger = Logger(label: "adtally.test")
+        logger.logLevel = .warning
+        return try await DemoLoader(database: services.database, days: 14, scale: 0.1, logger: logger).load()
+    }
+
+    static func cookie(from response: TestResponse) -> String? {
+        response.headers[.setCookie].flatMap { $0.split(separator: ";").first.map(String.init) }
+    }
+
+    @Test("signing in trades a read key for an HttpOnly, SameSite=Strict cookie signed by the server; forged, revoked and ingest keys get nothing")
+    func signingIn() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let app = try await services.appStore.createApp(id: "dash", name: nil, timezone: "Asia/Kolkata", currency: "USD")
+            let read = try await services.appStore.createKey(app: app.id, scope: .read)
+            let ingest = try await services.appStore.createKey(app: app.id, scope: .ingest)
+            let form: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+            func login(_ secret: String, headers: HTTPFields = [:]) async throws -> TestResponse {
+                var all = form
+                all.append(contentsOf: headers)
+                return try await client.execute(uri: "/dashboard/login", method: .post, headers: all, body: ByteBuffer(string: "key=\(secret)"))
+            }
+
+            // No session: the sign-in form, which posts the key (never a URL parameter).
+            let first = try await client.execute(uri: "/dashboard", method: .get)
+            #expect(first.status == .ok)
+            let form0 = String(buffer: first.body)
+            #expect(form0.contains(#"<form method="post" action="/dashboard/login">"#) && form0.contains(#"type="password""#))
+            #expect(first.headers[.contentSecurityPolicy]?.contains("default-src 'none'") == true)
+
+            let signedIn = try await login(read.secret)
+            #expect(signedIn.status == .seeOther && signedIn.headers[.location] == "/dashboard")
+            let setCookie = try #require(signedIn.headers[.setCookie])
+            #expect(setCookie.contains("HttpOnly") && setCookie.contains("SameSite=Strict") && setCookie.contains("Path=/dashboard"))
+            #expect(!setCookie.contains(read.secret) && !setCookie.contains(String(read.secret.dropFirst(4).prefix(16))))
+            let session = try #require(Self.cookie(from: signedIn))
+            #expect(session.hasPrefix("adtally_session=v1.\(read.id)."))
+
+            let page = try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: session])
+            #expect(page.status == .ok)
+            let html = String(buffer: page.body)
+            #expect(html.components(separatedBy: "<svg class=\"chart\"").count - 1 == 6)
+            #expect(html.contains("Asia/Kolkata") && !html.contains(read.secret))
+            // A script may send its key instead of a cookie.
+            #expect(try await client.execute(uri: "/dashboard", method: .get, headers: [.authorization: "Bearer \(read.secret)"]).status == .ok)
+
+            // A session is good on every server of the database: the secret is shared.
+            let other = DashboardSessions(store: services.appStore)
+            let otherValue = try await other.make(keyID: read.id)
+            #expect(try await other.keyID(from: String(session.dropFirst("adtally_session=".count))) == read.id)
+            #expect(try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: "adtally_session=\(otherValue)"]).status == .ok)
+
+            // Forged: another key id under the same MAC, a changed expiry, an expired one.
+            let parts = session.dropFirst("adtally_session=".count).split(separator: ".").map(String.init)
+            let admin = try await services.appStore.createKey(app: nil, scope: .admin)
+            for forged in ["v1.\(admin.id).\(parts[2]).\(parts[3])", "v1.\(parts[1]).\(Int(parts[2])! + 86_400).\(parts[3])", "v1.\(parts[1]).\(parts[2]).\(String(repeating: "0", count: 64))"] {
+                let response = try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: "adtally_session=\(forged)"])
+                #expect(String(buffer: response.body).contains("/dashboard/login"), "\(forged) was taken")
+                #expect(response.headers[.setCookie]?.contains("Max-Age=0") == true, "a bad cookie is cleared")
+            }
+            let expired = try await other.make(keyID: read.id, now: Date(timeIntervalSinceNow: -Double(DashboardSessions.lifetime) - 1))
+            #expect(try await other.keyID(from: expired) == nil)
+
+            // Refusals name the reason; nothing is set.
+            let unknown = try await login("atk_" + String(repeating: "0", count: 48))
+            #expect(unknown.status == .unauthorized && unknown.headers[.setCookie] == nil && String(buffer: unknown.body).contains("unknown or revoked"))
+            let ingestLogin = try await login(ingest.secret)
+            #expect(ingestLogin.status == .forbidden && ingestLogin.headers[.setCookie] == nil && String(buffer: ingestLogin.body).contains("ingest key"))
+            #expect(try await client.execute(uri: "/dashboard", method: .get, headers: [.authorization: "Bearer \(ingest.secret)"]).status == .forbidden)
+            // Another site's form cannot sign a browser in (or out).
+            #expect(try await login(read.secret, headers: [.origin: "https://evil.example"]).status == .forbidden)
+            #expect(try await client.execute(uri: "/dashboard/login", method: .post, headers: [.contentType: "application/json"], body: ByteBuffer(string: "{}")).status == .unsupportedMediaType)
+            #expect(try await client.execute(uri: "/dashboard/login", method: .post, headers: form, body: ByteBuffer(string: String(repeating: "k", count: 5000))).status == .contentTooLarge)
+
+            // The CSV under the table: the session's key, the table's columns.
+            let csv = try await client.execute(uri: "/dashboard/report.csv?app=dash", method: .get, headers: [.cookie: session])
+            #expect(csv.status == .ok && csv.headers[.contentType]?.hasPrefix("text/csv") == true)
+            #expect(String(buffer: csv.body).hasPrefix("date,requests,impressions,fill_rate,taps,ctr,action_cancels,cancel_rate,revenue,ecpm\r\n"))
+            #expect(try await client.execute(uri: "/dashboard/report.csv", method: .get).status == .unauthorized)
+            #expect(try await client.execute(uri: "/dashboard/report.csv?app=other", method: .get, headers: [.cookie: session]).status == .badRequest)
+
+            // Revoking the key ends its sessions at once.
+            try await services.appStore.revokeKey(read.id)
+            let afterRevoke = try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: session])
+            #expect(String(buffer: afterRevoke.body).contains("/dashboard/login"))
+
+            // Signing out clears the cookie.
+            let out = try await client.execute(uri: "/dashboard/logout", method: .post, headers: [.cookie: session])
+            #expect(out.status == .seeOther && out.headers[.setCookie]?.contains("Max-Age=0") == true)
+        }
+    }
+
+    @Test("bad ranges are said on the page, named by field; a missing FX rate is a 422 that names currency and date")
+    func badSelections() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            _ = try await services.appStore.createApp(id: "dash", name: nil, timezone: "UTC", currency: "USD")
+            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            func page(_ query: String) async throws -> (HTTPResponse.Status, String) {
+                try await client.execute(uri: "/dashboard?\(query)", method: .get, headers: [.authorization: "Bearer \(admin)"]) { ($0.status, String(buffer: $0.body)) }
+            }
+            #expect(try await page("from=2026-13-01").0 == .badRequest)
+            #expect(try await page("from=2026-13-01").1.contains("from: must be a date YYYY-MM-DD"))
+            #expect(try await page("from=2026-02-01&to=2026-01-01").1.contains("from: must not be after to"))
+            #expect(try await page("from=2020-01-01&to=2026-01-01").1.contains("at most 366 days"))
+            #expect(try await page("app=%3Cscript%3E").1.contains("no app &quot;&lt;script&gt;&quot;"))
+            // Reported revenue in a currency the FX table cannot convert.
+            let ingest = try await services.appStore.createKey(app: "dash", scope: .ingest).secret
+            let event = #"{"id":"\#(UUID().uuidString)","type":"impression","occurred_at":"\#(ISO8601DateFormatter().string(from: Date()))","network":"admob","format":"banner","revenue_micros":1000,"currency":"JPY"}"#
+            #expect(try await client.execute(uri: "/v1/events", method: .post, headers: [.authorization: "Bearer \(ingest)", .contentType: "application/json"], body: ByteBuffer(string: #"{"events":[\#(event)]}"#)).status == .ok)
+            let (status, html) = try await page("app=dash")
+            #expect(status == .unprocessableContent && html.contains("no FX rate converts JPY to USD"))
+        }
+    }
+
+    @Test("charts: nice quarter ticks, one mark per drawn value, gaps for undefined ratios, stacked bars summing to the stack")
+    func chartDrawing() {
+        #expect(SVGChart.niceCeiling(0.78) == 0.8 && SVGChart.niceCeiling(113) == 120 && SVGChart.niceCeiling(2114) == 4000 && SVGChart.niceCeiling(0) == 1)
+        #expect(SVGChart.tick(0.6000000000000001, .percent) == "60%" && SVGChart.tick(0.075, .percent) == "7.5%")
+        #expect(SVGChart.tick(1500, .count) == "1.5k" && SVGChart.tick(2_000_000, .money("JPY")) == "2M" && SVGChart.tick(0.3, .money("USD")) == "0.3")
+        let chart = SVGChart(
+            id: "t", title: "t <&>", categories: ["2026-01-01", "2026-01-02", "2026-01-03"], categoryLabels: ["01-01", "01-02", "01-03"], provisional: [2],
+            leftUnit: .count, leftTitle: "n", rightUnit: .percent, rightTitle: "%", isStacked: true,
+            series: [
+                .init(name: "a", kind: .bar, colour: 0, values: [1, 2, 0], labels: ["x", "y", "z"]),
+                .init(name: "b", kind: .bar, colour: 1, values: [3, 2, 0], labels: ["x", "y", "z"]),
+                .init(name: "r", kind: .line, axis: .right, colour: 2, values: [0.5, nil, 0.25], labels: ["x", "y", "z"]),
+            ]
+        )
+        let svg = chart.svg()
+        #expect(svg.components(separatedBy: "class=\"mark").count - 1 == 8)
+        #expect(svg.components(separatedBy: "<rect class=\"provisional\"").count - 1 == 1)
+        #expect(svg.contains("t &lt;&amp;&gt;") && !svg.contains("t <&>"))
+        // The undefined ratio breaks the line into two pieces.
+        #expect(svg.contains(#"d="M"#) && svg.components(separatedBy: "M").count - 1 >= 2)
+        #expect(chart.axisMaximum(.left) == 4 && chart.axisMaximum(.right) == 0.5)
+    }
+
+    @Test("headless Chromium signs in through the form and finds every chart's marks as the report API counts them; the screenshot is saved")
+    func browser() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let demo = try await Self.loadDemo(services)
+            let port = try #require(client.port)
+            let screenshot = ProcessInfo.processInfo.environment["ADTALLY_SCREENSHOT"]
+                ?? Self.repository.appendingPathComponent(".build/dashboard.png").path
+            let (status, output) = try Self.run(["python3", Self.repository.appendingPathComponent("scripts/dashboard_browser_check.py").path,
+                                                 "http://127.0.0.1:\(port)", demo.readKey.secret, screenshot])
+            #expect(status == 0, "\(output)")
+            #expect(output.contains(#""inventory""#) && output.contains(#""revenue""#), "\(output)")
+            let attributes = try FileManager.default.attributesOfItem(atPath: screenshot)
+            #expect((attributes[.size] as? Int ?? 0) > 50_000, "the screenshot is a real page")
+        }
+    }
+
+    @Test("every Grafana panel's SQL, macros and variables substituted, runs against demo data and returns rows")
+    func grafanaPanels() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            _ = try await Self.loadDemo(services)
+            let written = try await services.reportSeries.refresh(force: true)
+            #expect(written > 100)
+            // Written twice, the rows are replaced, not doubled.
+            #expect(try await services.reportSeries.refresh(force: true) == written)
+            #expect(try await services.reportSeries.refresh() == 0, "a fresh app is skipped")
+            let count = try await services.database.pool.query("SELECT count(*) FROM report_series")[0].decode(0, as: Int.self)
+            #expect(count == written)
+
+            // The engine's own numbers: a day's row equals the report API's for that day.
+            let readable = try await services.reports.readableApps(only: nil)
+            let query = try ReportQuery.parse([("apps", "demo-puzzle"), ("days", "3"), ("dimensions", "date"), ("metrics", "requests,fill_rate,revenue")], readable: readable, isAdmin: true)
+            let page = try await services.reports.page(query)
+            for row in page.rows {
+                let stored = try await services.database.pool.query("""
+                    SELECT requests, fill_rate::text, revenue::text FROM report_series WHERE app_id = 'demo-puzzle' AND grain = 'day' AND network = '*' AND period = \(row.dimensions[0]!)
+                    """)
+                let cells = page.layout.cells(row)
+                #expect(try stored[0].decode(0, as: Int64.self) == row.counts.requests)
+                // As the API writes it (ratios to 6 decimals).
+                #expect(try Double(stored[0].decode(1, as: String.self)) == Double(ReportText.plain(cells[2])))
+                #expect(try stored[0].decode(2, as: String.self) == ReportText.plain(cells[3]))
+            }
+
+            var queries = 0
+            for file in try FileManager.default.contentsOfDirectory(atPath: Self.repository.appendingPathComponent("Dashboards").path) where file.hasSuffix(".json") {
+                let data = try Data(contentsOf: Self.repository.appendingPathComponent("Dashboards/\(file)"))
+                let dashboard = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+                for (title, sql) in GrafanaSQL.queries(in: dashboard) {
+                    let substituted = try GrafanaSQL.substitute(sql, variables: ["app": ["demo-puzzle"], "network": ["admob", "applovin", "nend"], "currency": ["JPY"], "zone": ["Asia/Tokyo"]])
+                    let rows: PostgresRows
+                    do {
+                        rows = try await services.database.pool.query(PostgresQuery(unsafeSQL: substituted))
+                    } catch {
+                        Issue.record("\(file) / \(title): \(error)\n\(substituted)")
+                        continue
+                    }
+                    #expect(rows.count > 0, "\(file) / \(title) returned no rows:\n\(substituted)")
+                    queries += 1
+                }
+            }
+            #expect(queries >= 24, "every report panel, variable and annotation")
+        }
+    }
+
+    @Test("the compose file, the Dockerfile and Grafana's provisioning agree with the repository; a missing mount is caught")
+    func composeFiles() throws {
+        let script = Self.repository.appendingPathComponent("scripts/compose_check.py").path
+        let (status, output) = try Self.run(["python3", script, Self.repository.path])
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("checked service citus-coordinator (profile citus)") && output.contains("checked Dockerfile"), "\(output)")
+
+        // The same check on a copy that lost the PostgreSQL init folder and whose Dockerfile builds another way.
+        let copy = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-compose-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: copy) }
+        try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: true)
+        for item in ["docker-compose.yml", "Dockerfile", "Makefile", "Package.swift", "Dashboards", "deploy", "scripts", "Sources", "Tests", "Migrations"] {
+            try FileManager.default.copyItem(at: Self.repository.appendingPathComponent(item), to: copy.appendingPathComponent(item))
+        }
+        try FileManager.default.removeItem(at: copy.appendingPathComponent("deploy/postgres/init"))
+        let dockerfile = try String(contentsOf: copy.appendingPathComponent("Dockerfile"), encoding: .utf8)
+        try dockerfile.replacingOccurrences(of: "ADTALLY_DEPS=build make build-release", with: "swift build -c release")
+            .write(to: copy.appendingPathComponent("Dockerfile"), atomically: true, encoding: .utf8)
+        let (brokenStatus, brokenOutput) = try Self.run(["python3", script, copy.path])
+        #expect(brokenStatus == 1)
+        #expect(brokenOutput.contains("mounts ./deploy/postgres/init, which does not exist"), "\(brokenOutput)")
+        #expect(brokenOutput.contains("does not build with `make build-release`"), "\(brokenOutput)")
+    }
+
+    /// Runs a command; its exit status and everything it printed.
+    static func run(_ arguments: [String]) throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
+    }
+}
+
+/// Grafana's side of a panel query, as its PostgreSQL datasource does it.
+enum GrafanaSQL {
+    struct UnknownMacro: Error, CustomStringConvertible { var description: String }
+
+    /// Every SQL a dashboard runs: panel targets, query variables and annotations, by title.
+    static func queries(in dashboard: [String: Any]) -> [(String, String)] {
+        var found: [(String, String)] = []
+        for panel in dashboard["panels"] as? [[String: Any]] ?? [] {
+            for target in panel["targets"] as? [[String: Any]] ?? [] {
+                if let sql = target["rawSql"] as? String { found.append((panel["title"] as? String ?? "?", sql)) }
+            }
+        }
+        for variable in (dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]] ?? [] {
+            if let sql = variable["query"] as? String { found.append(("variable " + (variable["name"] as? String ?? "?"), sql)) }
+        }
+        for annotation in (dashboard["annotations"] as? [String: Any])?["list"] as? [[String: Any]] ?? [] {
+            if let sql = (annotation["target"] as? [String: Any])?["rawSql"] as? String { found.append(("annotation " + (annotation["name"] as? String ?? "?"), sql)) }
+        }
+        return found
+    }
+
+    /// Substitutes the macros of Grafana's PostgreSQL datasource over the last 28
+    /// days (as Grafana 11 expands them) and template variables: a single value as
+    /// it is, several quoted and comma-separated, as Grafana interpolates SQL.
+    static func substitute(_ sql: String, variables: [String: [String]], now: Date = Date()) throws -> String {
+        let formatter = ISO8601DateFormatter()
+        let from = formatter.string(from: now.addingTimeInterval(-28 * 86_400)), to = formatter.string(from: now)
+        var text = sql
+        func replaceCalls(_ name: String, _ body: ([String]) -> String) {
+            while let range = text.range(of: "$__\(name)(") {
+                let close = text[range.upperBound...].firstIndex(of: ")")!
+                let arguments = text[range.upperBound..<close].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                text.replaceSubrange(range.lowerBound...close, with: body(arguments))
+            }
+        }
+        replaceCalls("timeFilter") { "\($0[0]) BETWEEN '\(from)' AND '\(to)'" }
+        replaceCalls("timeGroupAlias") { "floor(extract(epoch from \($0[0]))/86400)*86400 AS \"time\"" }
+        replaceCalls("timeGroup") { "floor(extract(epoch from \($0[0]))/86400)*86400" }
+        replaceCalls("unixEpochFilter") { "\($0[0]) >= \(Int(now.timeIntervalSince1970) - 28 * 86_400) AND \($0[0]) <= \(Int(now.timeIntervalSince1970))" }
+        text = text.replacingOccurrences(of: "$__timeFrom()", with: "'\(from)'").replacingOccurrences(of: "$__timeTo()", with: "'\(to)'")
+        if let unknown = text.range(of: "$__") { throw UnknownMacro(description: "a macro this test does not know: \(text[unknown.lowerBound...].prefix(30))") }
+        for (name, values) in variables.sorted(by: { $0.key.count > $1.key.count }) {
+            let value = values.count == 1 ? values[0] : values.map { "'\($0)'" }.joined(separator: ",")
+            text = text.replacingOccurrences(of: "${\(name)}", with: value).replacingOccurrences(of: "$\(name)", with: value)
+        }
+        if text.contains("$") { throw UnknownMacro(description: "an unsubstituted variable in: \(text)") }
+        return text
+    }
+}
