@@ -459,10 +459,68 @@ paths:
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
+  /dashboard:
+    get:
+      summary: The built-in dashboard (HTML with SVG charts), or its sign-in form without a session.
+      description: A read or admin key, by session cookie (see /dashboard/login) or bearer; an ingest key is a 403.
+      security: [{}, {bearer: []}, {session: []}]
+      parameters:
+        - {name: app, in: query, schema: {type: string}}
+        - {name: from, in: query, schema: {type: string, format: date}}
+        - {name: to, in: query, schema: {type: string, format: date}}
+      responses:
+        "200": {$ref: "#/components/responses/HTML"}
+        "400": {$ref: "#/components/responses/HTML"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+        "422": {$ref: "#/components/responses/HTML"}
+  /dashboard/login:
+    post:
+      summary: Exchanges a read or admin key (form field `key`) for a signed session cookie.
+      security: []
+      requestBody:
+        required: true
+        content:
+          application/x-www-form-urlencoded:
+            schema: {type: object, required: [key], properties: {key: {type: string}}}
+      responses:
+        "303": {description: "Signed in: Set-Cookie adtally_session (HttpOnly, SameSite=Strict), Location /dashboard"}
+        "401": {$ref: "#/components/responses/HTML"}
+        "403": {description: "An ingest key (the form again), or a form from another origin", content: {text/html: {schema: {type: string}}, application/problem+json: {schema: {type: object, required: [status, detail]}}}}
+        "413": {$ref: "#/components/responses/Problem"}
+        "415": {$ref: "#/components/responses/Problem"}
+  /dashboard/logout:
+    post:
+      summary: Clears the session cookie.
+      security: []
+      responses:
+        "303": {description: "Signed out: the cookie cleared, Location /dashboard"}
+        "403": {$ref: "#/components/responses/Problem"}
+  /dashboard/report.csv:
+    get:
+      summary: The dashboard's table as CSV (the same report as GET /v1/reports).
+      security: [{bearer: []}, {session: []}]
+      parameters:
+        - {name: app, in: query, schema: {type: string}}
+        - {name: from, in: query, schema: {type: string, format: date}}
+        - {name: to, in: query, schema: {type: string, format: date}}
+      responses:
+        "200": {description: RFC 4180 CSV, content: {text/csv: {schema: {type: string}}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+        "422": {$ref: "#/components/responses/Problem"}
 components:
   securitySchemes:
     bearer: {type: http, scheme: bearer}
+    session: {type: apiKey, in: cookie, name: adtally_session}
   responses:
+    HTML:
+      description: An HTML page.
+      content:
+        text/html: {schema: {type: string}}
     ExportRuns:
       description: Runs.
       content:

@@ -63,6 +63,7 @@ struct DemoCommand: AsyncParsableCommand {
             Over HTTP (adtally serve, or make run):
               curl -H 'Authorization: Bearer \(summary.readKey.secret)' 'http://127.0.0.1:8080/v1/reports?days=7&dimensions=date,network'
               admin key (every app, exports, rates): \(summary.adminKey.secret)
+              charts: http://127.0.0.1:8080/dashboard (sign in with either key)
 
             A daily CSV for finance, written by the running server:
               adtally exports create demo-daily --cron "0 6 * * *" --tz Asia/Tokyo --dir "$PWD/exports" --apps demo-puzzle --days 1 --dimensions date,network
