@@ -1,6 +1,7 @@
 import AdTallyCore
 import Foundation
 import Logging
+import Metrics
 import PostgresKit
 
 /// Writes the report engine's output into `report_series` (Migrations/0007), the
@@ -47,6 +48,8 @@ public struct ReportSeriesWriter: Sendable {
     /// (a missing FX rate) is logged and skipped; the others are still written.
     @discardableResult
     public func refresh(force: Bool = false, now: Date = Date()) async throws -> Int {
+        let started = ContinuousClock.now
+        defer { Metrics.Timer(label: "adtally_report_series_refresh_seconds").record(duration: ContinuousClock.now - started) }
         var written = 0
         for app in try await engine.readableApps(only: nil) {
             if !force {

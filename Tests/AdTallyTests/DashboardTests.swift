@@ -108,6 +108,36 @@ struct DashboardTests {
         }
     }
 
+    @Test("hostile cookies, forms and parameters get a page or a 4xx, never a 5xx or a session")
+    func hostileInput() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            _ = try await services.appStore.createApp(id: "dash", name: nil, timezone: "UTC", currency: "USD")
+            let read = try await services.appStore.createKey(app: "dash", scope: .read)
+            var random = SplitMix64(seed: 11)
+            let alphabet = Array("v1.key_0123456789abcdef%=&+;,\"\\ \t<>'\u{0}\u{7f}é😀".unicodeScalars)
+            func noise(_ length: Int) -> String {
+                String(String.UnicodeScalarView((0..<length).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }))
+            }
+            for round in 0..<150 {
+                let text = noise(Int(random.next() % 120))
+                // Cookies: a bad one is the sign-in form, never a session.
+                let encoded = text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                let cookie = round % 2 == 0 ? "adtally_session=\(encoded)" : "adtally_session=v1.\(read.id).\(Int(Date().timeIntervalSince1970) + 99).\(encoded)"
+                let page = try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: cookie])
+                #expect(page.status == .ok && String(buffer: page.body).contains("/dashboard/login"), "cookie \(cookie)")
+                // Forms: unknown keys are a 401 with the form again.
+                let form = try await client.execute(
+                    uri: "/dashboard/login", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"], body: ByteBuffer(string: round % 3 == 0 ? "key=\(text)" : text)
+                )
+                #expect(form.status == .unauthorized && form.headers[.setCookie] == nil, "form \(text)")
+                // Parameters: a page naming the bad one, or the default range.
+                let query = "app=\(encoded)&from=\(encoded)&to=\(encoded)"
+                let status = try await client.execute(uri: "/dashboard?\(query)", method: .get, headers: [.authorization: "Bearer \(read.secret)"]).status
+                #expect(status == .ok || status == .badRequest, "\(query): \(status)")
+            }
+        }
+    }
+
     @Test("bad ranges are said on the page, named by field; a missing FX rate is a 422 that names currency and date")
     func badSelections() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
