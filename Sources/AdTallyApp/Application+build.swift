@@ -138,28 +138,41 @@ struct ExportService: Service {
     }
 }
 
+/// Runs `pass` at start and then every `interval` until graceful shutdown, which ends
+/// the loop quietly between passes. A failure is logged once, and again only after a
+/// pass succeeded in between ("… recovered"); `failed` and `succeeded` see every pass.
+func repeatEvery(
+    _ interval: Duration, _ what: String, logger: Logger, failed: @escaping @Sendable (any Error) -> Void = { _ in },
+    succeeded: @escaping @Sendable () -> Void = {}, _ pass: @escaping @Sendable () async throws -> Void
+) async {
+    try? await cancelWhenGracefulShutdown {
+        var failing = false
+        while !Task.isCancelled {
+            do {
+                try await pass()
+                succeeded()
+                if failing { logger.info("\(what) recovered") }
+                failing = false
+            } catch where Task.isCancelled {
+                break
+            } catch {
+                failed(error)
+                if !failing { logger.error("\(what) failed", metadata: ["error": "\(error)"]) }
+                failing = true
+            }
+            try await Task.sleep(for: interval)
+        }
+    }
+}
+
 /// The report series Grafana reads, rewritten at start and then every minute.
 struct ReportSeriesService: Service {
     let writer: ReportSeriesWriter
     var interval: Duration = .seconds(60)
 
     func run() async throws {
-        let logger = Logger(label: "adtally.series")
-        try? await cancelWhenGracefulShutdown {
-            var failing = false
-            while !Task.isCancelled {
-                do {
-                    try await writer.refresh()
-                    if failing { logger.info("report series refresh recovered") }
-                    failing = false
-                } catch where Task.isCancelled {
-                    break
-                } catch {
-                    if !failing { logger.error("report series refresh failed", metadata: ["error": "\(error)"]) }
-                    failing = true
-                }
-                try await Task.sleep(for: interval)
-            }
+        await repeatEvery(interval, "report series refresh", logger: Logger(label: "adtally.series")) {
+            try await writer.refresh()
         }
     }
 }
@@ -169,18 +182,8 @@ struct MaintenanceService: Service {
     let maintenance: EventMaintenance
 
     func run() async throws {
-        // Cancellation (graceful shutdown) ends the loop quietly between passes.
-        try? await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                do {
-                    try await maintenance.runOnce()
-                } catch where Task.isCancelled {
-                    break
-                } catch {
-                    Logger(label: "adtally.maintenance").error("event maintenance failed", metadata: ["error": "\(error)"])
-                }
-                try await Task.sleep(for: .seconds(3600))
-            }
+        await repeatEvery(.seconds(3600), "event maintenance", logger: Logger(label: "adtally.maintenance")) {
+            try await maintenance.runOnce()
         }
     }
 }
@@ -190,33 +193,19 @@ struct MaintenanceService: Service {
 /// key it saw and the current quarter hour's keys recur in every pass, so fewer
 /// passes cost less: every second, compaction took ~15% of PostgreSQL's statement
 /// time under `make bench-ingest`. A failure is logged once, and again only after a
-/// pass succeeded in between, but counted every time, and `/readyz` reports a
-/// failure that lasts (`CompactionHealth`).
+/// pass succeeded in between, but counted every time (adtally_rollup_compaction_failures_total,
+/// and the lag in adtally_rollup_lag_seconds), and `/readyz` reports a failure that
+/// lasts a minute (`CompactionHealth`).
 struct CompactorService: Service {
     let compactor: RollupCompactor
     var interval: Duration = .seconds(5)
 
     func run() async throws {
-        let logger = Logger(label: "adtally.rollups")
-        try? await cancelWhenGracefulShutdown {
-            var failing = false
-            while !Task.isCancelled {
-                do {
-                    try await compactor.compactOnce()
-                    compactor.health.succeeded()
-                    if failing { logger.info("rollup compaction recovered") }
-                    failing = false
-                } catch where Task.isCancelled {
-                    break
-                } catch {
-                    // Counted every time (adtally_rollup_compaction_failures_total, and the lag
-                    // in adtally_rollup_lag_seconds); /readyz says so after a minute.
-                    compactor.health.failed(error)
-                    if !failing { logger.error("rollup compaction failed", metadata: ["error": "\(error)"]) }
-                    failing = true
-                }
-                try await Task.sleep(for: interval)
-            }
+        await repeatEvery(
+            interval, "rollup compaction", logger: Logger(label: "adtally.rollups"),
+            failed: { compactor.health.failed($0) }, succeeded: { compactor.health.succeeded() }
+        ) {
+            try await compactor.compactOnce()
         }
     }
 }
