@@ -15,6 +15,8 @@ struct DashboardPage {
     let expiries: ReportDocument?
     let networks: ReportDocument?
     var failure: String?
+    /// The range's totals compared with the period before (`compare=previous_period`).
+    var summary: ReportDocument?
 
     // MARK: - Rows by category
 
@@ -153,13 +155,28 @@ struct DashboardPage {
         return ReportText.plain(cell)
     }
 
+    /// The headline totals; with `summary`, each against the same number of days before.
     func tiles(_ document: ReportDocument) -> String {
-        let cells = document.layout.totalCells(document.totals, previous: nil)
+        let source = summary ?? document
+        let isCompared = source.layout.query.comparison != nil
+        let cells = source.layout.totalCells(source.totals, previous: isCompared ? source.previousTotals : nil)
+        let stride = isCompared ? 3 : 1
+        let days = selection.to - selection.from + 1
         var out = "<section class=\"tiles\">"
-        for (index, metric) in document.layout.query.metrics.enumerated() where index < cells.count {
-            var text = Self.text(cells[index])
-            if metric.isMoney, !text.isEmpty { text += " " + document.layout.query.currency }
-            out += "<div class=\"tile\" data-metric=\"\(metric.rawValue)\"><span class=\"name\">\(metric.rawValue.replacingOccurrences(of: "_", with: " "))</span><span class=\"value\">\(HTML.escape(text.isEmpty ? "–" : text))</span></div>"
+        for (index, metric) in source.layout.query.metrics.enumerated() where index * stride < cells.count {
+            var text = Self.text(cells[index * stride])
+            if metric.isMoney, !text.isEmpty { text += " " + source.layout.query.currency }
+            out += "<div class=\"tile\" data-metric=\"\(metric.rawValue)\"><span class=\"name\">\(metric.rawValue.replacingOccurrences(of: "_", with: " "))</span><span class=\"value\">\(HTML.escape(text.isEmpty ? "–" : text))</span>"
+            if isCompared, index * stride + 2 < cells.count {
+                let before = Self.text(cells[index * stride + 1])
+                if case .ratio(let change) = cells[index * stride + 2] {
+                    let sign = change > 0 ? "▲ +" : change < 0 ? "▼ " : "= "
+                    out += "<span class=\"change \(change > 0 ? "up" : change < 0 ? "down" : "same")\" title=\"the \(days) days before: \(HTML.escape(before))\">\(sign)\(String(format: "%.1f%%", change * 100)) vs the \(days) days before</span>"
+                } else {
+                    out += "<span class=\"change same\">nothing to compare in the \(days) days before</span>"
+                }
+            }
+            out += "</div>"
         }
         return out + "</section>"
     }
@@ -263,6 +280,7 @@ struct DashboardPage {
         .tile { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; display: flex; flex-direction: column; }
         .tile .name { font-size: 12px; color: var(--muted); }
         .tile .value { font-size: 20px; font-variant-numeric: tabular-nums; }
+        .tile .change { font-size: 11px; color: var(--muted); } .tile .change.up { color: #15803d; } .tile .change.down { color: #b42318; }
         ul.notes { color: var(--muted); font-size: 13px; padding-left: 18px; }
         .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; margin-top: 12px; }
         figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px; }

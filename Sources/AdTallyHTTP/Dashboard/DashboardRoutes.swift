@@ -221,7 +221,16 @@ public struct DashboardRoutes: Sendable {
                 selection, dimensions: [selection.grain], metrics: [.expiries, .wastedFills], filters: [("format", "interstitial")]
             ))
             let networks = try await engine.page(try Self.query(selection, dimensions: [selection.grain, .network], metrics: [.revenue, .ecpm]))
-            let page = DashboardPage(selection: selection, key: key, main: main, expiries: expiries, networks: networks)
+            // The headline figures against the period before; without them (no FX rate
+            // for those earlier days) the page still shows this period's.
+            var summary: ReportDocument?
+            do {
+                summary = try await engine.page(try Self.query(selection, dimensions: [], metrics: DashboardPage.tableMetrics, filters: [("compare", "previous_period")]))
+            } catch is ReportCurrencyError {
+                summary = nil
+            }
+            var page = DashboardPage(selection: selection, key: key, main: main, expiries: expiries, networks: networks)
+            page.summary = summary
             return Self.html(page.html(), status: selection.problem == nil ? .ok : .badRequest)
         } catch let error as ReportCurrencyError {
             let page = DashboardPage(selection: selection, key: key, main: nil, expiries: nil, networks: nil, failure: error.description)
