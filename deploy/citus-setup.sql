@@ -20,3 +20,4 @@ SELECT create_distributed_table('rollup_delta', 'app_id', colocate_with => 'even
 -- the report series co-located with the app's events.
 SELECT create_reference_table('server_secrets') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'server_secrets'::regclass);
 SELECT create_distributed_table('report_series', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'report_series'::regclass);
+SELECT create_distributed_table('report_series_refresh', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'report_series_refresh'::regclass);

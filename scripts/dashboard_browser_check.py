@@ -9,9 +9,10 @@ never put in a URL), then checks, over the Chrome DevTools Protocol:
   appears in no URL the browser requested;
 - every request stayed on the server (no CDN, font or script from elsewhere) and
   the console logged no error (a Content-Security-Policy violation included);
-- every chart drew the marks the report API says it should: one per day and
-  series for counts and money, one per day with a defined ratio for ratios,
-  one per day and network for the network charts;
+- every chart drew the marks the report API says it should, each with the
+  API's value (within the rounding of the API's text): one per day (or local
+  hour) and series for counts and money, one per day with a defined ratio for
+  ratios, one per day and network for the top networks; a bar above 0 has height;
 - with JavaScript switched off the charts are the same;
 and saves a full-page screenshot. Prints a JSON summary; exits 1 on a failure.
 """
@@ -24,6 +25,8 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+import datetime
+from zoneinfo import ZoneInfo
 
 import websocket
 
@@ -64,6 +67,7 @@ class Browser:
         self.socket = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
         self.next_id = 0
         self.events = []
+        self.cursor = 0
 
     def call(self, method, **params):
         self.next_id += 1
@@ -77,17 +81,16 @@ class Browser:
             self.events.append(message)
 
     def wait_for(self, method, timeout=60):
+        """The next `method` event after the last one waited for; every event stays in `events`."""
         deadline = time.time() + timeout
-        for index, event in enumerate(self.events):
-            if event.get("method") == method:
-                del self.events[:index + 1]
-                return event
-        while time.time() < deadline:
-            message = json.loads(self.socket.recv())
-            if message.get("method") == method:
-                return message
-            self.events.append(message)
-        fail(f"no {method} within {timeout} s")
+        while True:
+            for index in range(self.cursor, len(self.events)):
+                if self.events[index].get("method") == method:
+                    self.cursor = index + 1
+                    return self.events[index]
+            if time.time() > deadline:
+                fail(f"no {method} within {timeout} s")
+            self.events.append(json.loads(self.socket.recv()))
 
     def evaluate(self, expression):
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
@@ -114,9 +117,11 @@ COUNT_MARKS = """
     const series = {};
     for (const mark of svg.querySelectorAll(".mark")) {
       const box = mark.getBBox();
-      const entry = series[mark.dataset.series] || (series[mark.dataset.series] = {marks: 0, drawn: 0});
+      const entry = series[mark.dataset.series] || (series[mark.dataset.series] = {marks: 0, values: {}, flat: []});
       entry.marks += 1;
-      if (box.width > 0 && (box.height > 0 || mark.tagName === "rect")) entry.drawn += 1;
+      entry.values[mark.dataset.cat] = Number(mark.dataset.value);
+      // A drawn value has a size: a bar of a value above 0 has height, a point has a radius.
+      if (box.width <= 0 || (mark.tagName === "rect" && Number(mark.dataset.value) > 0 && box.height <= 0)) entry.flat.push(mark.dataset.cat);
     }
     const box = svg.getBoundingClientRect();
     charts[svg.dataset.chart] = {series, width: box.width, height: box.height};
@@ -132,32 +137,96 @@ def report(base, key, params):
     return json.load(urllib.request.urlopen(request, timeout=60))
 
 
-def expected_marks(base, key, app, start, end, categories):
-    """What each chart must draw, from the report API (not from the page)."""
+def local_hours(day, zone):
+    """Every local hour of a day in a zone, as the engine names them (23 or 25 on DST days)."""
+    tz = ZoneInfo(zone)
+    start = datetime.datetime.combine(datetime.date.fromisoformat(day), datetime.time(), tz).astimezone(datetime.timezone.utc)
+    end = datetime.datetime.combine(datetime.date.fromisoformat(day) + datetime.timedelta(days=1), datetime.time(), tz).astimezone(datetime.timezone.utc)
+    hours = []
+    while start < end:
+        hours.append(start.astimezone(tz).isoformat())
+        start += datetime.timedelta(hours=1)
+    return hours
+
+
+def number(value):
+    """A report cell as a number (money is a decimal string), with how far the page's unrounded value may be from it."""
+    if value is None:
+        return None, 0
+    if isinstance(value, str):
+        decimals = len(value.split(".")[1]) if "." in value else 0
+        return float(value), 0.51 * 10 ** -decimals + 1e-9
+    return float(value), 1e-6 if isinstance(value, float) else 0
+
+
+def expected_values(base, key, app, start, end, hourly):
+    """What each chart must draw, from the report API (not from the page): per chart and
+    series, a value (and tolerance) for every category that has a mark."""
     common = {"apps": app, "from": start, "to": end, "limit": "100000"}
-    grain = "hour" if categories is None else "date"
+    grain = "hour" if hourly else "date"
     def rows(dimensions, metrics, **extra):
         document = report(base, key, {**common, "dimensions": dimensions, "metrics": metrics, **extra})
         names = [column["name"] for column in document["columns"]]
-        return [dict(zip(names, row)) for row in document["rows"]]
-    main = rows(grain, "requests,impressions,taps,action_cancels")
-    if categories is None:
-        categories = sorted({row["hour"] for row in main})
-    days = len(categories)
-    by_network = rows(f"{grain},network", "revenue,impressions")
-    networks = sorted({row["network"] for row in by_network})
-    expiries = rows(grain, "expiries", format="interstitial")
-    if grain == "hour":
-        categories = sorted(set(categories) | {row["hour"] for row in by_network} | {row["hour"] for row in expiries})
-        days = len(categories)
+        return [dict(zip(names, row)) for row in document["rows"]], document
+    main, document = rows(grain, "requests,impressions,fill_rate,taps,cancel_rate")
+    zone = document["query"]["tz"]
+    if hourly:
+        categories = [hour for day in sorted({start, end}) for hour in local_hours(day, zone)]
+    else:
+        first, last = datetime.date.fromisoformat(start), datetime.date.fromisoformat(end)
+        categories = [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+    top, _ = rows("network", "revenue,requests", sort="-revenue,-requests", limit="8")
+    networks = sorted(row["network"] for row in top)
+    by_network, _ = rows(f"{grain},network", "revenue,ecpm", network=",".join(networks)) if networks else ([], None)
+    expiries, _ = rows(grain, "expiries,wasted_fills", format="interstitial")
+
+    def series(source, metric, count, network=None):
+        values = {}
+        found = {row[grain]: row for row in source if network is None or row["network"] == network}
+        for category in categories:
+            row = found.get(category)
+            if row is None:
+                if count:
+                    values[category] = (0.0, 0)
+            elif row[metric] is not None:
+                values[category] = number(row[metric])
+        return values
     return {
-        "inventory": {"requests": days, "impressions": days},
-        "fill-rate": {"fill rate": sum(1 for row in main if row["requests"] > 0)},
-        "taps": {"taps": days, "cancel rate": sum(1 for row in main if row["taps"] > 0)},
-        "expiries": {"all expiries (top part: shown)": days, "never shown (wasted fills)": days},
-        "revenue": {network: days for network in networks},
-        "ecpm": {network: sum(1 for row in by_network if row["network"] == network and row["impressions"] > 0) for network in networks},
+        "inventory": {"requests": series(main, "requests", True), "impressions": series(main, "impressions", True)},
+        "fill-rate": {"fill rate": series(main, "fill_rate", False)},
+        "taps": {"taps": series(main, "taps", True), "cancel rate": series(main, "cancel_rate", False)},
+        "expiries": {"all expiries (top part: shown)": series(expiries, "expiries", True), "never shown (wasted fills)": series(expiries, "wasted_fills", True)},
+        "revenue": {network: series(by_network, "revenue", True, network) for network in networks},
+        "ecpm": {network: series(by_network, "ecpm", False, network) for network in networks},
     }
+
+
+def compare(drawn, expected, label):
+    problems = []
+    if sorted(drawn) != sorted(expected):
+        problems.append(f"{label}: charts drawn {sorted(drawn)}, expected {sorted(expected)}")
+    marks = 0
+    for chart, series in expected.items():
+        got = drawn.get(chart, {})
+        if got and (got["width"] < 200 or got["height"] < 80):
+            problems.append(f"{label}, {chart}: drawn {got['width']}x{got['height']} px")
+        extra = set(got.get("series", {})) - set(series)
+        if extra:
+            problems.append(f"{label}, {chart}: unexpected series {sorted(extra)}")
+        for name, values in series.items():
+            entry = got.get("series", {}).get(name, {"marks": 0, "values": {}, "flat": []})
+            marks += entry["marks"]
+            if entry["marks"] != len(values) or set(entry["values"]) != set(values):
+                missing, unexpected = sorted(set(values) - set(entry["values"])), sorted(set(entry["values"]) - set(values))
+                problems.append(f"{label}, {chart} / {name}: {entry['marks']} marks, expected {len(values)} (missing {missing[:3]}, unexpected {unexpected[:3]})")
+            for category, (value, tolerance) in values.items():
+                if category in entry["values"] and abs(entry["values"][category] - value) > tolerance + 1e-9 * abs(value):
+                    problems.append(f"{label}, {chart} / {name} at {category}: drew {entry['values'][category]}, the API says {value}")
+            if entry["flat"]:
+                problems.append(f"{label}, {chart} / {name}: marks without size at {entry['flat'][:3]}")
+    if marks == 0:
+        problems.append(f"{label}: nothing drawn at all: the check would prove nothing")
+    return problems, marks
 
 
 def main():
@@ -192,28 +261,7 @@ def main():
         start = browser.evaluate("document.querySelector('input[name=from]').value")
         end = browser.evaluate("document.querySelector('input[name=to]').value")
         drawn = browser.evaluate(COUNT_MARKS)
-        day_count = (time.mktime(time.strptime(end, "%Y-%m-%d")) - time.mktime(time.strptime(start, "%Y-%m-%d"))) // 86400 + 1
-        categories = [time.strftime("%Y-%m-%d", time.gmtime(time.mktime(time.strptime(start, "%Y-%m-%d")) + 86400 * i + 43200)) for i in range(int(day_count))]
-        expected = expected_marks(base, key, app, start, end, categories if day_count > 3 else None)
-
-        problems = []
-        if sorted(drawn) != sorted(expected):
-            problems.append(f"charts drawn {sorted(drawn)}, expected {sorted(expected)}")
-        for chart, series in expected.items():
-            got = drawn.get(chart, {})
-            if got and (got["width"] < 200 or got["height"] < 80):
-                problems.append(f"{chart}: drawn {got['width']}x{got['height']} px")
-            for name, count in series.items():
-                entry = got.get("series", {}).get(name, {"marks": 0, "drawn": 0})
-                if entry["marks"] != count:
-                    problems.append(f"{chart} / {name}: {entry['marks']} marks, expected {count}")
-                if entry["drawn"] != entry["marks"]:
-                    problems.append(f"{chart} / {name}: {entry['marks'] - entry['drawn']} marks have no size")
-            extra = set(got.get("series", {})) - set(series)
-            if extra:
-                problems.append(f"{chart}: unexpected series {sorted(extra)}")
-        if sum(count for series in expected.values() for count in series.values()) == 0:
-            problems.append("the report API returned no data to draw: the check would prove nothing")
+        problems, daily_marks = compare(drawn, expected_values(base, key, app, start, end, hourly=False), "by day")
 
         browser.call("Page.captureScreenshot", format="png")  # settles layout
         shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
@@ -226,14 +274,8 @@ def main():
         browser.call("Page.navigate", url=f"{base}/dashboard?app={urllib.parse.quote(app)}&from={end}&to={end}")
         browser.wait_for("Page.loadEventFired")
         hourly = browser.evaluate(COUNT_MARKS)
-        hourly_expected = expected_marks(base, key, app, end, end, None)
-        for chart, series in hourly_expected.items():
-            for name, count in series.items():
-                got = hourly.get(chart, {}).get("series", {}).get(name, {"marks": 0})["marks"]
-                if got != count:
-                    problems.append(f"by hour, {chart} / {name}: {got} marks, expected {count}")
-        if sum(count for series in hourly_expected.values() for count in series.values()) == 0:
-            problems.append(f"no hourly data on {end}: the hourly check would prove nothing")
+        hourly_problems, hourly_marks = compare(hourly, expected_values(base, key, app, end, end, hourly=True), "by hour")
+        problems += hourly_problems
         browser.call("Page.navigate", url=f"{base}/dashboard?app={urllib.parse.quote(app)}&from={start}&to={end}")
         browser.wait_for("Page.loadEventFired")
 
@@ -243,7 +285,7 @@ def main():
         browser.wait_for("Page.loadEventFired")
         browser.call("Emulation.setScriptExecutionDisabled", value=False)
         again = browser.evaluate(COUNT_MARKS)
-        if {c: {s: e["marks"] for s, e in v["series"].items()} for c, v in again.items()} != {c: {s: e["marks"] for s, e in v["series"].items()} for c, v in drawn.items()}:
+        if {c: {s: e["values"] for s, e in v["series"].items()} for c, v in again.items()} != {c: {s: e["values"] for s, e in v["series"].items()} for c, v in drawn.items()}:
             problems.append("with JavaScript off the charts differ")
 
         # Everything the browser asked for, and everything it logged.
@@ -259,7 +301,7 @@ def main():
             problems.append(f"console errors: {errors}")
 
         summary = {"app": app, "from": start, "to": end, "charts": {c: {s: e["marks"] for s, e in v["series"].items()} for c, v in drawn.items()},
-                   "hourly": {c: sum(e["marks"] for e in v["series"].values()) for c, v in hourly.items()},
+                   "marks_checked": {"by_day": daily_marks, "by_hour": hourly_marks},
                    "requests": len(requested), "screenshot": screenshot}
         print(json.dumps(summary, indent=1))
         if problems:

@@ -56,7 +56,9 @@ public struct AppServices: Sendable {
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
         self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: reports, logger: Logger(label: "adtally.exports"))
-        self.reportSeries = ReportSeriesWriter(engine: reports, pool: database.pool)
+        self.reportSeries = ReportSeriesWriter(
+            engine: reports, pool: database.pool, configuration: .init(maxEventAgeDays: settings.maxEventAgeDays)
+        )
     }
 
     /// This server as export runs name it: host, port and process id.

@@ -7,21 +7,32 @@ import PostgresKit
 /// Writes the report engine's output into `report_series` (Migrations/0007), the
 /// table Grafana's PostgreSQL datasource reads: Grafana panels select and filter,
 /// the engine computes (DESIGN §3 defines each metric once). Each app is written in
-/// its own zone and currency: per day over the last `days` days, per hour over the
-/// last `hourDays`, and the last 7 and 28 whole days as one row each; every one per
-/// network and for all networks together (network `*`).
+/// its own zone and currency: per day and per hour over the windows late events can
+/// still change, and the last 7 and 28 whole days as one row each; every one for
+/// all networks together (network `*`) and for the app's top networks.
 public struct ReportSeriesWriter: Sendable {
     /// How much is rewritten on each refresh.
     public struct Configuration: Sendable {
-        /// Days (today included) rewritten per day.
+        /// Days (today included) rewritten per day; at least the accepted event window + 2.
         public var days = 35
-        /// Days (today included) rewritten per hour.
-        public var hourDays = 2
-        /// A refresh of an app that another server wrote less than this ago is skipped.
+        /// Days (today included) rewritten per hour: the accepted event window + 2,
+        /// so no provisional hour is left behind; older hour rows are deleted.
+        public var hourDays = 9
+        /// The networks written one by one (the app's top by revenue, then requests, over 28 days).
+        public var networks = 50
+        /// An app written less than this ago (by any server) is skipped.
         public var freshFor: Duration = .seconds(30)
 
-        /// The defaults.
-        public init() {}
+        /// Windows for an accepted event age of `maxEventAgeDays`.
+        public init(maxEventAgeDays: Int = 7) {
+            hourDays = maxEventAgeDays + 2
+            days = max(35, maxEventAgeDays + 2)
+        }
+    }
+
+    /// A refresh that would have written a report cut at its row limit.
+    struct TooManyRows: Error, CustomStringConvertible {
+        var description: String
     }
 
     let engine: ReportEngine
@@ -43,27 +54,17 @@ public struct ReportSeriesWriter: Sendable {
         .expiries, .expiryRate, .wastedFills, .revenue, .reportedRevenue, .estimatedRevenue, .ecpm, .rpm,
     ]
 
-    /// Rewrites the recent series of every app (skipping apps another server has just
-    /// written, unless `force`); returns the rows written. An app whose report fails
-    /// (a missing FX rate) is logged and skipped; the others are still written.
+    /// Rewrites the recent series of every app; returns the rows written. An app
+    /// another server is writing, or wrote less than `freshFor` ago (unless `force`),
+    /// is skipped. An app whose report fails (a missing FX rate) keeps its rows, and
+    /// `report_series_refresh` says why; the others are still written.
     @discardableResult
     public func refresh(force: Bool = false, now: Date = Date()) async throws -> Int {
         let started = ContinuousClock.now
         defer { Metrics.Timer(label: "adtally_report_series_refresh_seconds").record(duration: ContinuousClock.now - started) }
         var written = 0
         for app in try await engine.readableApps(only: nil) {
-            if !force {
-                let fresh = try await pool.query("""
-                    SELECT EXISTS (SELECT 1 FROM report_series WHERE app_id = \(app.id) AND grain = 'day'
-                                   AND refreshed_at > now() - make_interval(secs => \(Double(configuration.freshFor.components.seconds))))
-                    """)
-                if try fresh[0].decode(0, as: Bool.self) { continue }
-            }
-            do {
-                written += try await refresh(app, now: now)
-            } catch let error as ReportCurrencyError {
-                logger.warning("report series of an app not refreshed", metadata: ["app": "\(app.id)", "error": "\(error)"])
-            }
+            written += try await refresh(app, force: force, now: now) ?? 0
         }
         return written
     }
@@ -77,8 +78,66 @@ public struct ReportSeriesWriter: Sendable {
         var count = 0
     }
 
-    func refresh(_ app: ReportApp, now: Date) async throws -> Int {
+    /// Refreshes one app while holding its lock (a transaction-scoped advisory lock,
+    /// taken before the engine is asked, so two servers never compute and write one
+    /// app at once, and an older computation never overwrites a newer one); nil when
+    /// skipped.
+    func refresh(_ app: ReportApp, force: Bool, now: Date) async throws -> Int? {
+        try await pool.withLease { lease in
+            let freshFor = Double(configuration.freshFor.components.seconds)
+            let isMine = try await lease.run { connection -> Bool in
+                try connection.execute(unsafeSQL: "BEGIN")
+                let row = try connection.query("""
+                    SELECT pg_try_advisory_xact_lock(\(Int32(0x4164_5461)), hashtext(\(app.id))),
+                           EXISTS (SELECT 1 FROM report_series_refresh WHERE app_id = \(app.id) AND attempted_at > now() - make_interval(secs => \(freshFor)))
+                    """)[0]
+                return try row.decode(0, as: Bool.self) && (force || !(try row.decode(1, as: Bool.self)))
+            }
+            guard isMine else {
+                _ = try await lease.run { try $0.execute(unsafeSQL: "ROLLBACK") }
+                return nil
+            }
+            do {
+                let written: Int
+                do {
+                    written = try await write(app, now: now, lease: lease)
+                } catch let error as ReportCurrencyError {
+                    logger.warning("report series of an app not refreshed", metadata: ["app": "\(app.id)", "error": "\(error)"])
+                    try await lease.run { connection in
+                        try connection.query("""
+                            INSERT INTO report_series_refresh (app_id, attempted_at, error) VALUES (\(app.id), now(), \(error.description))
+                            ON CONFLICT (app_id) DO UPDATE SET attempted_at = now(), error = excluded.error
+                            """)
+                        try connection.execute(unsafeSQL: "COMMIT")
+                    }
+                    return 0
+                }
+                _ = try await lease.run { try $0.execute(unsafeSQL: "COMMIT") }
+                return written
+            } catch {
+                _ = try? await lease.run { try $0.execute(unsafeSQL: "ROLLBACK") }
+                throw error
+            }
+        }
+    }
+
+    /// Computes an app's rows with the engine and replaces them, on the lease's open transaction.
+    func write(_ app: ReportApp, now: Date, lease: PostgresLease) async throws -> Int {
         let today = try ReportQuery.today(in: app.timezone, now: now)
+        func page(_ from: Int, _ to: Int, _ dimensions: [ReportDimension], _ metrics: [ReportMetric], extra: [(String, String)] = [], limit: Int = ReportQuery.maxLimit) async throws -> ReportDocument {
+            let query = try ReportQuery.parse(
+                [
+                    ("apps", app.id), ("from", ReportQuery.formatDate(from)), ("to", ReportQuery.formatDate(to)),
+                    ("dimensions", dimensions.map(\.rawValue).joined(separator: ",")), ("metrics", metrics.map(\.rawValue).joined(separator: ",")),
+                    ("limit", String(limit)),
+                ] + extra,
+                readable: [app], isAdmin: true
+            )
+            return try await engine.page(query)
+        }
+        // Network names come from apps: only the top ones get rows of their own.
+        let top = try await page(today - 28, today, [.network], [.revenue, .requests], extra: [("sort", "-revenue,-requests")], limit: configuration.networks)
+        let networks = top.rows.compactMap { $0.dimensions.first ?? nil }
         var parts = [
             Part(grain: "day", from: today - configuration.days + 1, to: today),
             Part(grain: "hour", from: today - configuration.hourDays + 1, to: today),
@@ -91,17 +150,15 @@ public struct ReportSeriesWriter: Sendable {
             case "hour": [.hour]
             default: []
             }
-            for byNetwork in [false, true] {
-                let query = try ReportQuery.parse(
-                    [
-                        ("apps", app.id), ("from", ReportQuery.formatDate(parts[index].from)), ("to", ReportQuery.formatDate(parts[index].to)),
-                        ("dimensions", (dimension + (byNetwork ? [.network] : [])).map(\.rawValue).joined(separator: ",")),
-                        ("metrics", Self.metrics.map(\.rawValue).joined(separator: ",")), ("limit", String(ReportQuery.maxLimit)),
-                    ],
-                    readable: [app], isAdmin: true
+            for byNetwork in networks.isEmpty ? [false] : [false, true] {
+                let document = try await page(
+                    parts[index].from, parts[index].to, dimension + (byNetwork ? [.network] : []), Self.metrics,
+                    extra: byNetwork ? [("network", networks.joined(separator: ","))] : []
                 )
-                let page = try await engine.page(query)
-                Self.append(page, grain: parts[index].grain, hasPeriod: !dimension.isEmpty, byNetwork: byNetwork, to: &parts[index])
+                guard document.nextCursor == nil else {
+                    throw TooManyRows(description: "the \(parts[index].grain) series of \(app.id) has more than \(ReportQuery.maxLimit) rows; not written")
+                }
+                Self.append(document, grain: parts[index].grain, hasPeriod: !dimension.isEmpty, byNetwork: byNetwork, to: &parts[index])
             }
         }
         let count = parts.reduce(0) { $0 + $1.count }
@@ -114,24 +171,26 @@ public struct ReportSeriesWriter: Sendable {
         let text = String(decoding: json, as: UTF8.self)
         let columns = Self.metrics.map { "\($0.rawValue) \(Self.sqlType($0))" }.joined(separator: ", ")
         let names = Self.metrics.map(\.rawValue).joined(separator: ", ")
-        let windows = parts.map { "\($0.grain)=\(ReportQuery.formatDate($0.from))" }
-        try await pool.withTransaction { connection in
-            // Two servers refreshing one app take turns (each rewrites what the other wrote).
-            try connection.query("SELECT pg_advisory_xact_lock(\(Int32(0x4164_5461)), hashtext(\(app.id)))")
+        // Day rows before the window stay; hour rows and the last-N rows are all replaced.
+        let firstDay = ReportQuery.formatDate(parts[0].from)
+        try await lease.run { connection in
             try connection.query("""
-                DELETE FROM report_series s USING (
-                    SELECT split_part(w, '=', 1) AS grain, split_part(w, '=', 2)::date AS first FROM unnest(\(array: windows)::text[]) AS w
-                ) AS w
-                WHERE s.app_id = \(app.id) AND s.grain = w.grain
-                  AND (s.grain LIKE 'last%' OR s.period_start >= w.first::timestamp AT TIME ZONE \(app.timezone))
+                DELETE FROM report_series WHERE app_id = \(app.id)
+                  AND (grain <> 'day' OR period_start >= \(firstDay)::date::timestamp AT TIME ZONE \(app.timezone))
                 """)
             try connection.query("""
-                INSERT INTO report_series (app_id, grain, network, period_start, period, timezone, currency, provisional, \(unsafeRaw: names))
-                SELECT \(app.id), r.grain, r.network,
-                       CASE r.grain WHEN 'hour' THEN r.period::timestamptz
-                                    ELSE split_part(r.period, '/', 1)::date::timestamp AT TIME ZONE \(app.timezone) END,
+                INSERT INTO report_series (app_id, grain, network, period_start, local_start, period, timezone, currency, provisional, \(unsafeRaw: names))
+                SELECT \(app.id), r.grain, r.network, t.start, (t.start AT TIME ZONE \(app.timezone)) AT TIME ZONE 'UTC',
                        r.period, \(app.timezone), \(app.currency), r.provisional, \(unsafeRaw: names)
                 FROM jsonb_to_recordset(\(text)::jsonb) AS r(grain text, network text, period text, provisional boolean, \(unsafeRaw: columns))
+                CROSS JOIN LATERAL (
+                    SELECT CASE r.grain WHEN 'hour' THEN r.period::timestamptz
+                                        ELSE split_part(r.period, '/', 1)::date::timestamp AT TIME ZONE \(app.timezone) END AS start
+                ) AS t
+                """)
+            try connection.query("""
+                INSERT INTO report_series_refresh (app_id, attempted_at, refreshed_at, rows, error) VALUES (\(app.id), now(), now(), \(count), NULL)
+                ON CONFLICT (app_id) DO UPDATE SET attempted_at = now(), refreshed_at = now(), rows = excluded.rows, error = NULL
                 """)
         }
         return count

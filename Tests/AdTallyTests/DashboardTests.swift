@@ -4,6 +4,7 @@ import AdTallyApp
 import AdTallyStorage
 import AdTallyTestSupport
 import Foundation
+import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Logging
@@ -85,8 +86,24 @@ struct DashboardTests {
             let ingestLogin = try await login(ingest.secret)
             #expect(ingestLogin.status == .forbidden && ingestLogin.headers[.setCookie] == nil && String(buffer: ingestLogin.body).contains("ingest key"))
             #expect(try await client.execute(uri: "/dashboard", method: .get, headers: [.authorization: "Bearer \(ingest.secret)"]).status == .forbidden)
-            // Another site's form cannot sign a browser in (or out).
+            // Another site's form cannot sign a browser in (or out); this site's can, behind a proxy too.
             #expect(try await login(read.secret, headers: [.origin: "https://evil.example"]).status == .forbidden)
+            #expect(try await login(read.secret, headers: [.origin: "null"]).status == .forbidden)
+            #expect(try await login(read.secret, headers: [HTTPField.Name("Sec-Fetch-Site")!: "cross-site", .origin: "http://localhost:\(client.port ?? 0)"]).status == .forbidden)
+            #expect(try await login(read.secret, headers: [HTTPField.Name("Sec-Fetch-Site")!: "same-origin"]).status == .seeOther)
+            #expect(try await login(read.secret, headers: [.origin: "https://ads.example", HTTPField.Name("X-Forwarded-Host")!: "ads.example"]).status == .seeOther)
+            #expect(try await client.execute(uri: "/dashboard/logout", method: .post, headers: [.origin: "https://evil.example"]).status == .forbidden)
+            // Back to the page the link asked for; nothing but this page's parameters.
+            let withNext = try await client.execute(uri: "/dashboard/login", method: .post, headers: form, body: ByteBuffer(string: "key=\(read.secret)&next=app%3Ddash%26from%3D2026-11-01"))
+            #expect(withNext.headers[.location] == "/dashboard?app%3Ddash%26from%3D2026-11-01" || withNext.headers[.location] == "/dashboard?app=dash&from=2026-11-01")
+            for hostile in ["//evil.example", "https://evil.example", "app=x#y", "a\r\nSet-Cookie:x"] {
+                let response = try await login(read.secret + "&next=" + (hostile.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""))
+                #expect(response.headers[.location] == "/dashboard", "next=\(hostile)")
+            }
+            let asked = try await client.execute(uri: "/dashboard?app=dash&from=2026-11-01", method: .get)
+            #expect(String(buffer: asked.body).contains(#"name="next" value="app=dash&amp;from=2026-11-01""#))
+            // A proxy's Basic authentication does not hide the session.
+            #expect(String(buffer: try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: session, .authorization: "Basic dTpw"]).body).contains("<svg class=\"chart\""))
             #expect(try await client.execute(uri: "/dashboard/login", method: .post, headers: [.contentType: "application/json"], body: ByteBuffer(string: "{}")).status == .unsupportedMediaType)
             #expect(try await client.execute(uri: "/dashboard/login", method: .post, headers: form, body: ByteBuffer(string: String(repeating: "k", count: 5000))).status == .contentTooLarge)
 
@@ -160,6 +177,30 @@ struct DashboardTests {
         }
     }
 
+    @Test("an admin key with no app yet gets a page that says so and can sign out")
+    func noAppsYet() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            let page = try await client.execute(uri: "/dashboard", method: .get, headers: [.authorization: "Bearer \(admin)"])
+            #expect(page.status == .notFound && page.headers[.contentType]?.hasPrefix("text/html") == true)
+            let html = String(buffer: page.body)
+            #expect(html.contains("no app to show yet") && html.contains("/dashboard/logout"))
+        }
+    }
+
+    @Test("hours by hour: every local hour in time order, a DST day's repeated hour twice (east and west of UTC)")
+    func localHours() {
+        let berlin = DashboardPage.hours(from: ReportQuery.parseDate("2026-10-25")!, to: ReportQuery.parseDate("2026-10-25")!, zone: "Europe/Berlin")
+        #expect(berlin.count == 25)
+        #expect(Array(berlin[2...3]) == ["2026-10-25T02:00:00+02:00", "2026-10-25T02:00:00+01:00"])
+        let newYork = DashboardPage.hours(from: ReportQuery.parseDate("2026-03-08")!, to: ReportQuery.parseDate("2026-03-09")!, zone: "America/New_York")
+        #expect(newYork.count == 47 && newYork[2] == "2026-03-08T03:00:00-04:00" && newYork.last == "2026-03-09T23:00:00-04:00")
+        let kolkata = DashboardPage.hours(from: ReportQuery.parseDate("2026-01-01")!, to: ReportQuery.parseDate("2026-01-01")!, zone: "Asia/Kolkata")
+        #expect(kolkata.count == 24 && kolkata[0] == "2026-01-01T00:00:00+05:30")
+        // Sorted as instants, not as text: "+02:00" comes before "+01:00" on the day it is repeated.
+        #expect(berlin.shuffled().sorted { DashboardPage.instant($0)! < DashboardPage.instant($1)! } == berlin)
+    }
+
     @Test("charts: nice quarter ticks, one mark per drawn value, gaps for undefined ratios, stacked bars summing to the stack")
     func chartDrawing() {
         #expect(SVGChart.niceCeiling(0.78) == 0.8 && SVGChart.niceCeiling(113) == 120 && SVGChart.niceCeiling(2114) == 4000 && SVGChart.niceCeiling(0) == 1)
@@ -230,8 +271,21 @@ struct DashboardTests {
             for file in try FileManager.default.contentsOfDirectory(atPath: Self.repository.appendingPathComponent("Dashboards").path) where file.hasSuffix(".json") {
                 let data = try Data(contentsOf: Self.repository.appendingPathComponent("Dashboards/\(file)"))
                 let dashboard = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
-                for (title, sql) in GrafanaSQL.queries(in: dashboard) {
-                    let substituted = try GrafanaSQL.substitute(sql, variables: ["app": ["demo-puzzle"], "network": ["admob", "applovin", "nend"], "currency": ["JPY"], "zone": ["Asia/Tokyo"]])
+                // Template variables as Grafana fills them: each one's own query, in order,
+                // with the ones before substituted; the first value, or all for a multi-value one.
+                var variables: [String: [String]] = [:]
+                let list = (dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]] ?? []
+                let multi = Set(list.filter { $0["multi"] as? Bool == true }.compactMap { $0["name"] as? String })
+                for variable in list {
+                    guard let name = variable["name"] as? String, let sql = variable["query"] as? String else { continue }
+                    let rows = try await services.database.pool.query(PostgresQuery(unsafeSQL: try GrafanaSQL.substitute(sql, variables: variables, multi: multi)))
+                    let values = try rows.map { try $0.decode(0, as: String.self) }
+                    #expect(!values.isEmpty, "\(file): variable \(name) has no values")
+                    variables[name] = variable["multi"] as? Bool == true ? values : Array(values.prefix(1))
+                    queries += 1
+                }
+                for (title, sql) in GrafanaSQL.queries(in: dashboard) where !title.hasPrefix("variable ") {
+                    let substituted = try GrafanaSQL.substitute(sql, variables: variables, multi: multi)
                     let rows: PostgresRows
                     do {
                         rows = try await services.database.pool.query(PostgresQuery(unsafeSQL: substituted))
@@ -296,7 +350,8 @@ enum GrafanaSQL {
     /// Substitutes the macros of Grafana's PostgreSQL datasource over the last 28
     /// days (as Grafana 11 expands them) and template variables: a single value as
     /// it is, several quoted and comma-separated, as Grafana interpolates SQL.
-    static func substitute(_ sql: String, variables: [String: [String]], now: Date = Date()) throws -> String {
+    static func substitute(_ sql: String, variables: [String: [String]], multi: Set<String>, now: Date = Date()) throws -> String {
+        func isMulti(_ name: String) -> Bool { multi.contains(name) }
         let formatter = ISO8601DateFormatter()
         let from = formatter.string(from: now.addingTimeInterval(-28 * 86_400)), to = formatter.string(from: now)
         var text = sql
@@ -314,7 +369,7 @@ enum GrafanaSQL {
         text = text.replacingOccurrences(of: "$__timeFrom()", with: "'\(from)'").replacingOccurrences(of: "$__timeTo()", with: "'\(to)'")
         if let unknown = text.range(of: "$__") { throw UnknownMacro(description: "a macro this test does not know: \(text[unknown.lowerBound...].prefix(30))") }
         for (name, values) in variables.sorted(by: { $0.key.count > $1.key.count }) {
-            let value = values.count == 1 ? values[0] : values.map { "'\($0)'" }.joined(separator: ",")
+            let value = isMulti(name) ? values.map { "'\($0)'" }.joined(separator: ",") : values[0]
             text = text.replacingOccurrences(of: "${\(name)}", with: value).replacingOccurrences(of: "$\(name)", with: value)
         }
         if text.contains("$") { throw UnknownMacro(description: "an unsubstituted variable in: \(text)") }

@@ -17,48 +17,93 @@ struct DashboardPage {
     var failure: String?
     /// The range's totals compared with the period before (`compare=previous_period`).
     var summary: ReportDocument?
+    /// The networks drawn (those with the most revenue, then requests), and whether there are more.
+    var topNetworks: [String] = []
+    var hasMoreNetworks = false
 
     // MARK: - Rows by category
 
-    /// The page's categories: every day of the range, or every hour a row has.
+    /// The page's categories: every day of the range, or every local hour of it (23
+    /// or 25 on a DST day, a repeated hour twice), in time order.
     var categories: [String] {
         if selection.grain == .date { return (selection.from...selection.to).map(ReportQuery.formatDate) }
-        var seen = Set<String>()
-        var hours: [String] = []
+        let zone = main?.layout.query.timezone ?? selection.app.timezone
+        var hours = Self.hours(from: selection.from, to: selection.to, zone: zone)
+        // An hour a row has that the calendar did not give (it should not happen) is still drawn.
+        var known = Set(hours)
         for document in [main, networks, expiries].compactMap({ $0 }) {
-            for row in document.rows { if let hour = row.dimensions.first ?? nil, seen.insert(hour).inserted { hours.append(hour) } }
+            for row in document.rows { if let hour = row.dimensions.first ?? nil, known.insert(hour).inserted { hours.append(hour) } }
         }
-        // Hour texts carry their offset; in one zone they sort as the instants do but
-        // for a repeated hour, whose earlier offset sorts first (-04:00 before -05:00).
-        return hours.sorted()
+        return hours.sorted { (Self.instant($0) ?? .distantPast) < (Self.instant($1) ?? .distantPast) }
     }
 
-    func label(_ category: String) -> String {
-        if selection.grain == .date { return String(category.dropFirst(5)) }  // MM-DD
+    /// Every local hour from the start of `from` to the end of `to` in a zone, as the
+    /// engine names hours (`2026-11-01T01:00:00-04:00`).
+    static func hours(from: Int, to: Int, zone: String) -> [String] {
+        guard let timeZone = TimeZone(identifier: zone) else { return [] }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = timeZone
+        formatter.dateFormat = "yyyy-MM-dd'T'HH:mm:ssxxx"
+        func start(_ day: Int) -> Date? {
+            let parts = ReportQuery.formatDate(day).split(separator: "-").compactMap { Int($0) }
+            guard parts.count == 3 else { return nil }
+            return calendar.date(from: DateComponents(year: parts[0], month: parts[1], day: parts[2])).map { calendar.startOfDay(for: $0) }
+        }
+        guard var instant = start(from), let end = start(to + 1) else { return [] }
+        var hours: [String] = []
+        while instant < end, hours.count < 24 * 8 {
+            hours.append(formatter.string(from: instant))
+            instant = instant.addingTimeInterval(3600)
+        }
+        return hours
+    }
+
+    static func instant(_ hour: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        return formatter.date(from: hour)
+    }
+
+    func label(_ category: String, first: Bool) -> String {
+        if selection.grain == .date {
+            // MM-DD, with the year on the first day and on every 1 January.
+            return first || category.hasSuffix("-01-01") ? category : String(category.dropFirst(5))
+        }
         let time = category.dropFirst(11).prefix(5)
-        return time == "00:00" ? String(category.dropFirst(5).prefix(5)) : String(time)
+        return time == "00:00" || first ? String(category.dropFirst(5).prefix(5)) + " " + time : String(time)
     }
 
-    /// A metric series of a document over the categories: values to draw and the
-    /// engine's cell text for the tooltips (`network` picks one network's rows).
-    func series(_ document: ReportDocument?, _ metric: ReportMetric, network: String? = nil, categories: [String]) -> (values: [Double?], labels: [String]) {
-        guard let document else { return ([], []) }
-        let layout = document.layout
-        guard let column = layout.columns.firstIndex(where: { $0.name == metric.rawValue }) else { return ([], []) }
-        var byCategory: [String: (Double?, String)] = [:]
-        for row in document.rows {
-            guard let category = row.dimensions.first ?? nil else { continue }
-            if let network, row.dimensions.count > 1, row.dimensions[1] != network { continue }
-            var number = metric.value(row.counts).number
-            if metric.isMoney, let value = number { number = value / 1_000_000 }
-            byCategory[category] = (number, Self.text(layout.cells(row)[column]))
+    /// A document's rows by category, and by network when it has that dimension.
+    struct Rows {
+        let document: ReportDocument?
+        var byKey: [String: ReportRow] = [:]
+
+        init(_ document: ReportDocument?) {
+            self.document = document
+            for row in document?.rows ?? [] {
+                guard let category = row.dimensions.first ?? nil else { continue }
+                let network = row.dimensions.count > 1 ? (row.dimensions[1] ?? "") : ""
+                byKey[category + "\u{1}" + network] = row
+            }
         }
+    }
+
+    /// A metric series over the categories: values to draw and the engine's cell text
+    /// for the tooltips (`network` picks one network's rows).
+    func series(_ rows: Rows, _ metric: ReportMetric, network: String? = nil, categories: [String]) -> (values: [Double?], labels: [String]) {
+        guard let document = rows.document,
+              let column = document.layout.columns.firstIndex(where: { $0.name == metric.rawValue }) else { return ([], []) }
         var values: [Double?] = [], labels: [String] = []
         let isCount = metric.valueType == .integer || metric.formula == .money(.revenueMicros)
         for category in categories {
             let title = network.map { "\(category) · \($0)" } ?? category
-            if let (value, text) = byCategory[category] {
-                values.append(value)
+            if let row = rows.byKey[category + "\u{1}" + (network ?? "")] {
+                var number = metric.value(row.counts).number
+                if metric.isMoney, let value = number { number = value / 1_000_000 }
+                let text = Self.text(document.layout.cells(row)[column])
+                values.append(number)
                 labels.append("\(title) · \(metric.rawValue): \(text.isEmpty ? "none" : text)\(metric.isMoney && !text.isEmpty ? " \(document.layout.query.currency)" : "")")
             } else {
                 // No events in that period: counts are 0, ratios undefined.
@@ -73,38 +118,41 @@ struct DashboardPage {
 
     func charts() -> [SVGChart] {
         let categories = self.categories
-        let labels = categories.map(label)
+        let labels = categories.enumerated().map { label($1, first: $0 == 0) }
+        let mainRows = Rows(main), expiryRows = Rows(expiries), networkRows = Rows(networks)
+        // Hours are labelled at steps that divide a day, so midnights (with their date) get one.
+        let labelStep = selection.grain == .hour ? [1, 2, 3, 4, 6, 12, 24].first { $0 * 8 >= categories.count } ?? 24 : nil
         let provisionalDays = Set((main?.notes.provisionalDays ?? []).map(ReportQuery.formatDate))
         let provisional = Set(categories.indices.filter { provisionalDays.contains(String(categories[$0].prefix(10))) })
         let currency = main?.layout.query.currency ?? selection.app.currency
         func chart(_ id: String, _ title: String, _ unit: SVGChart.Unit, _ axisTitle: String, right: (SVGChart.Unit, String)? = nil, stacked: Bool = false, _ series: [SVGChart.Series]) -> SVGChart {
             SVGChart(
                 id: id, title: title, categories: categories, categoryLabels: labels, provisional: provisional, leftUnit: unit, leftTitle: axisTitle,
-                rightUnit: right?.0, rightTitle: right?.1, isStacked: stacked, series: series
+                rightUnit: right?.0, rightTitle: right?.1, isStacked: stacked, series: series, labelStep: labelStep
             )
         }
-        func line(_ document: ReportDocument?, _ metric: ReportMetric, _ name: String, colour: Int, axis: SVGChart.Axis = .left, kind: SVGChart.Kind = .line, network: String? = nil) -> SVGChart.Series {
-            let (values, labels) = series(document, metric, network: network, categories: categories)
+        func line(_ rows: Rows, _ metric: ReportMetric, _ name: String, colour: Int, axis: SVGChart.Axis = .left, kind: SVGChart.Kind = .line, network: String? = nil) -> SVGChart.Series {
+            let (values, labels) = series(rows, metric, network: network, categories: categories)
             return SVGChart.Series(name: name, kind: kind, axis: axis, colour: colour, values: values, labels: labels)
         }
-        let networkNames = Array(Set((networks?.rows ?? []).compactMap { $0.dimensions.count > 1 ? $0.dimensions[1] : nil })).sorted()
+        let networkNames = topNetworks
         return [
             chart("inventory", "Inventory and impressions", .count, "requests, impressions", [
-                line(main, .requests, "requests", colour: 0), line(main, .impressions, "impressions", colour: 1),
+                line(mainRows, .requests, "requests", colour: 0), line(mainRows, .impressions, "impressions", colour: 1),
             ]),
-            chart("fill-rate", "Fill rate (impressions / requests)", .percent, "fill rate %", [line(main, .fillRate, "fill rate", colour: 1)]),
+            chart("fill-rate", "Fill rate (impressions / requests)", .percent, "fill rate %", [line(mainRows, .fillRate, "fill rate", colour: 1)]),
             chart("taps", "Taps and cancel rate", .count, "taps", right: (.percent, "cancel rate %"), [
-                line(main, .taps, "taps", colour: 2, kind: .bar), line(main, .cancelRate, "cancel rate", colour: 3, axis: .right),
+                line(mainRows, .taps, "taps", colour: 2, kind: .bar), line(mainRows, .cancelRate, "cancel rate", colour: 3, axis: .right),
             ]),
             // Wasted fills are the unshown part of all expiries: drawn over the whole bar from the baseline.
             chart("expiries", "Interstitial expiries: shown and never shown", .count, "expiries", [
-                line(expiries, .expiries, "all expiries (top part: shown)", colour: 4, kind: .bar),
-                line(expiries, .wastedFills, "never shown (wasted fills)", colour: 3, kind: .bar),
+                line(expiryRows, .expiries, "all expiries (top part: shown)", colour: 4, kind: .bar),
+                line(expiryRows, .wastedFills, "never shown (wasted fills)", colour: 3, kind: .bar),
             ]),
             chart("revenue", "Revenue by network", .money(currency), "revenue \(currency)", stacked: true,
-                  networkNames.enumerated().map { index, name in line(networks, .revenue, name, colour: 5 + index % 6, kind: .bar, network: name) }),
+                  networkNames.enumerated().map { index, name in line(networkRows, .revenue, name, colour: 5 + index, kind: .bar, network: name) }),
             chart("ecpm", "eCPM by network", .money(currency), "eCPM \(currency)",
-                  networkNames.enumerated().map { index, name in line(networks, .ecpm, name, colour: 5 + index % 6, network: name) }),
+                  networkNames.enumerated().map { index, name in line(networkRows, .ecpm, name, colour: 5 + index, network: name) }),
         ]
     }
 
@@ -191,6 +239,9 @@ struct DashboardPage {
         for length in document.notes.dayLengths {
             items.append("\(ReportQuery.formatDate(length.day)) had \(ReportText.ratio(length.hours)) hours in \(HTML.escape(document.layout.query.timezone)).")
         }
+        if hasMoreNetworks {
+            items.append("Revenue and eCPM by network draw the \(topNetworks.count) networks with the most revenue; the others are in the totals and the table.")
+        }
         if document.totals.estimatedMicros > 0 {
             items.append("Revenue includes amounts estimated from the rate card (\(ReportText.plain(.money(micros: document.totals.estimatedMicros, per: 1, digits: Money.digits(document.layout.query.currency)))) \(HTML.escape(document.layout.query.currency))).")
         }
@@ -247,9 +298,18 @@ struct DashboardPage {
         """
     }
 
-    /// The sign-in form; `message` says why the last attempt failed.
-    static func login(message: String?) -> String {
+    /// The page of a key that may read no app yet.
+    static func noApps(key: APIKey) -> String {
+        var body = "<header><h1>AdTally</h1><form method=\"post\" action=\"/dashboard/logout\" class=\"logout\"><span>\(HTML.escape(key.scope.rawValue)) key \(HTML.escape(key.id))</span><button type=\"submit\">Sign out</button></form></header>"
+        body += "<main><p class=\"error\" role=\"alert\">There is no app to show yet. Create one with <code>adtally apps create</code> (or <code>POST /v1/apps</code>), or load the demo with <code>adtally demo</code>.</p></main>"
+        return document(title: "AdTally", body: body)
+    }
+
+    /// The sign-in form; `message` says why the last attempt failed, `next` is the
+    /// query of the page asked for, to return to.
+    static func login(message: String?, next: String? = nil) -> String {
         var body = "<main class=\"login\"><h1>AdTally</h1><form method=\"post\" action=\"/dashboard/login\">"
+        if let next { body += "<input type=\"hidden\" name=\"next\" value=\"\(HTML.escape(next))\">" }
         body += "<label for=\"key\">Read or admin key</label><input id=\"key\" name=\"key\" type=\"password\" autocomplete=\"off\" required placeholder=\"atk_…\">"
         if let message { body += "<p class=\"error\" role=\"alert\">\(HTML.escape(message))</p>" }
         body += "<button type=\"submit\">Sign in</button><p class=\"hint\">The key is exchanged for a session cookie and kept nowhere else. "
@@ -297,6 +357,7 @@ struct DashboardPage {
         .swatch.provisional { background: #e4e7eb; }
         .c0 { --c: #2563eb; } .c1 { --c: #16a34a; } .c2 { --c: #7c3aed; } .c3 { --c: #dc2626; } .c4 { --c: #0891b2; }
         .c5 { --c: #2563eb; } .c6 { --c: #f59e0b; } .c7 { --c: #16a34a; } .c8 { --c: #db2777; } .c9 { --c: #7c3aed; } .c10 { --c: #64748b; }
+        .c11 { --c: #0d9488; } .c12 { --c: #a16207; }
         rect.mark, circle.mark { fill: var(--c); } path.line { stroke: var(--c); } .swatch[class*=" c"] { background: var(--c); }
         section.table { margin-top: 18px; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px; overflow-x: auto; }
         section.table h2 { font-size: 15px; margin: 0 0 8px; display: flex; gap: 12px; align-items: baseline; }

@@ -20,6 +20,8 @@ public struct DashboardRoutes: Sendable {
     static let maxDays = 366
     /// Ranges up to this many days are drawn by hour.
     static let hourlyDays = 3
+    /// The most networks drawn by network.
+    static let maxNetworks = 8
 
     /// Creates the routes; sessions are signed with a secret kept in `store`'s database.
     public init(engine: ReportEngine, authenticator: KeyAuthenticator, store: AppStore) {
@@ -32,7 +34,8 @@ public struct DashboardRoutes: Sendable {
     public func register(on router: Routes) {
         router.get("dashboard") { request, _ in
             guard let key = try await signedInKey(request) else {
-                return Self.html(DashboardPage.login(message: nil), status: .ok, headers: Self.clearingCookie(request))
+                let next = request.uri.query.flatMap(Self.safeNext)
+                return Self.html(DashboardPage.login(message: nil, next: next), status: .ok, headers: Self.clearingCookie(request))
             }
             return try await page(request, key: key)
         }
@@ -41,14 +44,18 @@ public struct DashboardRoutes: Sendable {
             let form = try await Self.form(request)
             let secret = (form["key"] ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
             guard let key = try await authenticator.authenticate(secret: secret) else {
-                return Self.html(DashboardPage.login(message: "That key is unknown or revoked."), status: .unauthorized)
+                return Self.html(DashboardPage.login(message: "That key is unknown or revoked.", next: form["next"].flatMap(Self.safeNext)), status: .unauthorized)
             }
             guard key.scope != .ingest else {
-                return Self.html(DashboardPage.login(message: "That is an ingest key (it ships inside apps); sign in with a read or admin key."), status: .forbidden)
+                return Self.html(
+                    DashboardPage.login(message: "That is an ingest key (it ships inside apps); sign in with a read or admin key.", next: form["next"].flatMap(Self.safeNext)),
+                    status: .forbidden
+                )
             }
             let value = try await sessions.make(keyID: key.id)
             var headers = Self.securityHeaders
-            headers[.location] = "/dashboard"
+            // Back to the app and range the link asked for (a query of this page only).
+            headers[.location] = "/dashboard" + (form["next"].flatMap(Self.safeNext).map { "?" + $0 } ?? "")
             headers[.setCookie] = Self.cookie(value, maxAge: DashboardSessions.lifetime, request)
             return Response(status: .seeOther, headers: headers)
         }
@@ -92,7 +99,8 @@ public struct DashboardRoutes: Sendable {
     /// unexpired and the key still live). Ingest keys see nothing here.
     func signedInKey(_ request: Request) async throws -> APIKey? {
         let key: APIKey?
-        if request.headers[.authorization] != nil {
+        // Only a Bearer header is a key: a proxy's Basic authentication leaves the cookie in charge.
+        if let header = request.headers[.authorization], header.prefix(7).lowercased() == "bearer " {
             key = try await authenticator.authenticate(request)
         } else if let value = request.cookies[DashboardSessions.cookieName]?.value, !value.isEmpty,
                   let id = try await sessions.keyID(from: value) {
@@ -105,18 +113,37 @@ public struct DashboardRoutes: Sendable {
         return key
     }
 
-    /// A browser's form posted from another site is refused (login CSRF): when the
-    /// request says where it comes from, it must be this host.
+    /// A browser's form posted from another site is refused (login and logout CSRF):
+    /// by the browser's `Sec-Fetch-Site` when it sends one, else by `Origin`, which
+    /// must be this server as the client reached it (`Host`, or `X-Forwarded-Host`
+    /// behind a proxy that rewrites `Host`). An opaque origin (`null`: a sandboxed
+    /// frame, a `data:` page) is refused; a client that sends neither header is not a
+    /// browser acting for someone else.
     static func requireSameOrigin(_ request: Request) throws {
-        guard let origin = request.headers[.origin], origin != "null" else { return }
-        let host = request.head.authority ?? ""
-        guard let url = URL(string: origin), let originHost = url.host else {
-            throw ProblemDetails(.forbidden, detail: "Origin \(origin) is not this server")
+        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!]?.lowercased() {
+            guard site == "same-origin" || site == "none" else {
+                throw ProblemDetails(.forbidden, detail: "a form from another site (Sec-Fetch-Site: \(site)) cannot sign in or out here")
+            }
+            return
         }
-        let originAuthority = url.port.map { "\(originHost):\($0)" } ?? originHost
-        guard originAuthority == host || "[\(originHost)]:\(url.port ?? 0)" == host else {
+        guard let origin = request.headers[.origin] else { return }
+        guard origin != "null", let url = URL(string: origin), let host = url.host?.trimmingCharacters(in: CharacterSet(charactersIn: "[]")) else {
+            throw ProblemDetails(.forbidden, detail: "a form from an opaque or unreadable origin cannot sign in or out here")
+        }
+        let authority = (host.contains(":") ? "[\(host)]" : host) + (url.port.map { ":\($0)" } ?? "")
+        let candidates = [request.head.authority, request.headers[HTTPField.Name("X-Forwarded-Host")!]].compactMap { $0?.lowercased() }
+        guard candidates.contains(authority.lowercased()) else {
             throw ProblemDetails(.forbidden, detail: "a form from \(origin) cannot sign in or out here")
         }
+    }
+
+    /// A query string to return to after signing in: this page's own parameters
+    /// only (letters, digits, `=&%._-`), never a path or another site.
+    static func safeNext(_ query: String) -> String? {
+        guard !query.isEmpty, query.utf8.count <= 300,
+              query.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || "=&%._-".unicodeScalars.contains($0) })
+        else { return nil }
+        return query
     }
 
     /// A form body (`application/x-www-form-urlencoded`, at most 4 KiB).
@@ -194,13 +221,17 @@ public struct DashboardRoutes: Sendable {
     }
 
     /// A report query of the selection, through the same parser as `GET /v1/reports`.
-    static func query(_ selection: Selection, dimensions: [ReportDimension], metrics: [ReportMetric], filters: [(String, String)] = [], format: ReportFormat = .json) throws -> ReportQuery {
+    static func query(
+        _ selection: Selection, dimensions: [ReportDimension], metrics: [ReportMetric], filters: [(String, String)] = [], sort: String? = nil,
+        limit: Int = ReportQuery.maxLimit, format: ReportFormat = .json
+    ) throws -> ReportQuery {
         var parameters = [
             ("apps", selection.app.id), ("from", ReportQuery.formatDate(selection.from)), ("to", ReportQuery.formatDate(selection.to)),
             ("dimensions", dimensions.map(\.rawValue).joined(separator: ",")), ("metrics", metrics.map(\.rawValue).joined(separator: ",")),
         ]
         parameters += filters
-        if format == .json { parameters.append(("limit", String(ReportQuery.maxLimit))) }
+        if let sort { parameters.append(("sort", sort)) }
+        if format == .json { parameters.append(("limit", String(limit))) }
         do {
             return try ReportQuery.parse(parameters, readable: selection.apps, isAdmin: selection.isAdmin, output: format)
         } catch {
@@ -214,13 +245,25 @@ public struct DashboardRoutes: Sendable {
     }
 
     func page(_ request: Request, key: APIKey) async throws -> Response {
+        guard !(try await engine.readableApps(only: key.app)).isEmpty else {
+            return Self.html(DashboardPage.noApps(key: key), status: .notFound)
+        }
         let selection = try await select(request, key: key)
         do {
             let main = try await engine.page(try Self.tableQuery(selection))
             let expiries = try await engine.page(try Self.query(
                 selection, dimensions: [selection.grain], metrics: [.expiries, .wastedFills], filters: [("format", "interstitial")]
             ))
-            let networks = try await engine.page(try Self.query(selection, dimensions: [selection.grain, .network], metrics: [.revenue, .ecpm]))
+            // Network names come from apps (anyone holding an ingest key can invent them):
+            // the charts draw the few that matter, and the page stays small.
+            let top = try await engine.page(try Self.query(
+                selection, dimensions: [.network], metrics: [.revenue, .requests], sort: "-revenue,-requests", limit: Self.maxNetworks
+            ))
+            let topNetworks = top.rows.compactMap { $0.dimensions.first ?? nil }
+            let networks = try await engine.page(try Self.query(
+                selection, dimensions: [selection.grain, .network], metrics: [.revenue, .ecpm],
+                filters: topNetworks.isEmpty ? [] : [("network", topNetworks.joined(separator: ","))]
+            ))
             // The headline figures against the period before; without them (no FX rate
             // for those earlier days) the page still shows this period's.
             var summary: ReportDocument?
@@ -231,6 +274,8 @@ public struct DashboardRoutes: Sendable {
             }
             var page = DashboardPage(selection: selection, key: key, main: main, expiries: expiries, networks: networks)
             page.summary = summary
+            page.topNetworks = topNetworks.sorted()
+            page.hasMoreNetworks = top.nextCursor != nil
             return Self.html(page.html(), status: selection.problem == nil ? .ok : .badRequest)
         } catch let error as ReportCurrencyError {
             let page = DashboardPage(selection: selection, key: key, main: nil, expiries: nil, networks: nil, failure: error.description)

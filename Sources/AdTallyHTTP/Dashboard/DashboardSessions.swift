@@ -14,24 +14,30 @@ final class DashboardSessions: Sendable {
     /// How long a session lasts after login.
     static let lifetime: Int64 = 12 * 3600
 
+    /// A signature that does not verify makes the secret be read again, at most this often:
+    /// another server may have made a new one (the row was deleted to sign everyone out).
+    static let reread: Duration = .seconds(10)
+
     private let store: AppStore
-    private let secret = Mutex<[UInt8]?>(nil)
+    private let secret = Mutex<(bytes: [UInt8], read: ContinuousClock.Instant)?>(nil)
 
     init(store: AppStore) {
         self.store = store
     }
 
-    private func key() async throws -> [UInt8] {
-        if let secret = secret.withLock({ $0 }) { return secret }
-        let made = try await store.sharedSecret(named: "dashboard_session")
-        secret.withLock { $0 = made }
-        return made
+    /// The secret: cached; `fresh` reads it again unless it was read in the last `reread`;
+    /// `always` reads it again (a sign-in: a new cookie is signed with what every server will read).
+    private func key(fresh: Bool = false, always: Bool = false) async throws -> [UInt8] {
+        if !always, let cached = secret.withLock({ $0 }), !fresh || ContinuousClock.now - cached.read < Self.reread { return cached.bytes }
+        let read = try await store.sharedSecret(named: "dashboard_session")
+        secret.withLock { $0 = (read, ContinuousClock.now) }
+        return read
     }
 
     /// A signed session value for a key, expiring `lifetime` after `now`.
     func make(keyID: String, now: Date = Date()) async throws -> String {
         let body = "v1.\(keyID).\(Int64(now.timeIntervalSince1970) + Self.lifetime)"
-        return body + "." + SHA256.hmac(key: try await key(), message: Array(body.utf8)).hexString
+        return body + "." + SHA256.hmac(key: try await key(always: true), message: Array(body.utf8)).hexString
     }
 
     /// The key id a session value names, when its signature holds and it has not expired.
@@ -41,12 +47,20 @@ final class DashboardSessions: Sendable {
               parts[1].utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x7a).contains($0) || $0 == 0x5f }),
               let expires = Int64(parts[2]), expires > Int64(now.timeIntervalSince1970)
         else { return nil }
-        let expected = SHA256.hmac(key: try await key(), message: Array("v1.\(parts[1]).\(parts[2])".utf8)).hexString
-        // Compared in constant time: how far a forged MAC matches must not show in timing.
-        let given = Array(parts[3].utf8), wanted = Array(expected.utf8)
-        guard given.count == wanted.count else { return nil }
+        let message = Array("v1.\(parts[1]).\(parts[2])".utf8), given = Array(parts[3].utf8)
+        guard given.count == 64 else { return nil }
+        if Self.matches(given, SHA256.hmac(key: try await key(), message: message).hexString) { return String(parts[1]) }
+        // Signed under a secret made since this server read its own?
+        let secret = try await key(fresh: true)
+        return Self.matches(given, SHA256.hmac(key: secret, message: message).hexString) ? String(parts[1]) : nil
+    }
+
+    /// Compared in constant time: how far a forged MAC matches must not show in timing.
+    static func matches(_ given: [UInt8], _ expected: String) -> Bool {
+        let wanted = Array(expected.utf8)
+        guard given.count == wanted.count else { return false }
         var difference: UInt8 = 0
         for index in wanted.indices { difference |= given[index] ^ wanted[index] }
-        return difference == 0 ? String(parts[1]) : nil
+        return difference == 0
     }
 }

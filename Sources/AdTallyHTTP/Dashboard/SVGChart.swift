@@ -6,8 +6,9 @@ import Foundation
 /// engine, tooltips are the engine's own cell text.
 ///
 /// Every drawn value is one element with class `mark` (a bar's `rect`, a line
-/// point's `circle`) carrying `data-series` and `data-cat`: the browser test counts
-/// them, and the page's script lights the table row of a hovered mark.
+/// point's `circle`) carrying `data-series`, `data-cat` and `data-value`: the
+/// browser test checks them against the report API, and the page's script lights
+/// the table row of a hovered mark.
 struct SVGChart {
     /// How a series is drawn.
     enum Kind { case bar, line }
@@ -54,6 +55,8 @@ struct SVGChart {
     /// Bars of several series stack (each on the one before); else they overlap, later in front.
     var isStacked = false
     var series: [Series]
+    /// Label every n-th category (default: at most 8 labels).
+    var labelStep: Int?
 
     static let width = 640.0, height = 250.0
     static let top = 14.0, bottom = 40.0, left = 62.0
@@ -92,7 +95,7 @@ struct SVGChart {
         }
         out += "<line class=\"axis\" x1=\"\(f(Self.left))\" x2=\"\(f(Self.left + plotWidth))\" y1=\"\(f(Self.top + plotHeight))\" y2=\"\(f(Self.top + plotHeight))\"/>"
         // Category labels: at most 8, evenly spaced.
-        let every = max(1, Int((Double(categories.count) / 8).rounded(.up)))
+        let every = labelStep ?? max(1, Int((Double(categories.count) / 8).rounded(.up)))
         for index in stride(from: 0, to: categories.count, by: every) {
             let x = Self.left + band * (Double(index) + 0.5)
             out += "<text class=\"tick\" x=\"\(f(x))\" y=\"\(f(Self.top + plotHeight + 16))\" text-anchor=\"middle\">\(HTML.escape(categoryLabels[index]))</text>"
@@ -108,7 +111,7 @@ struct SVGChart {
                 let y0 = scale(base, maximum), y1 = scale(base + max(value, 0), maximum)
                 if isStacked { stackBase[index] += max(value, 0) }
                 let x = Self.left + band * Double(index) + (band - barWidth) / 2
-                out += "<rect class=\"mark c\(series.colour)\" data-series=\"\(HTML.escape(series.name))\" data-cat=\"\(HTML.escape(categories[index]))\" x=\"\(f(x))\" y=\"\(f(y1))\" width=\"\(f(barWidth))\" height=\"\(f(max(y0 - y1, 0)))\"><title>\(HTML.escape(series.labels[index]))</title></rect>"
+                out += "<rect class=\"mark c\(series.colour)\" data-series=\"\(HTML.escape(series.name))\" data-cat=\"\(HTML.escape(categories[index]))\" data-value=\"\(value)\" x=\"\(f(x))\" y=\"\(f(y1))\" width=\"\(f(barWidth))\" height=\"\(f(max(y0 - y1, 0)))\"><title>\(HTML.escape(series.labels[index]))</title></rect>"
             }
         }
         for series in self.series where series.kind == .line {
@@ -124,7 +127,7 @@ struct SVGChart {
                 let x = Self.left + band * (Double(index) + 0.5), y = scale(value, maximum)
                 path += "\(isDrawing ? "L" : "M")\(f(x)) \(f(y))"
                 isDrawing = true
-                points += "<circle class=\"mark c\(series.colour)\" data-series=\"\(HTML.escape(series.name))\" data-cat=\"\(HTML.escape(categories[index]))\" cx=\"\(f(x))\" cy=\"\(f(y))\" r=\"\(categories.count > 60 ? 1.8 : 3)\"><title>\(HTML.escape(series.labels[index]))</title></circle>"
+                points += "<circle class=\"mark c\(series.colour)\" data-series=\"\(HTML.escape(series.name))\" data-cat=\"\(HTML.escape(categories[index]))\" data-value=\"\(value)\" cx=\"\(f(x))\" cy=\"\(f(y))\" r=\"\(categories.count > 60 ? 1.8 : 3)\"><title>\(HTML.escape(series.labels[index]))</title></circle>"
             }
             if !path.isEmpty { out += "<path class=\"line c\(series.colour)\" d=\"\(path)\"/>" }
             out += points
