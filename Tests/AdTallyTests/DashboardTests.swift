@@ -16,11 +16,11 @@ import Testing
 struct DashboardTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    /// Loads a small demo (14 days, a tenth of the default traffic) into the test app's database.
+    /// Loads a small demo (28 days, a twentieth of the default traffic) into the test app's database.
     static func loadDemo(_ services: AppServices) async throws -> DemoLoader.Summary {
         var logger = Logger(label: "adtally.test")
         logger.logLevel = .warning
-        return try await DemoLoader(database: services.database, days: 14, scale: 0.1, logger: logger).load()
+        return try await DemoLoader(database: services.database, days: 28, scale: 0.05, logger: logger).load()
     }
 
     static func cookie(from response: TestResponse) -> String? {
