@@ -3,9 +3,9 @@
 -- server_secrets: secrets every server of one database shares. The built-in
 -- /dashboard signs its session cookies with 'dashboard_session' (32 random bytes,
 -- hex), made by the first server that needs it; a session signed by one server
--- is good on all of them. Deleting the row signs everyone out: the next server
--- to need it makes a new one, and the others read it when a cookie signed with it
--- arrives (at most every 10 seconds each).
+-- is good on all of them. Deleting the row signs everyone out within a minute:
+-- each server reads the secret again at least every 60 seconds (and after a
+-- cookie fails to verify, at most every 10), and the next to need it makes a new one.
 CREATE TABLE server_secrets (
     name       text COLLATE "C" PRIMARY KEY,
     secret     text NOT NULL CHECK (secret ~ '^[0-9a-f]{64}$'),

@@ -77,6 +77,12 @@ for name, service in services.items():
                 problem(f"{name}: mounts {source}, which does not exist")
         elif source not in volumes:
             problem(f"{name}: named volume {source} is not declared under volumes")
+    service_networks = service.get("networks") or ["default"]
+    for network in (service_networks if isinstance(service_networks, list) else service_networks.keys()):
+        if network != "default" and network not in (compose.get("networks") or {}):
+            problem(f"{name}: network {network} is not declared under networks")
+    if name.startswith("citus") and "default" in service_networks:
+        problem(f"{name}: a Citus node (trusting its network) is on the default network, where Grafana is")
     depends = service.get("depends_on") or []
     for dependency in (depends if isinstance(depends, list) else depends.keys()):
         if dependency not in services:

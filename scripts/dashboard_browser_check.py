@@ -171,7 +171,8 @@ def expected_values(base, key, app, start, end, hourly):
     main, document = rows(grain, "requests,impressions,fill_rate,taps,cancel_rate")
     zone = document["query"]["tz"]
     if hourly:
-        categories = [hour for day in sorted({start, end}) for hour in local_hours(day, zone)]
+        first, last = datetime.date.fromisoformat(start), datetime.date.fromisoformat(end)
+        categories = [hour for i in range((last - first).days + 1) for hour in local_hours((first + datetime.timedelta(days=i)).isoformat(), zone)]
     else:
         first, last = datetime.date.fromisoformat(start), datetime.date.fromisoformat(end)
         categories = [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]

@@ -23,10 +23,10 @@ public struct ReportSeriesWriter: Sendable {
         /// An app written less than this ago (by any server) is skipped.
         public var freshFor: Duration = .seconds(30)
 
-        /// Windows for an accepted event age of `maxEventAgeDays`.
+        /// Windows for an accepted event age of `maxEventAgeDays` (within what one report may span).
         public init(maxEventAgeDays: Int = 7) {
-            hourDays = maxEventAgeDays + 2
-            days = max(35, maxEventAgeDays + 2)
+            hourDays = min(maxEventAgeDays + 2, ReportQuery.maxDays)
+            days = min(max(35, maxEventAgeDays + 2), ReportQuery.maxDays)
         }
     }
 
@@ -55,18 +55,37 @@ public struct ReportSeriesWriter: Sendable {
     ]
 
     /// Rewrites the recent series of every app; returns the rows written. An app
-    /// another server is writing, or wrote less than `freshFor` ago (unless `force`),
-    /// is skipped. An app whose report fails (a missing FX rate) keeps its rows, and
-    /// `report_series_refresh` says why; the others are still written.
+    /// another server is writing, or that was tried less than `freshFor` ago (unless
+    /// `force`), is skipped. An app whose refresh fails (a missing FX rate, a timeout)
+    /// keeps its rows, `report_series_refresh` says why, and the next apps are still
+    /// written; the failures are thrown together at the end.
     @discardableResult
     public func refresh(force: Bool = false, now: Date = Date()) async throws -> Int {
         let started = ContinuousClock.now
         defer { Metrics.Timer(label: "adtally_report_series_refresh_seconds").record(duration: ContinuousClock.now - started) }
         var written = 0
+        var failures: [String] = []
         for app in try await engine.readableApps(only: nil) {
-            written += try await refresh(app, force: force, now: now) ?? 0
+            do {
+                written += try await refresh(app, force: force, now: now) ?? 0
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                failures.append("\(app.id): \(error)")
+                // Recorded apart from the rolled-back attempt, so every server sees it and waits.
+                _ = try? await pool.query("""
+                    INSERT INTO report_series_refresh (app_id, attempted_at, error) VALUES (\(app.id), now(), \(String(describing: error)))
+                    ON CONFLICT (app_id) DO UPDATE SET attempted_at = now(), error = excluded.error
+                    """)
+            }
         }
+        if !failures.isEmpty { throw RefreshFailed(description: "report series not refreshed for \(failures.joined(separator: "; "))") }
         return written
+    }
+
+    /// Apps whose refresh failed this pass (the others were written).
+    struct RefreshFailed: Error, CustomStringConvertible {
+        var description: String
     }
 
     /// One grain's range of an app, and the rows the engine gave for it.
@@ -87,11 +106,13 @@ public struct ReportSeriesWriter: Sendable {
             let freshFor = Double(configuration.freshFor.components.seconds)
             let isMine = try await lease.run { connection -> Bool in
                 try connection.execute(unsafeSQL: "BEGIN")
-                let row = try connection.query("""
-                    SELECT pg_try_advisory_xact_lock(\(Int32(0x4164_5461)), hashtext(\(app.id))),
-                           EXISTS (SELECT 1 FROM report_series_refresh WHERE app_id = \(app.id) AND attempted_at > now() - make_interval(secs => \(freshFor)))
+                let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Int32(0x4164_5461)), hashtext(\(app.id)))")[0]
+                guard try locked.decode(0, as: Bool.self) else { return false }
+                // A statement of its own, after the lock: it sees what the last holder committed.
+                let fresh = try connection.query("""
+                    SELECT EXISTS (SELECT 1 FROM report_series_refresh WHERE app_id = \(app.id) AND attempted_at > now() - make_interval(secs => \(freshFor)))
                     """)[0]
-                return try row.decode(0, as: Bool.self) && (force || !(try row.decode(1, as: Bool.self)))
+                return try force || !fresh.decode(0, as: Bool.self)
             }
             guard isMine else {
                 _ = try await lease.run { try $0.execute(unsafeSQL: "ROLLBACK") }
@@ -99,19 +120,7 @@ public struct ReportSeriesWriter: Sendable {
             }
             do {
                 let written: Int
-                do {
-                    written = try await write(app, now: now, lease: lease)
-                } catch let error as ReportCurrencyError {
-                    logger.warning("report series of an app not refreshed", metadata: ["app": "\(app.id)", "error": "\(error)"])
-                    try await lease.run { connection in
-                        try connection.query("""
-                            INSERT INTO report_series_refresh (app_id, attempted_at, error) VALUES (\(app.id), now(), \(error.description))
-                            ON CONFLICT (app_id) DO UPDATE SET attempted_at = now(), error = excluded.error
-                            """)
-                        try connection.execute(unsafeSQL: "COMMIT")
-                    }
-                    return 0
-                }
+                written = try await write(app, now: now, lease: lease)
                 _ = try await lease.run { try $0.execute(unsafeSQL: "COMMIT") }
                 return written
             } catch {
@@ -138,6 +147,8 @@ public struct ReportSeriesWriter: Sendable {
         // Network names come from apps: only the top ones get rows of their own.
         let top = try await page(today - 28, today, [.network], [.revenue, .requests], extra: [("sort", "-revenue,-requests")], limit: configuration.networks)
         let networks = top.rows.compactMap { $0.dimensions.first ?? nil }
+        // Hour rows per network are bounded by one report's row limit.
+        let hourNetworks = Array(networks.prefix(max(1, ReportQuery.maxLimit / (configuration.hourDays * 25) - 1)))
         var parts = [
             Part(grain: "day", from: today - configuration.days + 1, to: today),
             Part(grain: "hour", from: today - configuration.hourDays + 1, to: today),
@@ -151,9 +162,10 @@ public struct ReportSeriesWriter: Sendable {
             default: []
             }
             for byNetwork in networks.isEmpty ? [false] : [false, true] {
+                let names = parts[index].grain == "hour" ? hourNetworks : networks
                 let document = try await page(
                     parts[index].from, parts[index].to, dimension + (byNetwork ? [.network] : []), Self.metrics,
-                    extra: byNetwork ? [("network", networks.joined(separator: ","))] : []
+                    extra: byNetwork ? [("network", names.joined(separator: ","))] : []
                 )
                 guard document.nextCursor == nil else {
                     throw TooManyRows(description: "the \(parts[index].grain) series of \(app.id) has more than \(ReportQuery.maxLimit) rows; not written")
@@ -180,7 +192,10 @@ public struct ReportSeriesWriter: Sendable {
                 """)
             try connection.query("""
                 INSERT INTO report_series (app_id, grain, network, period_start, local_start, period, timezone, currency, provisional, \(unsafeRaw: names))
-                SELECT \(app.id), r.grain, r.network, t.start, (t.start AT TIME ZONE \(app.timezone)) AT TIME ZONE 'UTC',
+                SELECT \(app.id), r.grain, r.network, t.start,
+                       -- Wall time as UTC; a day's is its date's midnight even where the zone skips midnight.
+                       CASE r.grain WHEN 'hour' THEN (t.start AT TIME ZONE \(app.timezone)) AT TIME ZONE 'UTC'
+                                    ELSE split_part(r.period, '/', 1)::date::timestamp AT TIME ZONE 'UTC' END,
                        r.period, \(app.timezone), \(app.currency), r.provisional, \(unsafeRaw: names)
                 FROM jsonb_to_recordset(\(text)::jsonb) AS r(grain text, network text, period text, provisional boolean, \(unsafeRaw: columns))
                 CROSS JOIN LATERAL (

@@ -124,7 +124,7 @@ public struct ServiceStatus: Sendable, Encodable {
             let leader = try connection.query("""
                 SELECT (SELECT runner FROM export_leader), (SELECT since FROM export_leader) FROM pg_locks l
                 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                  AND ((l.classid::bigint << 32) | l.objid::bigint) = \(ExportRunner.lockKey)
+                  AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = \(ExportRunner.lockKey)
                 """).first
             let exports = try connection.query("""
                 SELECT (SELECT count(*)::int FROM export_schedules), (SELECT count(*)::int FROM export_runs WHERE status = 'failed')

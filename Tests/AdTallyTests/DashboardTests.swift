@@ -199,6 +199,17 @@ struct DashboardTests {
         #expect(kolkata.count == 24 && kolkata[0] == "2026-01-01T00:00:00+05:30")
         // Sorted as instants, not as text: "+02:00" comes before "+01:00" on the day it is repeated.
         #expect(berlin.shuffled().sorted { DashboardPage.instant($0)! < DashboardPage.instant($1)! } == berlin)
+        // Labels: every date's first hour carries its date, wherever the calendar puts it;
+        // other labels at local hours dividing the day.
+        let threeDays = DashboardPage.hours(from: ReportQuery.parseDate("2026-10-24")!, to: ReportQuery.parseDate("2026-10-26")!, zone: "Europe/Berlin")
+        let labels = DashboardPage.labels(threeDays, grain: .hour)
+        #expect(threeDays.count == 73 && labels.filter { !$0.isEmpty }.count <= 14)
+        #expect(labels.contains("10-25 00:00") && labels.contains("10-26 00:00") && labels.contains("10-24 00:00"))
+        #expect(zip(threeDays, labels).allSatisfy { hour, label in label.isEmpty || label.hasSuffix(String(hour.dropFirst(11).prefix(5))) })
+        let santiago = DashboardPage.hours(from: ReportQuery.parseDate("2026-09-05")!, to: ReportQuery.parseDate("2026-09-07")!, zone: "America/Santiago")
+        #expect(DashboardPage.labels(santiago, grain: .hour).contains { $0.hasPrefix("09-06 ") } && DashboardPage.labels(santiago, grain: .hour).contains("09-07 00:00"))
+        let days = (ReportQuery.parseDate("2026-12-20")!...ReportQuery.parseDate("2027-01-10")!).map(ReportQuery.formatDate)
+        #expect(DashboardPage.labels(days, grain: .date).first == "2026-12-20" && DashboardPage.labels(days, grain: .date).filter { !$0.isEmpty }.count <= 8)
     }
 
     @Test("charts: nice quarter ticks, one mark per drawn value, gaps for undefined ratios, stacked bars summing to the stack")
@@ -297,7 +308,18 @@ struct DashboardTests {
                     queries += 1
                 }
             }
-            #expect(queries >= 24, "every report panel, variable and annotation")
+            #expect(queries >= 25, "every report panel, variable and annotation")
+            // Local times stored as UTC, in a range that ends at now+14h: today's row of
+            // an app east of UTC (Tokyo) is inside it whatever the hour.
+            let tokyoToday = ReportQuery.formatDate(try ReportQuery.today(in: "Asia/Tokyo", now: Date()))
+            let today = try await services.database.pool.query(PostgresQuery(unsafeSQL: try GrafanaSQL.substitute(
+                "SELECT period FROM report_series WHERE app_id = 'demo-puzzle' AND grain = 'day' AND network = '*' AND $__timeFilter(local_start) AND period = '\(tokyoToday)'",
+                variables: [:], multi: []
+            )))
+            #expect(today.count == 1, "today in Tokyo (\(tokyoToday)) is in the dashboards' range")
+            // The refresh is recorded; an app whose refresh fails says why and does not stop the others.
+            let recorded = try await services.database.pool.query("SELECT count(*) FROM report_series_refresh WHERE error IS NULL AND rows > 0")[0].decode(0, as: Int.self)
+            #expect(recorded == DemoLoader.appIDs.count)
         }
     }
 
@@ -347,13 +369,13 @@ enum GrafanaSQL {
         return found
     }
 
-    /// Substitutes the macros of Grafana's PostgreSQL datasource over the last 28
-    /// days (as Grafana 11 expands them) and template variables: a single value as
-    /// it is, several quoted and comma-separated, as Grafana interpolates SQL.
+    /// Substitutes the macros of Grafana's PostgreSQL datasource over the dashboards'
+    /// range, now-28d to now+14h (as Grafana 11 expands them), and template variables:
+    /// a single value as it is, several quoted and comma-separated, as Grafana interpolates SQL.
     static func substitute(_ sql: String, variables: [String: [String]], multi: Set<String>, now: Date = Date()) throws -> String {
         func isMulti(_ name: String) -> Bool { multi.contains(name) }
         let formatter = ISO8601DateFormatter()
-        let from = formatter.string(from: now.addingTimeInterval(-28 * 86_400)), to = formatter.string(from: now)
+        let from = formatter.string(from: now.addingTimeInterval(-28 * 86_400)), to = formatter.string(from: now.addingTimeInterval(14 * 3600))
         var text = sql
         func replaceCalls(_ name: String, _ body: ([String]) -> String) {
             while let range = text.range(of: "$__\(name)(") {
@@ -365,7 +387,7 @@ enum GrafanaSQL {
         replaceCalls("timeFilter") { "\($0[0]) BETWEEN '\(from)' AND '\(to)'" }
         replaceCalls("timeGroupAlias") { "floor(extract(epoch from \($0[0]))/86400)*86400 AS \"time\"" }
         replaceCalls("timeGroup") { "floor(extract(epoch from \($0[0]))/86400)*86400" }
-        replaceCalls("unixEpochFilter") { "\($0[0]) >= \(Int(now.timeIntervalSince1970) - 28 * 86_400) AND \($0[0]) <= \(Int(now.timeIntervalSince1970))" }
+        replaceCalls("unixEpochFilter") { "\($0[0]) >= \(Int(now.timeIntervalSince1970) - 28 * 86_400) AND \($0[0]) <= \(Int(now.timeIntervalSince1970) + 14 * 3600)" }
         text = text.replacingOccurrences(of: "$__timeFrom()", with: "'\(from)'").replacingOccurrences(of: "$__timeTo()", with: "'\(to)'")
         if let unknown = text.range(of: "$__") { throw UnknownMacro(description: "a macro this test does not know: \(text[unknown.lowerBound...].prefix(30))") }
         for (name, values) in variables.sorted(by: { $0.key.count > $1.key.count }) {

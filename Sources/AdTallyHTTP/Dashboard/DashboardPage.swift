@@ -54,9 +54,17 @@ struct DashboardPage {
         }
         guard var instant = start(from), let end = start(to + 1) else { return [] }
         var hours: [String] = []
-        while instant < end, hours.count < 24 * 8 {
-            hours.append(formatter.string(from: instant))
-            instant = instant.addingTimeInterval(3600)
+        var seen = Set<String>()
+        // By local wall-clock hours. A zone whose offset moves by half an hour (Lord
+        // Howe) does not truncate as PostgreSQL does around its change; an hour the
+        // engine names that is not listed here is still drawn (`categories`).
+        while instant < end, hours.count < 26 * (to - from + 1) {
+            let minutes = calendar.component(.minute, from: instant), seconds = calendar.component(.second, from: instant)
+            let hourStart = instant.addingTimeInterval(-Double(minutes * 60 + seconds))
+            let text = formatter.string(from: hourStart)
+            if seen.insert(text).inserted { hours.append(text) }
+            let next = hourStart.addingTimeInterval(3600)
+            instant = next > instant ? next : instant.addingTimeInterval(1800)
         }
         return hours
     }
@@ -66,13 +74,27 @@ struct DashboardPage {
         return formatter.date(from: hour)
     }
 
-    func label(_ category: String, first: Bool) -> String {
-        if selection.grain == .date {
-            // MM-DD, with the year on the first day and on every 1 January.
-            return first || category.hasSuffix("-01-01") ? category : String(category.dropFirst(5))
+    /// Axis labels, "" where none is drawn. Days: at most 8, evenly spaced, with the
+    /// year on the first and on 1 January. Hours: each local hour that is a multiple
+    /// of a step dividing the day (at most ~8 labels), and the first hour of each date
+    /// with its date, wherever the zone's calendar puts it (a skipped midnight, a DST day).
+    static func labels(_ categories: [String], grain: ReportDimension) -> [String] {
+        guard grain == .hour else {
+            let every = max(1, Int((Double(categories.count) / 8).rounded(.up)))
+            return categories.enumerated().map { index, day in
+                guard index % every == 0 else { return "" }
+                return index == 0 || day.hasSuffix("-01-01") ? day : String(day.dropFirst(5))
+            }
         }
-        let time = category.dropFirst(11).prefix(5)
-        return time == "00:00" || first ? String(category.dropFirst(5).prefix(5)) + " " + time : String(time)
+        let step = [1, 2, 3, 4, 6, 12, 24].first { $0 * 8 >= categories.count } ?? 24
+        var previousDate = ""
+        return categories.map { hour in
+            let date = String(hour.prefix(10)), time = String(hour.dropFirst(11).prefix(5))
+            defer { previousDate = date }
+            if date != previousDate { return String(date.dropFirst(5)) + " " + time }
+            let localHour = Int(hour.dropFirst(11).prefix(2)) ?? 1
+            return localHour % step == 0 && hour.dropFirst(14).hasPrefix("00") ? time : ""
+        }
     }
 
     /// A document's rows by category, and by network when it has that dimension.
@@ -118,17 +140,15 @@ struct DashboardPage {
 
     func charts() -> [SVGChart] {
         let categories = self.categories
-        let labels = categories.enumerated().map { label($1, first: $0 == 0) }
+        let labels = Self.labels(categories, grain: selection.grain)
         let mainRows = Rows(main), expiryRows = Rows(expiries), networkRows = Rows(networks)
-        // Hours are labelled at steps that divide a day, so midnights (with their date) get one.
-        let labelStep = selection.grain == .hour ? [1, 2, 3, 4, 6, 12, 24].first { $0 * 8 >= categories.count } ?? 24 : nil
         let provisionalDays = Set((main?.notes.provisionalDays ?? []).map(ReportQuery.formatDate))
         let provisional = Set(categories.indices.filter { provisionalDays.contains(String(categories[$0].prefix(10))) })
         let currency = main?.layout.query.currency ?? selection.app.currency
         func chart(_ id: String, _ title: String, _ unit: SVGChart.Unit, _ axisTitle: String, right: (SVGChart.Unit, String)? = nil, stacked: Bool = false, _ series: [SVGChart.Series]) -> SVGChart {
             SVGChart(
                 id: id, title: title, categories: categories, categoryLabels: labels, provisional: provisional, leftUnit: unit, leftTitle: axisTitle,
-                rightUnit: right?.0, rightTitle: right?.1, isStacked: stacked, series: series, labelStep: labelStep
+                rightUnit: right?.0, rightTitle: right?.1, isStacked: stacked, series: series
             )
         }
         func line(_ rows: Rows, _ metric: ReportMetric, _ name: String, colour: Int, axis: SVGChart.Axis = .left, kind: SVGChart.Kind = .line, network: String? = nil) -> SVGChart.Series {

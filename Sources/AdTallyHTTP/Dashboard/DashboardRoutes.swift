@@ -131,7 +131,9 @@ public struct DashboardRoutes: Sendable {
             throw ProblemDetails(.forbidden, detail: "a form from an opaque or unreadable origin cannot sign in or out here")
         }
         let authority = (host.contains(":") ? "[\(host)]" : host) + (url.port.map { ":\($0)" } ?? "")
-        let candidates = [request.head.authority, request.headers[HTTPField.Name("X-Forwarded-Host")!]].compactMap { $0?.lowercased() }
+        // A chain of proxies lists hosts: the first is the one the browser asked.
+        let forwarded = request.headers[HTTPField.Name("X-Forwarded-Host")!]?.split(separator: ",").first.map { $0.trimmingCharacters(in: .whitespaces) }
+        let candidates = [request.head.authority, forwarded].compactMap { $0?.lowercased() }
         guard candidates.contains(authority.lowercased()) else {
             throw ProblemDetails(.forbidden, detail: "a form from \(origin) cannot sign in or out here")
         }

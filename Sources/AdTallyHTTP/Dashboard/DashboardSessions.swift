@@ -17,6 +17,9 @@ final class DashboardSessions: Sendable {
     /// A signature that does not verify makes the secret be read again, at most this often:
     /// another server may have made a new one (the row was deleted to sign everyone out).
     static let reread: Duration = .seconds(10)
+    /// The cached secret is read again after this long however cookies verify: deleting
+    /// the row (to sign everyone out) takes effect on every server within it.
+    static let lifetimeOfCache: Duration = .seconds(60)
 
     private let store: AppStore
     private let secret = Mutex<(bytes: [UInt8], read: ContinuousClock.Instant)?>(nil)
@@ -28,7 +31,10 @@ final class DashboardSessions: Sendable {
     /// The secret: cached; `fresh` reads it again unless it was read in the last `reread`;
     /// `always` reads it again (a sign-in: a new cookie is signed with what every server will read).
     private func key(fresh: Bool = false, always: Bool = false) async throws -> [UInt8] {
-        if !always, let cached = secret.withLock({ $0 }), !fresh || ContinuousClock.now - cached.read < Self.reread { return cached.bytes }
+        if !always, let cached = secret.withLock({ $0 }), ContinuousClock.now - cached.read < Self.lifetimeOfCache,
+           !fresh || ContinuousClock.now - cached.read < Self.reread {
+            return cached.bytes
+        }
         let read = try await store.sharedSecret(named: "dashboard_session")
         secret.withLock { $0 = (read, ContinuousClock.now) }
         return read

@@ -43,7 +43,8 @@ struct SVGChart {
     /// The chart's `data-chart` name.
     var id: String
     var title: String
-    /// Category keys (`YYYY-MM-DD` or an hour with its offset) and their axis labels.
+    /// Category keys (`YYYY-MM-DD` or an hour with its offset) and their axis labels
+    /// (empty: no label there).
     var categories: [String]
     var categoryLabels: [String]
     /// Categories still provisional (late events may change them).
@@ -55,8 +56,6 @@ struct SVGChart {
     /// Bars of several series stack (each on the one before); else they overlap, later in front.
     var isStacked = false
     var series: [Series]
-    /// Label every n-th category (default: at most 8 labels).
-    var labelStep: Int?
 
     static let width = 640.0, height = 250.0
     static let top = 14.0, bottom = 40.0, left = 62.0
@@ -94,9 +93,7 @@ struct SVGChart {
             out += "<text class=\"axis-title\" transform=\"translate(\(f(Self.width - 8)) \(f(Self.top + plotHeight / 2))) rotate(90)\" text-anchor=\"middle\">\(HTML.escape(rightTitle))</text>"
         }
         out += "<line class=\"axis\" x1=\"\(f(Self.left))\" x2=\"\(f(Self.left + plotWidth))\" y1=\"\(f(Self.top + plotHeight))\" y2=\"\(f(Self.top + plotHeight))\"/>"
-        // Category labels: at most 8, evenly spaced.
-        let every = labelStep ?? max(1, Int((Double(categories.count) / 8).rounded(.up)))
-        for index in stride(from: 0, to: categories.count, by: every) {
+        for index in categoryLabels.indices where index < categories.count && !categoryLabels[index].isEmpty {
             let x = Self.left + band * (Double(index) + 0.5)
             out += "<text class=\"tick\" x=\"\(f(x))\" y=\"\(f(Self.top + plotHeight + 16))\" text-anchor=\"middle\">\(HTML.escape(categoryLabels[index]))</text>"
         }
