@@ -61,6 +61,9 @@ public struct MoneyRoutes: Sendable {
         router.get("v1/rates") { request, _ in
             _ = try await authenticator.require(.read, request)
             let network = request.uri.queryParameters["network"].map(String.init)
+            if let network, !EventValidator.isNetworkName(network) {
+                throw ProblemDetails(.badRequest, detail: "network: must match [a-z0-9_.-]{1,32}")
+            }
             return try AdminRoutes.json(["rates": try await store.rates(network: network)])
         }
         router.post("v1/rates") { request, _ in

@@ -48,6 +48,12 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             context.logger.warning("database unavailable", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
             return try ProblemDetails(.serviceUnavailable, detail: "the database is unavailable; retry shortly", headers: [.retryAfter: "1"])
                 .response(from: request, context: context)
+        } catch let error as PostgresError where error.kind == .invalidParameter {
+            // A value PostgreSQL cannot take as text (a NUL byte) reached a query: the
+            // request's fault, whichever route forgot to check it (logged, to fix there).
+            context.logger.warning("a request value PostgreSQL cannot store", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            return try ProblemDetails(.badRequest, detail: "a parameter or field holds a value that cannot be stored as text (a NUL byte)")
+                .response(from: request, context: context)
         } catch let error where Self.isClientGone(error) {
             context.logger.debug("client left mid-request", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
             return try ProblemDetails(.clientClosedRequest, detail: "the connection closed before the request was complete")

@@ -30,6 +30,20 @@ struct HostileInputTests {
         }
     }
 
+    @Test("a NUL byte in a query parameter is a 400 naming the rule, never a 500 (found by schemathesis)")
+    func nulInParameters() async throws {
+        try await withTestApp { services, client in
+            let keys = try await Ingest.keys(services)
+            let rates = try await client.execute(uri: "/v1/rates?network=ad%00mob", method: .get, headers: [.authorization: "Bearer \(keys.read)"]) { $0 }
+            #expect(rates.status == .badRequest && String(buffer: rates.body).contains("network: must match"))
+            // Any route that lets one through answers 400 too (the boundary's net).
+            for uri in ["/v1/fx?currency=U%00SD", "/v1/fx?base=E%00UR", "/v1/exports/a%00b"] {
+                let status = try await client.execute(uri: uri, method: .get, headers: [.authorization: "Bearer \(keys.admin)"]) { $0.status }
+                #expect(status.code >= 400 && status.code < 500, "\(uri): \(status)")
+            }
+        }
+    }
+
     @Test("revenue_micros is bounded by the documented maximum")
     func revenueBound() throws {
         let most = EventValidator.maxRevenueMicros
