@@ -133,6 +133,7 @@ paths:
     get:
       summary: The app's keys, without secrets (an admin key).
       responses:
+        "400": {$ref: "#/components/responses/Problem"}
         "200":
           description: Keys.
           content:
@@ -179,6 +180,7 @@ paths:
     delete:
       summary: Revoke a key (an admin key).
       responses:
+        "400": {$ref: "#/components/responses/Problem"}
         "204": {description: Revoked.}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
@@ -222,8 +224,9 @@ paths:
     get:
       summary: The rate card (any read key).
       parameters:
-        - {name: network, in: query, schema: {type: string}, description: Only this network.}
+        - {name: network, in: query, schema: {type: string, pattern: "^[a-z0-9_.-]{1,32}$"}, description: Only this network.}
       responses:
+        "400": {$ref: "#/components/responses/Problem"}
         "200":
           description: Entries by network, format, country and date.
           content:
@@ -394,6 +397,7 @@ paths:
     get:
       summary: One schedule (an admin key).
       responses:
+        "400": {$ref: "#/components/responses/Problem"}
         "200":
           description: The schedule.
           content:
@@ -405,6 +409,7 @@ paths:
     delete:
       summary: Delete a schedule and its run history; its files stay (an admin key).
       responses:
+        "400": {$ref: "#/components/responses/Problem"}
         "204": {description: Deleted.}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
@@ -415,6 +420,7 @@ paths:
     post:
       summary: Pause a schedule; slots due while paused are not written (an admin key).
       responses:
+        "400": {$ref: "#/components/responses/Problem"}
         "200": {description: The schedule., content: {application/json: {schema: {$ref: "#/components/schemas/ExportSchedule"}}}}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
@@ -425,6 +431,7 @@ paths:
     post:
       summary: Resume a schedule from its next slot on (an admin key).
       responses:
+        "400": {$ref: "#/components/responses/Problem"}
         "200": {description: The schedule., content: {application/json: {schema: {$ref: "#/components/schemas/ExportSchedule"}}}}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
