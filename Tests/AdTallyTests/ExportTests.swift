@@ -226,6 +226,23 @@ struct ExportTests {
         }
     }
 
+    @Test("run-now on a schedule deleted while it asks is a 'no such schedule', not a database error (found by schemathesis)")
+    func runNowRacesDelete() async throws {
+        try await Self.withSeededDatabase { _, services, directory in
+            _ = try await services.exports.create(
+                ExportSchedule(name: "gone", query: ["apps": "exp", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory),
+                readable: try await services.reports.readableApps(only: nil)
+            )
+            // The schedule disappears between requestRun's read and its insert, every time.
+            try await services.database.pool.query("""
+                CREATE FUNCTION test_delete_schedule() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN DELETE FROM export_schedules WHERE name = NEW.schedule; RETURN NEW; END $$
+                """)
+            try await services.database.pool.query("CREATE TRIGGER delete_first BEFORE INSERT ON export_runs FOR EACH ROW EXECUTE FUNCTION test_delete_schedule()")
+            await #expect(throws: ExportStoreError.unknown("gone")) { _ = try await services.exports.requestRun("gone", slot: nil) }
+        }
+    }
+
     @Test("a runner killed in the middle of a file leaves no file under the final name, and the slot is retried")
     func killedMidFile() async throws {
         try await Self.withSeededDatabase { conninfo, services, directory in

@@ -220,11 +220,17 @@ public struct ExportStore: Sendable {
         }
         let zone = try schedule.zone
         let slot = CronSlot.minute(containing: Int64(now.timeIntervalSince1970.rounded(.down)), in: zone)
-        let rows = try await pool.query("""
-            INSERT INTO export_runs (schedule, slot, pass, due_at, status, trigger, next_attempt_at)
-            VALUES (\(name), \(slot.name), 1, \(now), 'pending', 'manual', now())
-            ON CONFLICT DO NOTHING RETURNING \(unsafeRaw: ExportRun.columns)
-            """)
+        let rows: PostgresRows
+        do {
+            rows = try await pool.query("""
+                INSERT INTO export_runs (schedule, slot, pass, due_at, status, trigger, next_attempt_at)
+                VALUES (\(name), \(slot.name), 1, \(now), 'pending', 'manual', now())
+                ON CONFLICT DO NOTHING RETURNING \(unsafeRaw: ExportRun.columns)
+                """)
+        } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
+            // Deleted between the read above and this insert.
+            throw ExportStoreError.unknown(name)
+        }
         guard let row = rows.first else {
             let existing = try await run(name, slot: slot.name)
             throw ExportStoreError.slotTaken(schedule: name, slot: slot.name, status: existing?.status ?? "unknown")
