@@ -15,10 +15,13 @@ for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
 done
 # Python packages the tests use: openapi-core checks responses against
-# /openapi.yaml, websocket-client drives Chromium over the DevTools protocol.
-python_ok() { [ "${ADTALLY_DEPS:-all}" = build ] || python3 -c 'import openapi_core, requests, yaml, websocket' 2>/dev/null; }
+# /openapi.yaml, schemathesis fuzzes the API against it, websocket-client drives
+# Chromium over the DevTools protocol.
+python_ok() {
+  [ "${ADTALLY_DEPS:-all}" = build ] || { python3 -c 'import openapi_core, requests, yaml, websocket' 2>/dev/null && command -v schemathesis >/dev/null; }
+}
 if ! python_ok; then
-  echo "installing Python packages: openapi-core requests pyyaml websocket-client"
+  echo "installing Python packages: openapi-core requests pyyaml websocket-client schemathesis"
   if ! python3 -m pip --version >/dev/null 2>&1; then
     # Debian's own Python comes without pip.
     export DEBIAN_FRONTEND=noninteractive
@@ -30,7 +33,7 @@ if ! python_ok; then
   if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)'; then
     pip_flags+=(--break-system-packages)
   fi
-  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml websocket-client
+  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml websocket-client schemathesis
 fi
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo

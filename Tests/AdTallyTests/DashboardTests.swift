@@ -242,7 +242,7 @@ struct DashboardTests {
             let port = try #require(client.port)
             let screenshot = ProcessInfo.processInfo.environment["ADTALLY_SCREENSHOT"]
                 ?? Self.repository.appendingPathComponent(".build/dashboard.png").path
-            let (status, output) = try runProcess(["python3", Self.repository.appendingPathComponent("scripts/dashboard_browser_check.py").path,
+            let (status, output) = try await runProcess(["python3", Self.repository.appendingPathComponent("scripts/dashboard_browser_check.py").path,
                                                  "http://127.0.0.1:\(port)", demo.readKey.secret, screenshot])
             #expect(status == 0, "\(output)")
             #expect(output.contains(#""inventory""#) && output.contains(#""revenue""#), "\(output)")
@@ -324,9 +324,9 @@ struct DashboardTests {
     }
 
     @Test("the compose file, the Dockerfile and Grafana's provisioning agree with the repository; a missing mount is caught")
-    func composeFiles() throws {
+    func composeFiles() async throws {
         let script = Self.repository.appendingPathComponent("scripts/compose_check.py").path
-        let (status, output) = try runProcess(["python3", script, Self.repository.path])
+        let (status, output) = try await runProcess(["python3", script, Self.repository.path])
         #expect(status == 0, "\(output)")
         #expect(output.contains("checked service citus-coordinator (profile citus)") && output.contains("checked Dockerfile"), "\(output)")
 
@@ -341,7 +341,7 @@ struct DashboardTests {
         let dockerfile = try String(contentsOf: copy.appendingPathComponent("Dockerfile"), encoding: .utf8)
         try dockerfile.replacingOccurrences(of: "ADTALLY_DEPS=build make build-release", with: "swift build -c release")
             .write(to: copy.appendingPathComponent("Dockerfile"), atomically: true, encoding: .utf8)
-        let (brokenStatus, brokenOutput) = try runProcess(["python3", script, copy.path])
+        let (brokenStatus, brokenOutput) = try await runProcess(["python3", script, copy.path])
         #expect(brokenStatus == 1)
         #expect(brokenOutput.contains("mounts ./deploy/postgres/init, which does not exist"), "\(brokenOutput)")
         #expect(brokenOutput.contains("does not build with `make build-release`"), "\(brokenOutput)")

@@ -23,7 +23,7 @@ struct OpenAPITests {
 
             let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
                 .deletingLastPathComponent().appendingPathComponent("scripts/openapi_check.py")
-            let (status, text) = try runProcess(["python3", script.path, "http://127.0.0.1:\(server.port)", admin])
+            let (status, text) = try await runProcess(["python3", script.path, "http://127.0.0.1:\(server.port)", admin])
             #expect(status == 0, "\(text)")
             #expect(text.contains("self-check: the validator rejects"), "\(text)")
             #expect(text.contains("checked GET /v1/reports -> 200"), "\(text)")

@@ -56,16 +56,29 @@ private func withServices(
     }
 }
 
-/// Runs a command (found on PATH) to its end; its exit status and everything it printed.
-func runProcess(_ arguments: [String]) throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    return (process.terminationStatus, text)
+/// Runs a command (found on PATH) to its end, with `environment` added to this
+/// process's; its exit status and everything it printed. The wait happens on a
+/// thread of its own: blocking one of the few cooperative threads for a minute
+/// (schemathesis) starves every other test's in-process server.
+func runProcess(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String) {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = arguments
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, added in added }
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            do {
+                try process.run()
+            } catch {
+                continuation.resume(throwing: error)
+                return
+            }
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            continuation.resume(returning: (process.terminationStatus, text))
+        }
+    }
 }

@@ -1,0 +1,71 @@
+import AdTallyApp
+import AdTallyCore
+import AdTallyStorage
+import AdTallyTestSupport
+import AsyncHTTPClient
+import Foundation
+import Logging
+import Testing
+
+@Suite("The API against its spec")
+struct SchemathesisTests {
+    /// Requests schemathesis must have generated, at least.
+    static let minimumCases = 2_000
+
+    @Test("schemathesis sends ≥ 2,000 generated requests to every endpoint, each authorized: no 5xx, every response as /openapi.yaml says")
+    func schemathesis() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            // The fixture: an app the path parameters name (with a spare key the fuzzer may
+            // revoke), another app holding the ingest key, an admin key, an export schedule.
+            let settings = try Settings.resolve(flags: .init(databaseURL: conninfo), environment: [:])
+            let database = try await Database.open(settings, logger: Logger(label: "test"))
+            let fixture: [String: String]
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-st-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: folder) }
+            do {
+                try await database.migrate()
+                let apps = AppStore(pool: database.pool)
+                _ = try await apps.createApp(id: "fuzz", name: nil, timezone: "Asia/Kolkata", currency: "USD")
+                _ = try await apps.createApp(id: "fuzz-keys", name: nil)
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                _ = try await ExportStore(pool: database.pool).create(
+                    ExportSchedule(name: "fuzz-daily", query: ["apps": "fuzz", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: folder.path),
+                    readable: try await ReportEngine(pool: database.pool).readableApps(only: nil)
+                )
+                fixture = [
+                    "ADTALLY_ST_ADMIN": try await apps.createKey(app: nil, scope: .admin).secret,
+                    "ADTALLY_ST_INGEST": try await apps.createKey(app: "fuzz-keys", scope: .ingest).secret,
+                    "ADTALLY_ST_SPARE_KEY": try await apps.createKey(app: "fuzz", scope: .read).id,
+                    "ADTALLY_ST_APP": "fuzz", "ADTALLY_ST_EXPORT": "fuzz-daily",
+                ]
+                await database.close()
+            } catch {
+                await database.close()
+                throw error
+            }
+
+            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-st-\(UUID().uuidString).log")
+            defer { try? FileManager.default.removeItem(at: log) }
+            let server = try ServerProcess(databaseURL: conninfo, port: try freePort(), log: log)
+            defer { server.terminate() }
+            let client = HTTPClient(eventLoopGroupProvider: .singleton)
+            try await server.waitUntilReady(client)
+            try await client.shutdown()
+
+            // Coverage is left out: its generator hit an internal Hypothesis error now and
+            // then here (an AST cache KeyError), which is schemathesis's, not the API's.
+            let config = DashboardTests.repository.appendingPathComponent("scripts/schemathesis.toml").path
+            let (status, output) = try await runProcess([
+                "schemathesis", "--config-file", config, "run", "http://127.0.0.1:\(server.port)/openapi.yaml",
+                "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance",
+                "--phases", "fuzzing,stateful", "--max-examples", "120", "--seed", "20261123", "--workers", "2", "--request-timeout", "30",
+                "--no-color",
+            ], environment: fixture)
+            #expect(status == 0, "\(output.suffix(6000))")
+            let generated = output.firstMatch(of: /(\d+) generated/).flatMap { Int($0.1) } ?? 0
+            #expect(generated >= Self.minimumCases, "only \(generated) cases generated:\n\(output.suffix(3000))")
+            let serverLog = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            #expect(!serverLog.contains("unexpected error handling request"), "the server logged an unexpected error:\n\(serverLog.suffix(3000))")
+        }
+    }
+}
