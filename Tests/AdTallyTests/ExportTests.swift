@@ -205,7 +205,9 @@ struct ExportTests {
                 let stopped = clock()
                 let (last, lastPool) = Exports.runner(services, conninfo, identity: "runner-c") { $0.now = { stopped } }
                 let c = Task { await last.run() }
-                try await Self.waitUntil { try await services.database.pool.query("SELECT 1 FROM export_runs WHERE status <> 'succeeded'").isEmpty }
+                // Dozens of slots, each a report and a file: on a loaded machine (the suite runs
+                // schemathesis beside this) that can take longer than the default wait.
+                try await Self.waitUntil(seconds: 90) { try await services.database.pool.query("SELECT 1 FROM export_runs WHERE status <> 'succeeded'").isEmpty }
                 c.cancel()
                 await c.value
                 await lastPool.shutdown()
