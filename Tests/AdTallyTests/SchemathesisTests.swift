@@ -44,28 +44,22 @@ struct SchemathesisTests {
                 throw error
             }
 
-            let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-st-\(UUID().uuidString).log")
-            defer { try? FileManager.default.removeItem(at: log) }
-            let server = try ServerProcess(databaseURL: conninfo, port: try freePort(), log: log)
-            defer { server.terminate() }
-            let client = HTTPClient(eventLoopGroupProvider: .singleton)
-            try await server.waitUntilReady(client)
-            try await client.shutdown()
-
-            // Coverage is left out: its generator hit an internal Hypothesis error now and
-            // then here (an AST cache KeyError), which is schemathesis's, not the API's.
-            let config = DashboardTests.repository.appendingPathComponent("scripts/schemathesis.toml").path
-            let (status, output) = try await runProcess([
-                "schemathesis", "--config-file", config, "run", "http://127.0.0.1:\(server.port)/openapi.yaml",
-                "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance",
-                "--phases", "fuzzing,stateful", "--max-examples", "120", "--seed", "20261123", "--workers", "1", "--request-timeout", "30",
-                "--no-color",
-            ], environment: fixture)
-            #expect(status == 0, "\(output.suffix(6000))")
-            let generated = output.firstMatch(of: /(\d+) generated/).flatMap { Int($0.1) } ?? 0
-            #expect(generated >= Self.minimumCases, "only \(generated) cases generated:\n\(output.suffix(3000))")
-            let serverLog = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-            #expect(!serverLog.contains("unexpected error handling request"), "the server logged an unexpected error:\n\(serverLog.suffix(3000))")
+            try await withReadyServer(conninfo) { server, log in
+                // Coverage is left out: its generator hit an internal Hypothesis error now and
+                // then here (an AST cache KeyError), which is schemathesis's, not the API's.
+                let config = DashboardTests.repository.appendingPathComponent("scripts/schemathesis.toml").path
+                let (status, output) = try await runProcess([
+                    "schemathesis", "--config-file", config, "run", "http://127.0.0.1:\(server.port)/openapi.yaml",
+                    "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance",
+                    "--phases", "fuzzing,stateful", "--max-examples", "120", "--seed", "20261123", "--workers", "1", "--request-timeout", "30",
+                    "--no-color",
+                ], environment: fixture)
+                #expect(status == 0, "\(output.suffix(6000))")
+                let generated = output.firstMatch(of: /(\d+) generated/).flatMap { Int($0.1) } ?? 0
+                #expect(generated >= Self.minimumCases, "only \(generated) cases generated:\n\(output.suffix(3000))")
+                let serverLog = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+                #expect(!serverLog.contains("unexpected error handling request"), "the server logged an unexpected error:\n\(serverLog.suffix(3000))")
+            }
         }
     }
 }

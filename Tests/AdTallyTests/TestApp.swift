@@ -1,6 +1,7 @@
 import AdTallyApp
 import AdTallyStorage
 import AdTallyTestSupport
+import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -81,4 +82,22 @@ func runProcess(_ arguments: [String], environment: [String: String] = [:]) asyn
             continuation.resume(returning: (process.terminationStatus, text))
         }
     }
+}
+
+/// Runs `adtally serve` on a database until it is ready, runs `body` with it and its
+/// log file, then stops it and removes the log, whatever happens.
+func withReadyServer<T>(_ conninfo: String, _ body: (ServerProcess, URL) async throws -> T) async throws -> T {
+    let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-serve-\(UUID().uuidString).log")
+    defer { try? FileManager.default.removeItem(at: log) }
+    let server = try ServerProcess(databaseURL: conninfo, port: try freePort(), log: log)
+    defer { server.terminate() }
+    let client = HTTPClient(eventLoopGroupProvider: .singleton)
+    do {
+        try await server.waitUntilReady(client)
+    } catch {
+        try? await client.shutdown()
+        throw error
+    }
+    try await client.shutdown()
+    return try await body(server, log)
 }
