@@ -18,7 +18,9 @@ done
 # /openapi.yaml, schemathesis fuzzes the API against it, websocket-client drives
 # Chromium over the DevTools protocol.
 python_ok() {
-  [ "${ADTALLY_DEPS:-all}" = build ] || { python3 -c 'import openapi_core, requests, yaml, websocket' 2>/dev/null && command -v schemathesis >/dev/null; }
+  [ "${ADTALLY_DEPS:-all}" = build ] || python3 -c '
+import importlib.metadata as m, sys, openapi_core, requests, yaml, websocket
+sys.exit(int(m.version("schemathesis").split(".")[0]) != 4)' 2>/dev/null
 }
 if ! python_ok; then
   echo "installing Python packages: openapi-core requests pyyaml websocket-client schemathesis"
@@ -33,7 +35,7 @@ if ! python_ok; then
   if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)'; then
     pip_flags+=(--break-system-packages)
   fi
-  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml websocket-client schemathesis
+  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml websocket-client 'schemathesis>=4,<5'
 fi
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo

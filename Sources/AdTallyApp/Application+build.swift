@@ -177,7 +177,7 @@ struct ReportSeriesService: Service {
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown { try await Task.sleep(for: firstAfter) }
-        guard !Task.isCancelled else { return }
+        guard !Task.isCancelled, !Task.isShuttingDownGracefully else { return }
         await repeatEvery(interval, "report series refresh", logger: Logger(label: "adtally.series")) {
             try await writer.refresh()
         }
