@@ -171,8 +171,8 @@ public struct AppStore: Sendable {
         return try rows.first.map(Self.key)
     }
 
-    /// A 32-byte secret every server of this database shares (`server_secrets`),
-    /// made from this machine's random source by the first server that asks.
+    /// A secret every server of this database shares (`server_secrets`: 32 random
+    /// bytes as hex, made from this machine's random source by the first server that asks).
     public func sharedSecret(named name: String) async throws -> [UInt8] {
         var found: String?
         // A server making it at the same moment wins the insert; this statement's
@@ -187,14 +187,8 @@ public struct AppStore: Sendable {
             found = try rows.first?.decode(0, as: String.self)
         }
         guard let hex = found else { throw AppStoreError.invalid(field: "server_secrets", rule: "the secret \(name) could not be made or read") }
-        var bytes: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            bytes.append(UInt8(hex[index..<next], radix: 16)!)
-            index = next
-        }
-        return bytes
+        // Its 64 hex characters are the key: 256 random bits, nothing to decode.
+        return Array(hex.utf8)
     }
 
     static func app(_ row: PostgresRow) throws -> App {

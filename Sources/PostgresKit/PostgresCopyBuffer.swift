@@ -80,7 +80,7 @@ public struct PostgresCopyBuffer: Sendable {
         startField()
         guard let number else { return appendInteger(Int32(-1)) }
         guard let narrow = Int32(exactly: number) else {
-            throw PostgresError(kind: .invalidParameter, message: "COPY value \(number) does not fit an integer column")
+            throw PostgresError(kind: .copy, message: "COPY value \(number) does not fit an integer column")
         }
         appendInteger(Int32(4))
         appendInteger(narrow)

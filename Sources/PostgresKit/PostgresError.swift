@@ -11,7 +11,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         case connectionLost
         /// The server rejected a statement; `sqlState` says why.
         case server
-        /// A bound parameter cannot be sent (e.g. it contains a NUL byte).
+        /// A value cannot be sent as text: it contains a NUL byte (as a bound parameter
+        /// or a COPY field). Only values from outside reach this; the HTTP layer answers 400.
         case invalidParameter
         /// A result value could not be decoded into the requested Swift type.
         case decoding

@@ -34,7 +34,8 @@ struct DashboardPage {
         for document in [main, networks, expiries].compactMap({ $0 }) {
             for row in document.rows { if let hour = row.dimensions.first ?? nil, known.insert(hour).inserted { hours.append(hour) } }
         }
-        return hours.sorted { (Self.instant($0) ?? .distantPast) < (Self.instant($1) ?? .distantPast) }
+        let formatter = ISO8601DateFormatter()
+        return hours.map { ($0, formatter.date(from: $0) ?? .distantPast) }.sorted { $0.1 < $1.1 }.map(\.0)
     }
 
     /// Every local hour from the start of `from` to the end of `to` in a zone, as the

@@ -197,8 +197,8 @@ public struct DashboardRoutes: Sendable {
         var grain: ReportDimension { to - from + 1 <= DashboardRoutes.hourlyDays ? .hour : .date }
     }
 
-    func select(_ request: Request, key: APIKey) async throws -> Selection {
-        let apps = try await engine.readableApps(only: key.app)
+    func select(_ request: Request, key: APIKey, apps: [ReportApp]? = nil) async throws -> Selection {
+        let apps = if let apps { apps } else { try await engine.readableApps(only: key.app) }
         guard let first = apps.first else { throw ProblemDetails(.notFound, detail: "there is no app to show yet: create one with adtally apps create") }
         let parameters = request.uri.queryParameters
         var problem: String?
@@ -247,10 +247,9 @@ public struct DashboardRoutes: Sendable {
     }
 
     func page(_ request: Request, key: APIKey) async throws -> Response {
-        guard !(try await engine.readableApps(only: key.app)).isEmpty else {
-            return Self.html(DashboardPage.noApps(key: key), status: .notFound)
-        }
-        let selection = try await select(request, key: key)
+        let apps = try await engine.readableApps(only: key.app)
+        guard !apps.isEmpty else { return Self.html(DashboardPage.noApps(key: key), status: .notFound) }
+        let selection = try await select(request, key: key, apps: apps)
         do {
             let main = try await engine.page(try Self.tableQuery(selection))
             let expiries = try await engine.page(try Self.query(

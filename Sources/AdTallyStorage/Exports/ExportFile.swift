@@ -77,7 +77,7 @@ public final class ExportFile: @unchecked Sendable {
         guard fsync(descriptor) == 0 else { throw ExportFileError(temporaryPath, "fsync") }
         guard close(descriptor) == 0 else { throw ExportFileError(temporaryPath, "close") }
         descriptor = -1
-        return hasher.finalize().map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        return hasher.finalize().hexString
     }
 
     /// Puts the finished file under its final name, then the manifest beside it
