@@ -51,7 +51,7 @@ public struct AppServices: Sendable {
         self.batcher = IngestBatcher(store: eventStore, configuration: configuration, logger: logger)
         self.maintenance = EventMaintenance(store: eventStore, retentionDays: settings.retentionDays, maxEventAge: limits.maxAge, logger: logger)
         self.compactor = RollupCompactor(store: eventStore, logger: logger)
-        self.reports = ReportEngine(pool: database.reportPool, logger: logger)
+        self.reports = database.reportEngine(logger: logger)
         self.exports = ExportStore(pool: database.pool)
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)

@@ -18,6 +18,10 @@ public final class Database: Sendable {
     public let reportPool: PostgresPool
     /// Connections of the report pool: reports at once; more wait (10 s) for one.
     public static let reportConnections = 4
+    /// The same, on the streaming replica (`DATABASE_READ_URL`), when one is configured.
+    public let readPool: PostgresPool?
+    /// Where reports read: the replica while close enough behind, else `reportPool`.
+    public let reads: ReportReads
     /// One connection of its own for the export runner: it holds the runner lock while
     /// this process leads, and every claim and finish goes through it.
     public let leaderPool: PostgresPool
@@ -29,12 +33,14 @@ public final class Database: Sendable {
     private let logger: Logger
 
     private init(
-        pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, leaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?,
-        startedEmbedded: Bool, logger: Logger
+        pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, readPool: PostgresPool?, reads: ReportReads, leaderPool: PostgresPool,
+        migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
     ) {
         self.pool = pool
         self.authPool = authPool
         self.reportPool = reportPool
+        self.readPool = readPool
+        self.reads = reads
         self.leaderPool = leaderPool
         self.migrator = migrator
         self.embedded = embedded
@@ -73,10 +79,26 @@ public final class Database: Sendable {
             logger: logger
         )
         let leaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
-        return Database(
-            pool: pool, authPool: authPool, reportPool: reportPool, leaderPool: leaderPool, migrator: migrator, embedded: embedded,
-            startedEmbedded: started, logger: logger
+        // Reports only: nothing that writes is ever given this pool. A replica answers
+        // its lag probe within a couple of seconds or is skipped for the primary.
+        let readPool = settings.databaseReadURL.map { url in
+            PostgresPool(
+                configuration: .init(conninfo: url, maxConnections: reportConnections, acquireTimeout: .seconds(5), options: settings.databaseOptions),
+                logger: logger
+            )
+        }
+        let reads = ReportReads(
+            primary: reportPool, replica: readPool, maxLag: .seconds(settings.readMaxLagSeconds), logger: Logger(label: "adtally.reports")
         )
+        return Database(
+            pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, leaderPool: leaderPool, migrator: migrator,
+            embedded: embedded, startedEmbedded: started, logger: logger
+        )
+    }
+
+    /// The report engine over this database's report reads (replica or primary).
+    public func reportEngine(logger: Logger = Logger(label: "adtally.reports")) -> ReportEngine {
+        ReportEngine(reads: reads, logger: logger)
     }
 
     /// Applies pending migrations.
@@ -90,6 +112,7 @@ public final class Database: Sendable {
     public func close() async {
         await authPool.shutdown()
         await reportPool.shutdown()
+        await readPool?.shutdown()
         await leaderPool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }

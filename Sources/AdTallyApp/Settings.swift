@@ -6,6 +6,10 @@ import PostgresKit
 public struct Settings: Sendable {
     /// PostgreSQL URL or conninfo; nil runs the embedded cluster.
     public var databaseURL: String?
+    /// PostgreSQL URL or conninfo of a streaming replica that reports read from; nil: the primary.
+    public var databaseReadURL: String?
+    /// The most replay lag (seconds) a report may read the replica with; beyond it, the primary.
+    public var readMaxLagSeconds: Int = 30
     /// Folder of the embedded cluster.
     public var dataDirectory: String
     /// Also listen on this TCP port (127.0.0.1) in the embedded cluster; nil: unix socket only.
@@ -75,6 +79,10 @@ public struct Settings: Sendable {
     public struct Flags: Sendable {
         /// `--database-url`, when given.
         public var databaseURL: String?
+        /// `--database-read-url`, when given.
+        public var databaseReadURL: String?
+        /// `--read-max-lag`, when given.
+        public var readMaxLagSeconds: Int?
         /// `--data-dir`, when given.
         public var dataDirectory: String?
         /// `--embedded-tcp-port`, when given.
@@ -166,6 +174,8 @@ public struct Settings: Sendable {
         }
         var settings = defaults
         settings.databaseURL = text(flags.databaseURL, "DATABASE_URL")
+        settings.databaseReadURL = text(flags.databaseReadURL, "DATABASE_READ_URL")
+        settings.readMaxLagSeconds = try number(flags.readMaxLagSeconds, "ADTALLY_READ_MAX_LAG_SECONDS", range: 0...86_400) ?? defaults.readMaxLagSeconds
         settings.dataDirectory = text(flags.dataDirectory, "ADTALLY_DATA_DIR") ?? defaults.dataDirectory
         settings.embeddedTCPPort = try number(flags.embeddedTCPPort, "ADTALLY_EMBEDDED_TCP_PORT", range: 1...65535)
         settings.migrationsDirectory = text(flags.migrationsDirectory, "ADTALLY_MIGRATIONS_DIR")

@@ -62,7 +62,8 @@ public struct ReportSummary: Sendable {
 /// set to the report's zone for the transaction, so PostgreSQL's zone data decides
 /// every local midnight, DST day and repeated hour.
 public struct ReportEngine: Sendable {
-    let pool: PostgresPool
+    /// Where reports read: the primary, or a streaming replica close enough behind.
+    public let reads: ReportReads
     let logger: Logger
 
     /// Rows per FETCH when streaming.
@@ -70,13 +71,19 @@ public struct ReportEngine: Sendable {
 
     /// An engine over a database.
     public init(pool: PostgresPool, logger: Logger = Logger(label: "adtally.reports")) {
-        self.pool = pool
+        self.init(reads: ReportReads(primary: pool, logger: logger), logger: logger)
+    }
+
+    /// An engine reading where `reads` says (a replica, when one is configured and close enough).
+    public init(reads: ReportReads, logger: Logger = Logger(label: "adtally.reports")) {
+        self.reads = reads
         self.logger = logger
     }
 
     /// The apps a key may read (`app` nil: every app), as report parsing needs them.
     public func readableApps(only app: String?) async throws -> [ReportApp] {
-        let rows = try await pool.query("""
+        // From the primary: an app created a moment ago must not be unknown to its reports.
+        let rows = try await reads.primary.query("""
             SELECT app_id, timezone, currency::text FROM apps WHERE \(app)::text IS NULL OR app_id = \(app)::text ORDER BY app_id
             """)
         return try rows.map { ReportApp(id: try $0.decode(0), timezone: try $0.decode(1), currency: try $0.decode(2)) }
@@ -86,10 +93,12 @@ public struct ReportEngine: Sendable {
     /// callers that must refuse before they start a stream.
     public func check(_ query: ReportQuery) async throws {
         let plan = ReportPlan(query)
-        try await pool.withTransaction { connection in
+        try await reads.run { pool, _, _ in
+            try await pool.withTransaction { connection in
             try Self.prepare(plan, on: connection)
             try Self.checkFX(plan, on: connection)
             if let compared = query.comparedQuery { try Self.checkFX(ReportPlan(compared.query), on: connection) }
+            }
         }
     }
 
@@ -97,9 +106,10 @@ public struct ReportEngine: Sendable {
     public func page(_ query: ReportQuery) async throws -> ReportDocument {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
-        return try await pool.withTransaction { connection in
+        return try await reads.run { pool, readFrom, _ in
+            try await pool.withTransaction { connection in
             try Self.prepare(plan, on: connection)
-            let notes = try Self.notes(plan, on: connection)
+            let notes = try Self.notes(plan, readFrom: readFrom, on: connection)
             let rows = try connection.query(plan.page(limit: query.limit ?? ReportQuery.maxLimit, offset: query.offset))
             var page = try rows.map { try plan.decodeRow($0) }
             var totals = ReportCounts()
@@ -121,6 +131,7 @@ public struct ReportEngine: Sendable {
                 previousTotals = earlier.totals
             }
             return ReportDocument(layout: ReportLayout(query: query), rows: page, totals: totals, previousTotals: previousTotals, notes: notes, nextCursor: next)
+            }
         }
     }
 
@@ -137,7 +148,8 @@ public struct ReportEngine: Sendable {
     ) async throws {
         let plan = ReportPlan(query)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
-        try await pool.withLease { lease in
+        try await reads.run { pool, readFrom, started in
+          try await pool.withLease { lease in
             let (compared, summary) = try await lease.run { connection -> ([String: ReportCounts]?, ReportSummary?) in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
@@ -149,13 +161,15 @@ public struct ReportEngine: Sendable {
                 var summary: ReportSummary?
                 if withSummary {
                     summary = ReportSummary(
-                        notes: try Self.notes(plan, on: connection), totals: withTotals ? try Self.totals(plan, on: connection) : nil,
+                        notes: try Self.notes(plan, readFrom: readFrom, on: connection), totals: withTotals ? try Self.totals(plan, on: connection) : nil,
                         previousTotals: compared?.totals
                     )
                 }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
                 return (compared?.rows, summary)
             }
+            // From here the caller may have sent something: no second try on the primary.
+            started()
             try await start(summary)
             // The next chunk is fetched (and decoded, on a pool thread) while this one is
             // written to the socket: PostgreSQL and the writer work at the same time.
@@ -176,6 +190,7 @@ public struct ReportEngine: Sendable {
                 chunk = try await following
             }
             try await lease.run { _ = try $0.execute(unsafeSQL: "COMMIT") }
+          }
         }
     }
 
@@ -216,10 +231,15 @@ public struct ReportEngine: Sendable {
         return totals
     }
 
-    /// The notes of a JSON page (the transaction's zone already set).
-    static func notes(_ plan: ReportPlan, on connection: PostgresConnection) throws -> ReportNotes {
+    /// The notes of a JSON page (the transaction's zone already set). A day is
+    /// provisional until the accepted event age has passed since its end — measured
+    /// on a replica from what it holds (now minus its replay lag), so that a lagging
+    /// replica never calls a day final before every event of it has reached it.
+    static func notes(_ plan: ReportPlan, readFrom: ReportNotes.ReadFrom = .init(server: .primary), on connection: PostgresConnection) throws -> ReportNotes {
         let query = plan.query
         var notes = ReportNotes()
+        notes.readFrom = readFrom
+        let lag = readFrom.server == .replica ? readFrom.replicaLagSeconds ?? 0 : 0
         notes.source = plan.sourceDescription
         if plan.source == .raw {
             // Partitions are named events_YYYYMMDD (UTC days); the oldest holds the first raw events kept.
@@ -233,7 +253,7 @@ public struct ReportEngine: Sendable {
         }
         let days = try connection.query("""
             SELECT d::date - DATE '1970-01-01', extract(epoch FROM (d::date + 1)::timestamptz - d::date::timestamptz)::bigint,
-                   (d::date + 1)::timestamptz > now() - make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon)),
+                   (d::date + 1)::timestamptz > now() - make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)),
                    extract(epoch FROM (d::date + 1)::timestamptz + make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon)))::bigint
             FROM generate_series(\(ReportQuery.formatDate(query.from))::date, \(ReportQuery.formatDate(query.to))::date, interval '1 day') AS d
             """)

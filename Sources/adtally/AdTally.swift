@@ -21,6 +21,12 @@ struct DatabaseOptions: ParsableArguments {
     @Option(name: .customLong("database-url"), help: "PostgreSQL URL or conninfo (env DATABASE_URL; default: the embedded cluster).")
     var databaseURL: String?
 
+    @Option(name: .customLong("database-read-url"), help: "A streaming replica that reports read from while it is close enough behind (env DATABASE_READ_URL; default: none, the primary).")
+    var databaseReadURL: String?
+
+    @Option(name: .customLong("read-max-lag"), help: "Seconds of replay lag past which reports skip the replica for the primary (env ADTALLY_READ_MAX_LAG_SECONDS; default 30).")
+    var readMaxLag: Int?
+
     @Option(name: .customLong("data-dir"), help: "Folder of the embedded cluster (env ADTALLY_DATA_DIR; default .adtally).")
     var dataDirectory: String?
 
@@ -59,6 +65,8 @@ struct DatabaseOptions: ParsableArguments {
         )
         flags.dbStatementTimeoutSeconds = statementTimeout
         flags.dbConnectTimeoutSeconds = connectTimeout
+        flags.databaseReadURL = databaseReadURL
+        flags.readMaxLagSeconds = readMaxLag
         return flags
     }
 }

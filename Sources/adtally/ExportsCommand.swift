@@ -44,7 +44,7 @@ struct ExportsCommand: AsyncParsableCommand {
                 directory: URL(fileURLWithPath: dir).standardizedFileURL.path
             )
             let saved = try await database.withDatabase { database, _ in
-                let engine = ReportEngine(pool: database.pool)
+                let engine = database.reportEngine()
                 do {
                     return try await ExportStore(pool: database.pool).create(schedule, readable: try await engine.readableApps(only: nil))
                 } catch let error as ExportScheduleError {

@@ -34,7 +34,7 @@ struct ReportCommand: AsyncParsableCommand {
         let chosen = format ?? (toTerminal ? .table : .csv)
         let parameters = try report.parameters(tz: tz)
         try await database.withDatabase { database, logger in
-            let engine = ReportEngine(pool: database.pool, logger: logger)
+            let engine = database.reportEngine(logger: logger)
             let query: ReportQuery
             do {
                 query = try ReportQuery.parse(
@@ -102,6 +102,8 @@ struct ReportCommand: AsyncParsableCommand {
             text += "note: \(ReportQuery.formatDate(first))…\(ReportQuery.formatDate(last)) are provisional: late events may still arrive\n"
         }
         for cut in ReportNotes.cutPeriods(query) { text += "note: \(cut)\n" }
+        let readFrom = document.notes.readFrom
+        if readFrom.server == .replica || readFrom.replicaSkipped != nil { text += "note: read from the \(readFrom.text)\n" }
         return text
     }
 }

@@ -415,7 +415,7 @@ struct ReportPoolTests {
         flags.poolSize = 2
         try await withTestApp(flags: flags) { services, client in
             let keys = try await Ingest.keys(services)
-            let pool = services.reports.pool
+            let pool = services.reports.reads.primary
             // Hold as many report transactions as the engine can have open, and one more waiting.
             var releases: [AsyncStream<Void>.Continuation] = []
             var holders: [Task<Void, any Error>] = []

@@ -36,6 +36,24 @@ struct SettingsTests {
         #expect(error?.description.contains("retention") == true)
     }
 
+    @Test("reports read a replica only when DATABASE_READ_URL names one, within 30 s of lag unless told otherwise")
+    func readReplica() throws {
+        let defaults = try Settings.resolve(flags: .init(), environment: [:])
+        #expect(defaults.databaseReadURL == nil && defaults.readMaxLagSeconds == 30)
+        let environment = ["DATABASE_READ_URL": "postgresql://replica/db", "ADTALLY_READ_MAX_LAG_SECONDS": "5"]
+        let fromEnvironment = try Settings.resolve(flags: .init(), environment: environment)
+        #expect(fromEnvironment.databaseReadURL == "postgresql://replica/db" && fromEnvironment.readMaxLagSeconds == 5)
+        var flags = Settings.Flags()
+        flags.databaseReadURL = "postgresql://flag/db"
+        flags.readMaxLagSeconds = 0
+        let fromFlags = try Settings.resolve(flags: flags, environment: environment)
+        #expect(fromFlags.databaseReadURL == "postgresql://flag/db" && fromFlags.readMaxLagSeconds == 0)
+        let error = #expect(throws: SettingsError.self) {
+            try Settings.resolve(flags: .init(), environment: ["ADTALLY_READ_MAX_LAG_SECONDS": "-1"])
+        }
+        #expect(error?.description.contains("ADTALLY_READ_MAX_LAG_SECONDS") == true)
+    }
+
     @Test("a bad value names the variable and the rule")
     func badValues() {
         let error = #expect(throws: SettingsError.self) {

@@ -12,9 +12,10 @@ func withTestApp(
     migrate: Bool = true,
     flags: Settings.Flags = .init(),
     batcher: IngestBatcher.Configuration? = nil,
+    readURL: (String) -> String? = { _ in nil },
     _ body: @escaping @Sendable (AppServices, any TestClientProtocol) async throws -> Void
 ) async throws {
-    try await withServices(migrate: migrate, flags: flags, batcher: batcher) { services, settings, logger in
+    try await withServices(migrate: migrate, flags: flags, batcher: batcher, readURL: readURL) { services, settings, logger in
         let app = buildApplication(settings: settings, services: services, logger: logger)
         try await app.test(.live) { client in
             try await body(services, client)
@@ -28,18 +29,19 @@ func withServices(
     flags: Settings.Flags = .init(),
     _ body: @escaping @Sendable (AppServices) async throws -> Void
 ) async throws {
-    try await withServices(migrate: true, flags: flags, batcher: nil) { services, _, _ in try await body(services) }
+    try await withServices(migrate: true, flags: flags, batcher: nil, readURL: { _ in nil }) { services, _, _ in try await body(services) }
 }
 
 /// Opens a fresh test database (migrated unless told not to), wires the services
 /// over it, runs `body`, and closes the database whatever happens.
 private func withServices(
-    migrate: Bool, flags: Settings.Flags, batcher: IngestBatcher.Configuration?,
+    migrate: Bool, flags: Settings.Flags, batcher: IngestBatcher.Configuration?, readURL: (String) -> String?,
     _ body: (AppServices, Settings, Logger) async throws -> Void
 ) async throws {
     try await TestDatabase.withDatabase { conninfo in
         var flags = flags
         flags.databaseURL = conninfo
+        flags.databaseReadURL = readURL(conninfo)
         flags.port = 0
         flags.poolSize = flags.poolSize ?? 4
         let settings = try Settings.resolve(flags: flags, environment: [:])

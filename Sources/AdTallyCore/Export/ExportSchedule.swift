@@ -145,6 +145,8 @@ public struct ExportManifest: Sendable, Equatable {
     public var provisionalDays: [Int]
     /// When it was written.
     public var generatedAt: Date
+    /// The database server the report was read from (a replica, and its lag, or the primary).
+    public var readFrom = ReportNotes.ReadFrom(server: .primary)
 
     /// A manifest.
     public init(schedule: String, slot: String, rows: Int64, bytes: Int64, sha256: String, isFinal: Bool, file: String, provisionalDays: [Int], generatedAt: Date) {
@@ -180,6 +182,8 @@ public struct ExportManifest: Sendable, Equatable {
         }
         raw("]")
         raw(",\n  "); key("generated_at"); string(generatedAt.formatted(.iso8601))
+        raw(",\n  "); key("read_from"); string(readFrom.server.rawValue)
+        raw(",\n  "); key("replica_lag_seconds"); raw(readFrom.replicaLagSeconds.map { String(format: "%.3f", $0) } ?? "null")
         raw(",\n  "); key("query"); ReportDocument.appendQueryJSON(query, to: &out)
         raw("\n}\n")
         return out

@@ -39,6 +39,40 @@ public struct ReportNotes: Sendable, Equatable {
     /// For a report read from raw events: the first UTC day whose raw events are
     /// still kept, when the range starts before it (earlier days are missing).
     public var rawEventsFrom: Int?
+    /// The database server the report was read from.
+    public var readFrom = ReadFrom(server: .primary)
+
+    /// Which server answered a report, and how far behind it was.
+    public struct ReadFrom: Sendable, Equatable {
+        /// A database server.
+        public enum Server: String, Sendable {
+            case primary, replica
+        }
+        /// The server that answered.
+        public var server: Server
+        /// The replica's replay lag when the report started, in seconds (read from the replica).
+        public var replicaLagSeconds: Double?
+        /// WAL bytes the replica had still to replay when the report started, when known.
+        public var replicaBehindBytes: Int64?
+        /// Why a configured replica was not used.
+        public var replicaSkipped: String?
+
+        /// Where a report was read.
+        public init(server: Server, replicaLagSeconds: Double? = nil, replicaBehindBytes: Int64? = nil, replicaSkipped: String? = nil) {
+            self.server = server
+            self.replicaLagSeconds = replicaLagSeconds
+            self.replicaBehindBytes = replicaBehindBytes
+            self.replicaSkipped = replicaSkipped
+        }
+
+        /// One line for people: "replica (replay lag 0.012 s)", "primary (…why not the replica)".
+        public var text: String {
+            switch server {
+            case .replica: "replica (replay lag \(String(format: "%.3f", replicaLagSeconds ?? 0)) s when the report started)"
+            case .primary: replicaSkipped.map { "primary: \($0)" } ?? "primary"
+            }
+        }
+    }
 
     /// Empty notes.
     public init() {}
@@ -182,6 +216,9 @@ public struct ReportDocument: Sendable {
         key("timezone"); string("\(query.timezone) (\(query.timezoneReason))"); raw(",")
         key("currency"); string(query.currency); raw(",")
         key("source"); string(notes.source); raw(",")
+        key("read_from"); string(notes.readFrom.server.rawValue); raw(",")
+        key("replica_lag_seconds"); raw(notes.readFrom.replicaLagSeconds.map { String(format: "%.3f", $0) } ?? "null"); raw(",")
+        if let skipped = notes.readFrom.replicaSkipped { key("replica_skipped"); string(skipped); raw(",") }
         key("day_lengths"); raw("[")
         for (index, length) in notes.dayLengths.enumerated() {
             if index > 0 { raw(",") }

@@ -269,6 +269,10 @@ struct DashboardPage {
         if document.totals.unratedEvents > 0 {
             items.append("\(document.totals.unratedEvents) impressions or taps had neither reported revenue nor a rate card entry, so no revenue.")
         }
+        let readFrom = document.notes.readFrom
+        if readFrom.server == .replica || readFrom.replicaSkipped != nil {
+            items.append("Read from the \(HTML.escape(readFrom.text)).")
+        }
         guard !items.isEmpty else { return "" }
         return "<ul class=\"notes\">" + items.map { "<li>\($0)</li>" }.joined() + "</ul>"
     }

@@ -310,10 +310,12 @@ public final class ExportRunner: Sendable {
             }
             let sha256 = try await NIOThreadPool.singleton.runIfActive { try file.finish() }
             let isFinal = summary.notes.provisionalDays.isEmpty
-            let manifest = ExportManifest(
+            var manifest = ExportManifest(
                 schedule: schedule.name, slot: claim.slot, rows: rows, bytes: file.bytes, sha256: sha256, isFinal: isFinal,
                 file: String(relative.split(separator: "/").last!), provisionalDays: summary.notes.provisionalDays, generatedAt: Date()
-            ).json(query: query)
+            )
+            manifest.readFrom = summary.notes.readFrom
+            let manifestJSON = manifest.json(query: query)
             let finalDue = isFinal ? nil : summary.notes.finalAt.map { Date(timeIntervalSince1970: TimeInterval($0)) }
             let bytes = file.bytes, rowCount = rows
             let durationMs = Self.milliseconds(ContinuousClock.now - started)
@@ -326,7 +328,7 @@ public final class ExportRunner: Sendable {
                         SELECT 1 FROM export_runs WHERE schedule = \(schedule.name) AND slot = \(claim.slot) AND pass = \(claim.pass)
                                AND status = 'running' AND attempts = \(claim.attempt) AND runner = \(runner) FOR UPDATE
                         """).isEmpty else { return false }
-                    try file.commit(manifest: manifest)
+                    try file.commit(manifest: manifestJSON)
                     try connection.query("""
                         UPDATE export_runs SET status = 'succeeded', finished_at = now(), duration_ms = \(durationMs), rows = \(rowCount),
                                bytes = \(bytes), sha256 = \(sha256), file = \(relative), file_status = \(isFinal ? "final" : "provisional"),

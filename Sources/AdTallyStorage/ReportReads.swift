@@ -1,0 +1,186 @@
+import AdTallyCore
+import Foundation
+import Logging
+import Metrics
+import PostgresKit
+import Synchronization
+
+/// Where the report engine reads: the primary, or a streaming replica
+/// (`DATABASE_READ_URL`) while it is close enough behind.
+///
+/// Before each report the replica's replay position is compared with the primary's
+/// WAL flush position read just before it: a replica that has replayed that far holds
+/// everything committed when the report started (lag 0); otherwise its lag is the age
+/// of the last transaction it replayed. That over-states the lag after the primary sat
+/// idle (the last replayed commit is old although nothing newer exists beyond a few
+/// bytes), which only ever sends a report to the primary, never a stale one to a client.
+/// A replica that lags more than `maxLag`, is not a standby (promoted, or a wrong URL),
+/// or cannot be reached is skipped for the primary, logged, and left alone for a few
+/// seconds when unreachable. Writes never use these pools.
+public final class ReportReads: Sendable {
+    /// The primary's report pool: always there, and where writes' reads go.
+    public let primary: PostgresPool
+    /// The replica's pool, when one is configured.
+    public let replica: PostgresPool?
+    /// The most replay lag a report may read with.
+    public let maxLag: Duration
+    private let logger: Logger
+    private let state = Mutex(State())
+    private let lagGauge = Gauge(label: "adtally_replica_lag_seconds")
+    private let replicaReads = Counter(label: "adtally_report_reads_total", dimensions: [("server", "replica")])
+    private let primaryReads = Counter(label: "adtally_report_reads_total", dimensions: [("server", "primary")])
+
+    /// After a replica could not be reached, reports go to the primary for this long
+    /// before it is tried again (a black-holed replica would otherwise cost every
+    /// report a connect timeout).
+    static let unreachableBackoff: Duration = .seconds(5)
+    /// While the replica is skipped, the reason is logged again at most this often.
+    static let skipLogInterval: Duration = .seconds(60)
+
+    private struct State {
+        var skipping = false
+        var lastSkipLog: ContinuousClock.Instant?
+        var retryAt: ContinuousClock.Instant?
+    }
+
+    /// Reads from `primary`, or from `replica` while it lags at most `maxLag`.
+    public init(primary: PostgresPool, replica: PostgresPool? = nil, maxLag: Duration = .seconds(30), logger: Logger = Logger(label: "adtally.reports")) {
+        self.primary = primary
+        self.replica = replica
+        self.maxLag = maxLag
+        self.logger = logger
+    }
+
+    /// The server a report reads from, and what its notes say about it.
+    public struct Choice: Sendable {
+        /// The pool to read with.
+        public var pool: PostgresPool
+        /// For the report's notes.
+        public var readFrom: ReportNotes.ReadFrom
+        /// Whether `pool` is the replica's.
+        public var isReplica: Bool { readFrom.server == .replica }
+    }
+
+    /// Picks the server for one report, measuring the replica's lag first.
+    public func choose() async -> Choice {
+        guard let replica else {
+            primaryReads.increment()
+            return Choice(pool: primary, readFrom: .init(server: .primary))
+        }
+        let now = ContinuousClock.now
+        if let retryAt = state.withLock({ $0.retryAt }), now < retryAt {
+            primaryReads.increment()
+            return Choice(pool: primary, readFrom: .init(server: .primary, replicaSkipped: "the replica could not be reached a moment ago"))
+        }
+        let reason: String
+        do {
+            let probe = try await measure(replica)
+            if let lag = probe.lagSeconds {
+                lagGauge.record(lag)
+                if lag <= Double(maxLag.components.seconds) + Double(maxLag.components.attoseconds) / 1e18 {
+                    resumed(lag: lag)
+                    replicaReads.increment()
+                    return Choice(pool: replica, readFrom: .init(server: .replica, replicaLagSeconds: lag, replicaBehindBytes: probe.behindBytes))
+                }
+                reason = "the replica lags \(Self.seconds(lag)) s behind the primary, more than the \(Self.seconds(maxLag)) s allowed (ADTALLY_READ_MAX_LAG_SECONDS)"
+            } else {
+                reason = probe.problem ?? "the replica's lag is unknown"
+            }
+        } catch {
+            state.withLock { $0.retryAt = ContinuousClock.now + Self.unreachableBackoff }
+            reason = "the replica could not be reached: \(Self.describe(error))"
+        }
+        skipped(reason)
+        primaryReads.increment()
+        return Choice(pool: primary, readFrom: .init(server: .primary, replicaSkipped: reason))
+    }
+
+    /// Runs `body` on the chosen server; when the replica fails it (a recovery
+    /// conflict cancelled the query, the connection went away) before `body` said it
+    /// had started answering, it runs again on the primary.
+    public func run<T: Sendable>(_ body: (PostgresPool, ReportNotes.ReadFrom, _ started: @escaping @Sendable () -> Void) async throws -> T) async throws -> T {
+        let choice = await choose()
+        guard choice.isReplica else { return try await body(choice.pool, choice.readFrom, {}) }
+        let started = Atomic<Bool>(false)
+        do {
+            return try await body(choice.pool, choice.readFrom, { started.store(true, ordering: .relaxed) })
+        } catch let error as PostgresError where Self.replicaMayFail(error) && !started.load(ordering: .relaxed) {
+            if error.isConnectionBroken || error.kind == .poolTimeout || error.kind == .poolClosed {
+                state.withLock { $0.retryAt = ContinuousClock.now + Self.unreachableBackoff }
+            }
+            let reason = "the replica failed the report: \(Self.describe(error))"
+            skipped(reason)
+            primaryReads.increment()
+            return try await body(primary, .init(server: .primary, replicaSkipped: reason), {})
+        }
+    }
+
+    /// Errors after which the same report may well succeed on the primary: the
+    /// replica unreachable or restarting, or a query cancelled by a conflict with
+    /// recovery (SQLSTATE class 40 on a standby).
+    static func replicaMayFail(_ error: PostgresError) -> Bool {
+        switch error.kind {
+        case .connectionFailed, .connectionLost, .poolTimeout, .poolClosed: return true
+        case .server, .copy, .invalidParameter, .decoding: break
+        }
+        guard let state = error.sqlState?.rawValue else { return false }
+        return state.hasPrefix("40") || state.hasPrefix("08") || ["57P01", "57P02", "57P03", "57P04"].contains(state)
+    }
+
+    struct Probe {
+        var lagSeconds: Double?
+        var behindBytes: Int64?
+        var problem: String?
+    }
+
+    /// The replica's replay lag against the primary's WAL flush position.
+    func measure(_ replica: PostgresPool) async throws -> Probe {
+        // The primary may be down while the replica still answers: then the lag is the
+        // age of the last replayed transaction alone.
+        let flushed: String? = try? await primary.query("SELECT pg_current_wal_flush_lsn()::text").first?.decode(0, as: String.self)
+        let row = try await replica.query("""
+            SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= \(flushed)::pg_lsn,
+                   pg_wal_lsn_diff(\(flushed)::pg_lsn, pg_last_wal_replay_lsn())::bigint,
+                   extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8
+            """).first!
+        guard try row.decode(0, as: Bool.self) else {
+            return Probe(problem: "the replica is not a standby (pg_is_in_recovery() is false: promoted, or DATABASE_READ_URL names another primary)")
+        }
+        let behind = try row.decode(2, as: Int64?.self).map { max(0, $0) }
+        if try row.decode(1, as: Bool?.self) == true { return Probe(lagSeconds: 0, behindBytes: 0) }
+        guard let age = try row.decode(3, as: Double?.self) else {
+            return Probe(behindBytes: behind, problem: "the replica has not replayed a transaction since it started")
+        }
+        return Probe(lagSeconds: max(0, age), behindBytes: behind)
+    }
+
+    private func skipped(_ reason: String) {
+        let now = ContinuousClock.now
+        let log = state.withLock { state -> Bool in
+            defer { state.skipping = true }
+            guard state.skipping, let last = state.lastSkipLog, now - last < Self.skipLogInterval else {
+                state.lastSkipLog = now
+                return true
+            }
+            return false
+        }
+        if log { logger.warning("reports read from the primary: \(reason)") }
+    }
+
+    private func resumed(lag: Double) {
+        let was = state.withLock { state -> Bool in
+            defer { state.skipping = false; state.retryAt = nil }
+            return state.skipping
+        }
+        if was { logger.notice("reports read from the replica again", metadata: ["replay_lag_seconds": "\(Self.seconds(lag))"]) }
+    }
+
+    static func seconds(_ value: Double) -> String { String(format: "%.3f", value) }
+    static func seconds(_ value: Duration) -> String {
+        seconds(Double(value.components.seconds) + Double(value.components.attoseconds) / 1e18)
+    }
+
+    static func describe(_ error: any Error) -> String {
+        (error as? PostgresError)?.message ?? "\(error)"
+    }
+}

@@ -1,0 +1,221 @@
+import AdTallyApp
+import AdTallyCore
+@testable import AdTallyStorage
+import AdTallyTestSupport
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresKit
+import Testing
+
+/// A real streaming replica of the test cluster: `pg_basebackup -R` into a folder
+/// beside the cluster, started as a hot standby on a socket and port of its own
+/// (`scripts/test-replica.sh`).
+final class TestReplica: Sendable {
+    let directory: String
+    let port = 5433
+    let primaryHost: String
+    let primaryPort: String
+
+    private init(primaryHost: String, primaryPort: String) {
+        self.primaryHost = primaryHost
+        self.primaryPort = primaryPort
+        directory = primaryHost + "/replica-" + UUID().uuidString.prefix(8).lowercased()
+    }
+
+    static var script: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("scripts/test-replica.sh").path
+    }
+
+    /// Starts a replica of the cluster `ADTALLY_TEST_DATABASE_URL` names.
+    static func start() async throws -> TestReplica {
+        let cluster = try TestDatabase.clusterURL
+        func field(_ name: String) -> String? {
+            cluster.split(separator: " ").first { $0.hasPrefix(name + "=") }.map { String($0.dropFirst(name.count + 1)) }
+        }
+        guard let host = field("host") else { throw TestSetupError(description: "no host= in \(cluster)") }
+        let replica = TestReplica(primaryHost: host, primaryPort: field("port") ?? "5432")
+        // Not Foundation's Process: it waits for pipes the started postgres keeps open.
+        let result = try await NIOThreadPool.singleton.runIfActive {
+            try CommandRunner.run(script, ["start", host, replica.primaryPort, replica.directory, "\(replica.port)"])
+        }
+        guard result.status == 0 else { throw TestSetupError(description: "the replica did not start: \(result.output)") }
+        return replica
+    }
+
+    /// The replica's conninfo for the database a primary conninfo names.
+    func conninfo(for primary: String) -> String {
+        primary.replacingOccurrences(of: "host=\(primaryHost) port=\(primaryPort)", with: "host=\(directory) port=\(port)")
+    }
+
+    func stop() async {
+        _ = try? await NIOThreadPool.singleton.runIfActive { [directory] in try CommandRunner.run(Self.script, ["stop", directory]) }
+    }
+}
+
+/// Collects what a logger logs, for tests that check a message was logged.
+struct CapturingLogHandler: LogHandler {
+    let lines: Locked<[String]>
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
+        lines.withLock { $0.append("\(level) \(message)") }
+    }
+}
+
+@Suite("Reports from a streaming replica", .serialized)
+struct ReplicaTests {
+    static func notes(_ body: [String: Any]) -> [String: Any] { body["notes"] as? [String: Any] ?? [:] }
+
+    static func requests(_ body: [String: Any]) -> Int {
+        ((body["totals"] as? [String: Any])?["requests"] as? NSNumber)?.intValue ?? -1
+    }
+
+    static func ingest(_ client: some TestClientProtocol, _ key: String, count: Int) async throws {
+        let events = (0..<count).map { _ in Ingest.event() }
+        try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers(key), body: Ingest.body(events)) { response in
+            #expect(response.status == .ok)
+            let receipt = try Ingest.receipt(response)
+            #expect(receipt.accepted == count)
+        }
+    }
+
+    static func waitUntil(seconds: Double = 20, _ what: String, _ condition: () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while ContinuousClock.now < deadline {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        Issue.record("timed out waiting until \(what)")
+        throw TestSetupError(description: "timed out waiting until \(what)")
+    }
+
+    @Test("reports, the CLI, exports and the dashboard read the replica and say its lag; a lagging, paused or stopped replica is skipped for the primary, logged")
+    func readReplica() async throws {
+        let replica = try await TestReplica.start()
+        do {
+            try await Self.scenario(replica)
+        } catch {
+            await replica.stop()
+            throw error
+        }
+        await replica.stop()
+    }
+
+    static func scenario(_ replica: TestReplica) async throws {
+        var flags = Reports.flags
+        flags.readMaxLagSeconds = 2
+        let urls = Locked((primary: "", replica: ""))
+        try await withTestApp(flags: flags, readURL: { primary in
+            let url = replica.conninfo(for: primary)
+            urls.withLock { $0 = (primary, url) }
+            return url
+        }) { services, client in
+            let keys = try await Ingest.keys(services, app: "rep")
+            let (primaryURL, replicaURL) = urls.withLock { $0 }
+            let replicaPool = try #require(services.database.readPool)
+            let today = ReportQuery.formatDate(Int(Date().timeIntervalSince1970) / 86_400)
+            let query = "apps=rep&from=\(today)&to=\(today)&tz=UTC&metrics=requests"
+            func report() async throws -> [String: Any] {
+                let (status, body) = try await Reports.get(client, keys.read, query)
+                #expect(status == .ok, "\(body)")
+                return body
+            }
+            func replicaScans() async throws -> Int64 {
+                // Scans of AdTally's tables: this query reads only the statistics views.
+                try await replicaPool.query("SELECT sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0))::bigint FROM pg_stat_user_tables")
+                    .first!.decode(0, as: Int64.self)
+            }
+
+            // Ingested on the primary, answered by the replica once it has replayed it.
+            try await Self.ingest(client, keys.ingest, count: 50)
+            var body: [String: Any] = [:]
+            try await Self.waitUntil("the replica answers with all 50 events") {
+                body = try await report()
+                return Self.notes(body)["read_from"] as? String == "replica" && Self.requests(body) == 50
+            }
+            let lag = try #require(Self.notes(body)["replica_lag_seconds"] as? NSNumber, "\(Self.notes(body))").doubleValue
+            #expect(lag >= 0 && lag <= 2, "replay lag \(lag)")
+            #expect(Self.notes(body)["replica_skipped"] == nil)
+            let before = try await replicaScans()
+            _ = try await report()
+            // Backends publish their counters about once a second.
+            try await Self.waitUntil(seconds: 10, "the replica counts the report's table scans") { try await replicaScans() > before }
+
+            // The dashboard and the CLI read it too, and say so.
+            let page = try await client.execute(uri: "/dashboard?app=rep", method: .get, headers: Reports.headers(keys.read)) { String(buffer: $0.body) }
+            #expect(page.contains("Read from the replica (replay lag"), "dashboard notes")
+            let cli = try await runProcess([
+                adtallyBinary(), "report", "--database-url", primaryURL, "--database-read-url", replicaURL, "--apps", "rep", "--from", today, "--to", today,
+                "--tz", "UTC", "--metrics", "requests", "--format", "json",
+            ])
+            #expect(cli.status == 0 && cli.output.contains(#""read_from":"replica""#), "\(cli.output)")
+
+            // An export's manifest names the server its rows came from.
+            let directory = Exports.folder()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let schedule = #"{"name":"rep","cron":"0 6 * * *","tz":"UTC","format":"csv","dir":"\#(directory)","query":{"apps":"rep","days":"1","dimensions":"date"}}"#
+            let admin = keys.admin
+            let created = try await client.execute(uri: "/v1/exports", method: .post, headers: Ingest.headers(admin), body: ByteBuffer(string: schedule)) { $0.status }
+            #expect(created == .created)
+            let run = try await services.exports.requestRun("rep", slot: nil)
+            try await Self.waitUntil(seconds: 60, "the export ran") { try await services.exports.run("rep", slot: run.slot)?.status == "succeeded" }
+            let file = try #require(try await services.exports.run("rep", slot: run.slot)?.file)
+            let manifest = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/" + file + ".manifest.json"))) as? [String: Any] ?? [:]
+            #expect(manifest["read_from"] as? String == "replica" && manifest["replica_lag_seconds"] is NSNumber, "\(manifest)")
+
+            // Replay paused: a reader allowing an hour of lag still reads the replica and
+            // gets the old numbers (they really come from it), with the lag it has.
+            let lines = Locked<[String]>([])
+            let patient = ReportEngine(reads: ReportReads(primary: services.database.reportPool, replica: replicaPool, maxLag: .seconds(3600)))
+            let strict = ReportReads(
+                primary: services.database.reportPool, replica: replicaPool, maxLag: .seconds(1),
+                logger: Logger(label: "test.replica") { _ in CapturingLogHandler(lines: lines) }
+            )
+            _ = try await replicaPool.query("SELECT pg_wal_replay_pause()")
+            try await Self.ingest(client, keys.ingest, count: 10)
+            let reportQuery = try ReportQuery.parse(
+                [("apps", "rep"), ("from", today), ("to", today), ("tz", "UTC"), ("metrics", "requests")], readable: try await patient.readableApps(only: "rep"), isAdmin: false
+            )
+            try await Self.waitUntil("the paused replica lags over a second") {
+                let stale = try await patient.page(reportQuery)
+                #expect(stale.notes.readFrom.server == .replica && stale.totals.requests == 50, "\(stale.notes.readFrom) \(stale.totals.requests)")
+                return (stale.notes.readFrom.replicaLagSeconds ?? 0) > 2.5
+            }
+            // The server's bound is 2 s: it answers from the primary, with the new events, and says why.
+            body = try await report()
+            #expect(Self.notes(body)["read_from"] as? String == "primary" && Self.requests(body) == 60, "\(Self.notes(body))")
+            #expect((Self.notes(body)["replica_skipped"] as? String ?? "").contains("more than the 2.000 s allowed"), "\(Self.notes(body))")
+            #expect(Self.notes(body)["replica_lag_seconds"] is NSNull)
+            let choice = await strict.choose()
+            #expect(choice.readFrom.server == .primary)
+            #expect(lines.withLock { $0 }.contains { $0.hasPrefix("warning") && $0.contains("reports read from the primary: the replica lags") }, "\(lines.withLock { $0 })")
+
+            // Resumed: back on the replica, caught up, logged.
+            _ = try await replicaPool.query("SELECT pg_wal_replay_resume()")
+            try await Self.waitUntil("the replica has caught up again") {
+                body = try await report()
+                return Self.notes(body)["read_from"] as? String == "replica" && Self.requests(body) == 60
+            }
+            try await Self.waitUntil("the strict reader reads the replica again") { await strict.choose().readFrom.server == .replica }
+            #expect(lines.withLock { $0 }.contains { $0.contains("reports read from the replica again") }, "\(lines.withLock { $0 })")
+
+            // Stopped: reports still answer, from the primary, and say the replica could not be reached.
+            await replica.stop()
+            body = try await report()
+            #expect(Self.notes(body)["read_from"] as? String == "primary" && Self.requests(body) == 60, "\(Self.notes(body))")
+            let skipped = Self.notes(body)["replica_skipped"] as? String ?? ""
+            #expect(skipped.contains("could not be reached") || skipped.contains("failed the report"), "\(skipped)")
+        }
+    }
+}
