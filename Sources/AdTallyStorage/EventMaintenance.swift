@@ -40,6 +40,8 @@ public struct EventMaintenance: Sendable {
         let retentionDays = self.retentionDays
         let dropped = try await pool.withConnection { connection in
             try partitions.ensure(days: Set((today - ageDays)...(today + 2)), on: connection)
+            // The compaction history is for looking back a few days (Migrations/0008).
+            try connection.query("DELETE FROM rollup_compaction_passes WHERE started_at < now() - interval '7 days'")
             return try partitions.drop(before: today - retentionDays + 1, on: connection)
         }
         let pruned = try await pruneIDs(now: now)

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import Metrics
 import PostgresKit
@@ -62,6 +63,8 @@ public final class CompactionHealth: Sendable {
 public struct RollupCompactor: Sendable {
     let pool: PostgresPool
     let logger: Logger
+    /// Who compacts, as `rollup_compaction_passes.server` records it.
+    let identity: String
     private let passTimer = Metrics.Timer(label: "adtally_rollup_compaction_seconds")
     private let movedCounter = Counter(label: "adtally_rollup_delta_rows_compacted_total")
     /// Successes and failures of the passes `CompactorService` runs.
@@ -74,9 +77,10 @@ public struct RollupCompactor: Sendable {
     /// "AdRoll" in ASCII; arbitrary but fixed across versions.
     static let lockKey = Int64(0x4164_526F_6C6C)
 
-    /// A compactor over a store's database.
-    public init(store: EventStore, logger: Logger = Logger(label: "adtally.rollups")) {
+    /// A compactor over a store's database; `identity` names it in `rollup_compaction_passes`.
+    public init(store: EventStore, identity: String = "adtally pid \(getpid())", logger: Logger = Logger(label: "adtally.rollups")) {
         self.pool = store.pool
+        self.identity = identity
         self.logger = logger
     }
 
@@ -85,11 +89,20 @@ public struct RollupCompactor: Sendable {
     @discardableResult
     public func compactOnce() async throws -> Int {
         let started = ContinuousClock.now
+        let identity = self.identity
         let moved = try await pool.withConnection { connection in
             let moved: Int = try connection.withTransaction { connection in
-                let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey))")
-                guard try locked.first?.decode(0, as: Bool.self) == true else { return 0 }
-                return try connection.execute(unsafeSQL: Self.moveStatement).first?.decode(0, as: Int.self) ?? 0
+                let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
+                guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return 0 }
+                let lockedAt = try lock.decode(1, as: String.self)
+                let moved = try connection.execute(unsafeSQL: Self.moveStatement).first?.decode(0, as: Int.self) ?? 0
+                if moved > 0 {
+                    try connection.query("""
+                        INSERT INTO rollup_compaction_passes (started_at, finished_at, server, delta_rows)
+                        VALUES (\(lockedAt)::timestamptz, clock_timestamp(), \(identity), \(moved))
+                        """)
+                }
+                return moved
             }
             if moved > 0 {
                 // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
