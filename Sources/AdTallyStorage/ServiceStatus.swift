@@ -48,6 +48,19 @@ public struct ServiceStatus: Sendable, Encodable {
     public var pendingDeltaRows: Int64
     /// Age of the oldest pending delta row, in seconds (nil: none pending).
     public var rollupLagSeconds: Double?
+    /// The last compaction pass that moved rows (`rollup_compaction_passes`).
+    public var lastCompaction: Compaction?
+
+    /// A compaction pass: which server, when it ended, how many delta rows it moved.
+    public struct Compaction: Sendable, Encodable {
+        public var server: String
+        public var at: Date
+        public var rows: Int64
+
+        enum CodingKeys: String, CodingKey {
+            case server, at = "finished_at", rows = "delta_rows"
+        }
+    }
     /// The server leading the export runner (nil: no server runs exports).
     public var exportRunner: String?
     /// Since when it leads.
@@ -66,7 +79,7 @@ public struct ServiceStatus: Sendable, Encodable {
         case serverVersion = "server_version", databaseBytes = "database_bytes", biggestTables = "biggest_tables"
         case migrationsApplied = "migrations_applied", migrationsPending = "migrations_pending", isComplete = "complete"
         case eventsLastMinute = "events_last_minute", eventsLastHour = "events_last_hour", ingestEventsPerSecond = "ingest_events_per_second"
-        case pendingDeltaRows = "pending_delta_rows", rollupLagSeconds = "rollup_lag_seconds"
+        case pendingDeltaRows = "pending_delta_rows", rollupLagSeconds = "rollup_lag_seconds", lastCompaction = "last_compaction"
         case exportRunner = "export_runner", exportRunnerSince = "export_runner_since", exportSchedules = "export_schedules"
         case exportRunsFailed = "export_runs_failed", lastRuns = "last_runs"
     }
@@ -84,6 +97,7 @@ public struct ServiceStatus: Sendable, Encodable {
         try container.encode((ingestEventsPerSecond * 10).rounded() / 10, forKey: .ingestEventsPerSecond)
         try container.encode(pendingDeltaRows, forKey: .pendingDeltaRows)
         try container.encode(rollupLagSeconds, forKey: .rollupLagSeconds)
+        try container.encode(lastCompaction, forKey: .lastCompaction)
         try container.encode(exportRunner, forKey: .exportRunner)
         try container.encode(exportRunnerSince, forKey: .exportRunnerSince)
         try container.encode(exportSchedules, forKey: .exportSchedules)
@@ -120,6 +134,7 @@ public struct ServiceStatus: Sendable, Encodable {
                 FROM events WHERE received_at > now() - interval '1 hour'
                 """)[0]
             let deltas = try connection.query("SELECT count(*), extract(epoch FROM now() - min(added_at))::float8 FROM rollup_delta")[0]
+            let compaction = try connection.query("SELECT server, finished_at, delta_rows FROM rollup_compaction_passes ORDER BY started_at DESC LIMIT 1").first
             // The runner lock's holder; its full name and since when, from export_leader.
             let leader = try connection.query("""
                 SELECT (SELECT runner FROM export_leader), (SELECT since FROM export_leader) FROM pg_locks l
@@ -139,6 +154,9 @@ public struct ServiceStatus: Sendable, Encodable {
             status.eventsLastHour = try events.decode(1)
             status.pendingDeltaRows = try deltas.decode(0)
             status.rollupLagSeconds = try deltas.decode(1)
+            if let compaction {
+                status.lastCompaction = Compaction(server: try compaction.decode(0), at: try compaction.decode(1), rows: try compaction.decode(2))
+            }
             if let leader {
                 status.exportRunner = try leader.decode(0, as: String?.self) ?? "unknown"
                 status.exportRunnerSince = try leader.decode(1, as: Date?.self)

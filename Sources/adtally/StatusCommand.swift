@@ -114,6 +114,9 @@ struct StatusCommand: AsyncParsableCommand {
         } else {
             lines.append("rollups:     up to date (no pending deltas)")
         }
+        if let last = status.lastCompaction {
+            lines.append("compaction:  last pass by \(last.server) at \(isoText(last.at)), \(last.rows) delta rows")
+        }
         if let runner = status.exportRunner {
             lines.append("exports:     runner \(runner)\(status.exportRunnerSince.map { " since \(isoText($0))" } ?? ""), \(status.exportSchedules) schedules, \(status.exportRunsFailed) failed runs")
         } else {
