@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test screenshot bench-ingest bench-report fuzz
+.PHONY: deps build build-release run test screenshot bench-ingest bench-report bench-scaling fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -42,6 +42,11 @@ bench-report: build-release
 bench-ingest: build-release
 	$(SWIFT) build -c release --product adtally-bench
 	bench/ingest.sh
+
+## bench-scaling: the figures of docs/scaling.md: bytes per event (raw, ledger), rollups and
+## sketches per app-month, COPY rows per core; extrapolated to 1 B events a month.
+bench-scaling: build-release
+	bench/scaling.sh
 
 ## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator and on
 ## the CSV reader of adtally ingest, FUZZ_SECONDS each (default 600). Not part of test.

@@ -49,3 +49,88 @@ for key, values in sorted(stats.items(), key=lambda item: -sum(item[1]))[:14]:
 PY
   psql "$conn" -qAt -c "ALTER SYSTEM RESET log_min_duration_statement" -c "SELECT pg_reload_conf()" >/dev/null
 }
+
+# load_events EVENTS APPS: EVENTS realistic events over 35 days for APPS apps (40% of
+# them for bench-00, America/New_York; the rest spread evenly over apps in five
+# zones), straight into `events` with SQL; then their rollup deltas, appended as the
+# ingest path does and folded into every grain by the running server's compactor.
+# Needs start_server and sql(); sets load_started.
+load_events() {
+  local events=$1 apps=$2
+echo "== loading $events events for $apps apps over 35 days"
+load_started=$(date +%s)
+sql <<SQL
+INSERT INTO apps (app_id, name, timezone, currency)
+SELECT 'bench-' || lpad(i::text, 2, '0'), 'Bench ' || i,
+       CASE WHEN i = 0 THEN 'America/New_York' ELSE (ARRAY['UTC', 'Asia/Kolkata', 'Europe/London', 'Asia/Tokyo', 'America/Los_Angeles'])[1 + i % 5] END,
+       'USD'
+FROM generate_series(0, $apps - 1) AS i;
+
+DO \$\$
+DECLARE d date;
+BEGIN
+  FOR d IN SELECT generate_series((now() - interval '36 days')::date, now()::date, interval '1 day')::date LOOP
+    EXECUTE format('CREATE TABLE IF NOT EXISTS events_%s PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
+                   to_char(d, 'YYYYMMDD'), d::text || ' 00:00:00+00', (d + 1)::text || ' 00:00:00+00');
+  END LOOP;
+END \$\$;
+
+-- Loaded without the index, which is built once afterwards (as a restore would).
+DROP INDEX events_app_time;
+INSERT INTO events (app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version,
+                    app_version, device, revenue_micros, currency, error_code, will_leave, shown)
+SELECT app, at, gen_random_uuid(), type, network, format, placement, CASE WHEN format = 'banner' THEN '320x50' END, country,
+       platform, platform || '-17', '3.' || (r5 * 4)::int, 'device-' || (r6 * 200000)::int,
+       CASE WHEN type IN ('impression', 'tap') AND r5 < 0.6 THEN 200 + (r6 * 9000)::int END,
+       CASE WHEN type IN ('impression', 'tap') AND r5 < 0.6 THEN 'USD' END,
+       CASE WHEN type = 'error' THEN 1 + (r5 * 4)::int END, CASE WHEN type = 'tap' THEN r5 < 0.5 END,
+       CASE WHEN type = 'expiry' THEN r5 < 0.7 END
+FROM (
+  SELECT CASE WHEN i % 10 < 4 THEN 'bench-00' ELSE 'bench-' || lpad((1 + i % ($apps - 1))::text, 2, '0') END AS app,
+         -- a daily rhythm: more traffic in the (UTC) evening
+         now() - interval '35 days' + (floor(r1 * 35) * interval '1 day') + (power(r2, 0.7) * interval '1 day') AS at,
+         CASE WHEN r3 < 0.45 THEN 'request' WHEN r3 < 0.75 THEN 'impression' WHEN r3 < 0.83 THEN 'load' WHEN r3 < 0.88 THEN 'tap'
+              WHEN r3 < 0.95 THEN 'error' WHEN r3 < 0.98 THEN 'expiry' ELSE 'action_cancel' END AS type,
+         (ARRAY['admob', 'admob', 'admob', 'applovin', 'applovin', 'unity', 'meta', 'iad', 'nend'])[1 + (r4 * 9)::int % 9] AS network,
+         (ARRAY['banner', 'banner', 'banner', 'interstitial', 'interstitial', 'native', 'rewarded'])[1 + (r2 * 7000)::int % 7] AS format,
+         (ARRAY['home', 'feed', 'level_end', 'settings', 'default'])[1 + (r4 * 5000)::int % 5] AS placement,
+         (ARRAY['US', 'US', 'US', 'JP', 'JP', 'DE', 'GB', 'IN', 'IN', 'BR', 'FR', 'KR', 'CA', 'AU', 'NP', 'MX', 'ID', 'ZZ'])[1 + (r6 * 18000)::int % 18] AS country,
+         CASE WHEN r5 < 0.55 THEN 'android' ELSE 'ios' END AS platform, r5, r6
+  FROM (SELECT i, random() AS r1, random() AS r2, random() AS r3, random() AS r4, random() AS r5, random() AS r6
+        FROM generate_series(1, $events) AS i) AS g
+) AS e
+WHERE at < now() - interval '5 minutes';
+CREATE INDEX events_app_time ON events (app_id, occurred_at);
+
+VACUUM ANALYZE;
+CHECKPOINT;
+SQL
+# The rollups: the deltas the ingest path appends (RollupAccumulator's rows: counts
+# without a revenue dimension, impressions and taps with country and currency, ''
+# when unpriced), a week at a time, each folded into every grain by the running
+# server's compactor before the next (one pass stays well inside its statement timeout).
+# One fixed start (now() differs from one statement to the next: windows drawn
+# from it would leave gaps between weeks).
+first_event=$(sql -c "SELECT min(occurred_at) FROM events")
+for week in 0 1 2 3 4 5; do
+  sql <<SQL
+INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps,
+                          device_hashes)
+SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
+       CASE WHEN type IN ('impression', 'tap') THEN country END, CASE WHEN type IN ('impression', 'tap') THEN coalesce(currency, '') END,
+       count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
+       count(*) FILTER (WHERE type = 'error'), count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'action_cancel'),
+       count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown),
+       coalesce(sum(revenue_micros), 0), count(revenue_micros),
+       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap'),
+       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL)
+FROM events
+WHERE occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'
+GROUP BY 1, 2, 3, 4, 5, 6;
+SQL
+  for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
+  [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
+done
+sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
+}

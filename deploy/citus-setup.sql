@@ -21,3 +21,25 @@ SELECT create_distributed_table('rollup_delta', 'app_id', colocate_with => 'even
 SELECT create_reference_table('server_secrets') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'server_secrets'::regclass);
 SELECT create_distributed_table('report_series', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'report_series'::regclass);
 SELECT create_distributed_table('report_series_refresh', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'report_series_refresh'::regclass);
+
+-- The other rollup grains (Migrations/0004, 0005): hourly and daily counts, revenue,
+-- unpriced events and the devices' HyperLogLog sketches, co-located with the events,
+-- so a report of one app reads one shard group.
+SELECT create_distributed_table('rollup_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_1h_compacted'::regclass);
+SELECT create_distributed_table('rollup_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_day_compacted'::regclass);
+SELECT create_distributed_table('rollup_revenue_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_revenue_1h_compacted'::regclass);
+SELECT create_distributed_table('rollup_revenue_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_revenue_day_compacted'::regclass);
+SELECT create_distributed_table('rollup_unpriced_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_unpriced_1h_compacted'::regclass);
+SELECT create_distributed_table('rollup_unpriced_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_unpriced_day_compacted'::regclass);
+SELECT create_distributed_table('rollup_devices_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_devices_15m_compacted'::regclass);
+SELECT create_distributed_table('rollup_devices_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_devices_1h_compacted'::regclass);
+SELECT create_distributed_table('rollup_devices_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_devices_day_compacted'::regclass);
+
+-- Joined into every report on the workers: the rate card, the FX rates, and the
+-- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
+SELECT create_reference_table('rate_cards') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rate_cards'::regclass);
+SELECT create_reference_table('fx_rates') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'fx_rates'::regclass);
+SELECT create_reference_table('id_horizon') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'id_horizon'::regclass);
+
+-- Stay local on the coordinator: never joined with a per-app table.
+-- local: schema_migrations, export_schedules, export_runs, export_leader, rollup_compaction_passes
