@@ -53,7 +53,9 @@ final class TestReplica: Sendable {
     }
 
     func stop() async {
-        _ = try? await NIOThreadPool.singleton.runIfActive { [directory] in try CommandRunner.run(Self.script, ["stop", directory]) }
+        _ = try? await NIOThreadPool.singleton.runIfActive { [directory, primaryHost, primaryPort] in
+            try CommandRunner.run(Self.script, ["stop", directory, primaryHost, primaryPort])
+        }
     }
 }
 
