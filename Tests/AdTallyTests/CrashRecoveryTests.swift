@@ -70,6 +70,17 @@ final class ServerProcess: @unchecked Sendable {
             process.waitUntilExit()
         }
     }
+
+    /// `terminate` with the wait for its graceful shutdown (seconds) on a thread of its
+    /// own, not on one of the few cooperative threads the other tests' servers need.
+    func stop() async {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                self.terminate()
+                continuation.resume()
+            }
+        }
+    }
 }
 
 /// Runs `adtally serve` (with extra `arguments`) on a fresh test database that

@@ -42,10 +42,12 @@ struct MultiServerTests {
             do {
                 try await Self.run(servers, database, client, ingestKey: ingestKey, admin: admin, read: read, directory: directory, logs: logs)
             } catch {
+                for server in servers { await server.stop() }
                 try? await client.shutdown()
                 await database.close()
                 throw error
             }
+            for server in servers { await server.stop() }
             try await client.shutdown()
             await database.close()
         }

@@ -41,8 +41,17 @@ final class RawConnection: @unchecked Sendable {
         Array(text.utf8).withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } > 0
     }
 
-    /// Reads what arrives within `timeout`: the text, and whether the server closed the connection.
-    func read(timeout: Duration) -> (text: String, closed: Bool) {
+    /// Reads what arrives within `timeout`: the text, and whether the server closed the
+    /// connection. The wait happens on a thread of its own: blocking one of the few
+    /// cooperative threads for seconds starves the in-process servers (this test's own
+    /// included), which then answer late under a loaded suite.
+    func read(timeout: Duration) async -> (text: String, closed: Bool) {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: self.readBlocking(timeout: timeout)) }
+        }
+    }
+
+    private func readBlocking(timeout: Duration) -> (text: String, closed: Bool) {
         var received: [UInt8] = []
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
@@ -69,7 +78,7 @@ struct ServerDefenceTests {
             var closed = false
             for byte in "POST /v1/events HTTP/1.1\r\nHost: x\r\n" {
                 if !connection.send(String(byte)) { closed = true; break }
-                if connection.read(timeout: .milliseconds(300)).closed { closed = true; break }
+                if await connection.read(timeout: .milliseconds(300)).closed { closed = true; break }
                 if ContinuousClock.now - started > .seconds(8) { break }
             }
             #expect(closed, "the server kept a slow head open for \(ContinuousClock.now - started)")
@@ -84,7 +93,7 @@ struct ServerDefenceTests {
             let head = "POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(keys.ingest)\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
             let stalled = try RawConnection(port: port)
             stalled.send(head + #"{"events":"#)
-            #expect(stalled.read(timeout: .seconds(6)).closed)
+            #expect(await stalled.read(timeout: .seconds(6)).closed)
         }
         try await withTestApp(flags: .init(httpIdleTimeoutSeconds: 30, httpBodyTimeoutSeconds: 2)) { services, client in
             let keys = try await Ingest.keys(services)
@@ -96,13 +105,13 @@ struct ServerDefenceTests {
             let started = ContinuousClock.now
             while ContinuousClock.now - started < .seconds(10) {
                 trickling.send(" ")
-                let (text, closed) = trickling.read(timeout: .milliseconds(250))
+                let (text, closed) = await trickling.read(timeout: .milliseconds(250))
                 answer += text
                 if closed || answer.contains("\r\n\r\n") { break }
             }
             #expect(answer.hasPrefix("HTTP/1.1 408"), "got \(answer.prefix(80))")
             #expect(answer.contains("application/problem+json"))
-            #expect(trickling.read(timeout: .seconds(3)).closed)
+            #expect(await trickling.read(timeout: .seconds(3)).closed)
         }
     }
 
@@ -124,7 +133,7 @@ struct ServerDefenceTests {
             connection.send("POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(keys.ingest)\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"events\":[")
             try await Task.sleep(for: .milliseconds(200))
             shutdown(connection.fd, Int32(SHUT_WR))
-            _ = connection.read(timeout: .seconds(2))
+            _ = await connection.read(timeout: .seconds(2))
             // Counted as 499 (other tests in this process may add their own meanwhile).
             var after = try await count499()
             for _ in 0..<50 where after <= before {
@@ -145,13 +154,13 @@ struct ServerDefenceTests {
             let second = try RawConnection(port: port)
             first.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             second.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            #expect(first.read(timeout: .seconds(2)).text.hasPrefix("HTTP/1.1 200"))
-            #expect(second.read(timeout: .seconds(2)).text.hasPrefix("HTTP/1.1 200"))
+            #expect(await first.read(timeout: .seconds(2)).text.hasPrefix("HTTP/1.1 200"))
+            #expect(await second.read(timeout: .seconds(2)).text.hasPrefix("HTTP/1.1 200"))
             let third = try RawConnection(port: port)  // the kernel's backlog accepts it
             third.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            #expect(third.read(timeout: .seconds(1)).text.isEmpty)
+            #expect(await third.read(timeout: .seconds(1)).text.isEmpty)
             first.close()
-            #expect(third.read(timeout: .seconds(3)).text.hasPrefix("HTTP/1.1 200"))
+            #expect(await third.read(timeout: .seconds(3)).text.hasPrefix("HTTP/1.1 200"))
         }
     }
 
@@ -161,12 +170,12 @@ struct ServerDefenceTests {
             let port = try #require(client.port)
             let huge = try RawConnection(port: port)
             huge.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 100_000))\r\n\r\n")
-            let hugeAnswer = huge.read(timeout: .seconds(3)).text
+            let hugeAnswer = await huge.read(timeout: .seconds(3)).text
             #expect(hugeAnswer.hasPrefix("HTTP/1.1 431"), "got \(hugeAnswer.prefix(60))")
             #expect(hugeAnswer.contains("application/problem+json"))
             let smuggled = try RawConnection(port: port)
             smuggled.send("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
-            let answer = smuggled.read(timeout: .seconds(3)).text
+            let answer = await smuggled.read(timeout: .seconds(3)).text
             #expect(answer.hasPrefix("HTTP/1.1 400"), "got \(answer)")
             #expect(answer.contains("application/problem+json"))
             #expect(answer.contains("Content-Length together with Transfer-Encoding"))
