@@ -72,7 +72,9 @@ struct MultiServerTests {
         }
 
         // Who holds the export runner's session lock and the compactor's transaction
-        // lock, every 20 ms, from beginning to end.
+        // lock, every 20 ms, from beginning to end. The runner is named as it records
+        // itself in export_leader when it takes the lead (its connection's
+        // application_name is cut at 63 bytes, which may cut the port off).
         let runnerKey = lockParts(ExportRunner.lockKey)
         let compactorKey = lockParts(0x4164_526F_6C6C)
         let samples = Locked([Sample]())
@@ -80,8 +82,8 @@ struct MultiServerTests {
         let sampler = Task {
             while sampling.withLock({ $0 }) {
                 if let rows = try? await database.pool.query("""
-                    SELECT (l.classid::bigint = \(runnerKey.classid) AND l.objid::bigint = \(runnerKey.objid)), coalesce(a.application_name, '')
-                    FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+                    SELECT (l.classid::bigint = \(runnerKey.classid) AND l.objid::bigint = \(runnerKey.objid)), coalesce((SELECT runner FROM export_leader), '')
+                    FROM pg_locks l
                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                       AND ((l.classid::bigint = \(runnerKey.classid) AND l.objid::bigint = \(runnerKey.objid))
                            OR (l.classid::bigint = \(compactorKey.classid) AND l.objid::bigint = \(compactorKey.objid)))
