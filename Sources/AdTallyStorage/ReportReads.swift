@@ -88,7 +88,11 @@ public final class ReportReads: Sendable {
             }
         } catch {
             state.withLock { $0.retryAt = ContinuousClock.now + Self.unreachableBackoff }
-            reason = "the replica could not be reached: \(Self.describe(error))"
+            if let error = error as? PostgresError, error.kind == .poolTimeout {
+                reason = "every connection to the replica was busy with other reports (\(Self.describe(error)))"
+            } else {
+                reason = "the replica could not be reached: \(Self.describe(error))"
+            }
         }
         skipped(reason)
         primaryReads.increment()
