@@ -10,8 +10,8 @@
 #    every rollup grain and of the HyperLogLog sketches, for the largest app and a
 #    median one;
 # 3. COPY throughput per core: one backend copies 1 M of those events (CSV, psql
-#    \copy) into a plain table indexed like `events`, then their ids into a table
-#    keyed like the ledger; rows per second of wall time and per CPU second of the
+#    \copy) into a plain table with the B-tree index of `events`, then their ids into
+#    a table with the ledger's primary key (the BRIN indexes are left out); rows per second of wall time and per CPU second of the
 #    backend (from /proc), three times each (the median is printed);
 # 4. the same figures extrapolated to 1 B events a month (python, from the above);
 # 5. one RESULT line.

@@ -56,8 +56,11 @@ public struct AppServices: Sendable {
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
         self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: reports, logger: Logger(label: "adtally.exports"))
+        // The series are rewritten by whichever server refreshes an app first, newest
+        // last: read on the primary, so a lagging replica cannot write older numbers
+        // over newer ones.
         self.reportSeries = ReportSeriesWriter(
-            engine: reports, pool: database.pool, configuration: .init(maxEventAgeDays: settings.maxEventAgeDays)
+            engine: ReportEngine(pool: database.reportPool, logger: logger), pool: database.pool, configuration: .init(maxEventAgeDays: settings.maxEventAgeDays)
         )
     }
 

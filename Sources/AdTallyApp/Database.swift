@@ -50,6 +50,9 @@ public final class Database: Sendable {
 
     /// Opens the database the settings name, starting the embedded cluster if needed.
     public static func open(_ settings: Settings, logger: Logger) async throws -> Database {
+        // The pools and report reads make their metrics as they are built: a metric made
+        // before the Prometheus backend is bootstrapped stays a no-op for good.
+        MetricsRoutes.bootstrapOnce()
         let migrator = try Migrator(directory: Migrator.defaultDirectory(explicit: settings.migrationsDirectory), logger: logger)
         var embedded: EmbeddedPostgres?
         var started = false
@@ -79,8 +82,8 @@ public final class Database: Sendable {
             logger: logger
         )
         let leaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
-        // Reports only: nothing that writes is ever given this pool. A replica answers
-        // its lag probe within a couple of seconds or is skipped for the primary.
+        // Reports only: nothing that writes is ever given this pool. A replica whose lag
+        // probe has not answered within 2 s is skipped for the primary meanwhile.
         let readPool = settings.databaseReadURL.map { url in
             PostgresPool(
                 configuration: .init(conninfo: url, maxConnections: reportConnections, acquireTimeout: .seconds(5), options: settings.databaseOptions),
@@ -88,7 +91,7 @@ public final class Database: Sendable {
             )
         }
         let reads = ReportReads(
-            primary: reportPool, replica: readPool, maxLag: .seconds(settings.readMaxLagSeconds), logger: Logger(label: "adtally.reports")
+            primary: reportPool, replica: readPool, maxLag: .seconds(settings.readMaxLagSeconds), primaryProbe: pool, logger: Logger(label: "adtally.reports")
         )
         return Database(
             pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, leaderPool: leaderPool, migrator: migrator,

@@ -696,7 +696,7 @@ components:
             currency: {type: string}
             source: {type: string}
             read_from: {type: string, enum: [primary, replica], description: "The database server that answered: a streaming replica (DATABASE_READ_URL) while it lags at most ADTALLY_READ_MAX_LAG_SECONDS, else the primary."}
-            replica_lag_seconds: {type: [number, "null"], minimum: 0, description: "The replica's replay lag when the report started (read_from replica); null when read from the primary."}
+            replica_lag_seconds: {type: [number, "null"], minimum: 0, description: "How far behind the primary the replica was when the report started, at most (its replay lag at the last probe, at most a second earlier, plus the time since); null when read from the primary."}
             replica_skipped: {type: string, description: "Present when a replica is configured but this report was read from the primary: why (lag over the bound, unreachable, not a standby, a query it cancelled)."}
             day_lengths:
               type: array

@@ -254,7 +254,7 @@ public struct ReportEngine: Sendable {
         let days = try connection.query("""
             SELECT d::date - DATE '1970-01-01', extract(epoch FROM (d::date + 1)::timestamptz - d::date::timestamptz)::bigint,
                    (d::date + 1)::timestamptz > now() - make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)),
-                   extract(epoch FROM (d::date + 1)::timestamptz + make_interval(secs => (SELECT max_event_age_seconds FROM id_horizon)))::bigint
+                   extract(epoch FROM (d::date + 1)::timestamptz + make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)))::bigint
             FROM generate_series(\(ReportQuery.formatDate(query.from))::date, \(ReportQuery.formatDate(query.to))::date, interval '1 day') AS d
             """)
         for row in days {

@@ -24,6 +24,9 @@ public final class ReportReads: Sendable {
     public let replica: PostgresPool?
     /// The most replay lag a report may read with.
     public let maxLag: Duration
+    /// Where the primary's WAL position is read (not the report pool, which reports
+    /// fill when they fall back to the primary).
+    private let primaryProbe: PostgresPool
     private let logger: Logger
     private let state = Mutex(State())
     private let lagGauge = Gauge(label: "adtally_replica_lag_seconds")
@@ -40,12 +43,21 @@ public final class ReportReads: Sendable {
     private struct State {
         var skipping = false
         var lastSkipLog: ContinuousClock.Instant?
-        var retryAt: ContinuousClock.Instant?
+        /// Until when the replica is not tried, and why.
+        var backoff: (until: ContinuousClock.Instant, reason: String)?
+        /// The probe in flight, if any.
+        var probe: Task<Outcome, Never>?
+        /// The last probe: when it started, and what it found.
+        var lastProbe: (at: ContinuousClock.Instant, outcome: Outcome)?
     }
 
     /// Reads from `primary`, or from `replica` while it lags at most `maxLag`.
-    public init(primary: PostgresPool, replica: PostgresPool? = nil, maxLag: Duration = .seconds(30), logger: Logger = Logger(label: "adtally.reports")) {
+    public init(
+        primary: PostgresPool, replica: PostgresPool? = nil, maxLag: Duration = .seconds(30), primaryProbe: PostgresPool? = nil,
+        logger: Logger = Logger(label: "adtally.reports")
+    ) {
         self.primary = primary
+        self.primaryProbe = primaryProbe ?? primary
         self.replica = replica
         self.maxLag = maxLag
         self.logger = logger
@@ -61,42 +73,124 @@ public final class ReportReads: Sendable {
         public var isReplica: Bool { readFrom.server == .replica }
     }
 
-    /// Picks the server for one report, measuring the replica's lag first.
+    /// Picks the server for one report from the replica's lag. One probe runs at a
+    /// time and its answer serves the reports of the next `probeReuse`; the lag it
+    /// reports is the measured one plus the time since, an upper bound (a replica
+    /// only moves forward). A probe that has not answered within `probeDeadline`
+    /// (a replica host gone silent, its connection waiting out TCP timeouts) sends
+    /// reports to the primary meanwhile.
     public func choose() async -> Choice {
         guard let replica else {
             primaryReads.increment()
             return Choice(pool: primary, readFrom: .init(server: .primary))
         }
         let now = ContinuousClock.now
-        if let retryAt = state.withLock({ $0.retryAt }), now < retryAt {
-            primaryReads.increment()
-            return Choice(pool: primary, readFrom: .init(server: .primary, replicaSkipped: "the replica could not be reached a moment ago"))
+        let outcome: Outcome
+        switch state.withLock({ state -> (Outcome, ContinuousClock.Instant)? in
+            if let backoff = state.backoff, now < backoff.until { return (.skip(backoff.reason, backoff: false), now) }
+            return state.lastProbe.flatMap { now - $0.at < Self.probeReuse ? ($0.outcome, $0.at) : nil }
+        }) {
+        case let (cached, at)?:
+            outcome = cached.aged(by: now - at)
+        case nil:
+            outcome = await sharedProbe(replica)
         }
-        let reason: String
+        switch outcome {
+        case let .replica(lag, behind):
+            lagGauge.record(lag)
+            resumed(lag: lag)
+            replicaReads.increment()
+            return Choice(pool: replica, readFrom: .init(server: .replica, replicaLagSeconds: lag, replicaBehindBytes: behind))
+        case let .skip(reason, _):
+            skipped(reason)
+            primaryReads.increment()
+            return Choice(pool: primary, readFrom: .init(server: .primary, replicaSkipped: reason))
+        }
+    }
+
+    /// What a probe found: the replica usable with a lag, or why not.
+    enum Outcome: Sendable {
+        case replica(lag: Double, behindBytes: Int64?)
+        /// `backoff`: the replica is not tried again for `unreachableBackoff`.
+        case skip(String, backoff: Bool)
+
+        /// The same answer `elapsed` later: the lag grows by it (at most).
+        func aged(by elapsed: Duration) -> Outcome {
+            guard case let .replica(lag, behind) = self else { return self }
+            return .replica(lag: lag + ReportReads.seconds(elapsed), behindBytes: behind)
+        }
+    }
+
+    /// How long one probe's answer serves later reports.
+    static let probeReuse: Duration = .seconds(1)
+    /// How long a report waits for a probe before it reads the primary.
+    static let probeDeadline: Duration = .seconds(2)
+
+    /// Joins the probe in flight or starts one, and waits for it at most `probeDeadline`.
+    private func sharedProbe(_ replica: PostgresPool) async -> Outcome {
+        let task = state.withLock { state -> Task<Outcome, Never> in
+            if let running = state.probe { return running }
+            let started = ContinuousClock.now
+            let task = Task { await self.probeOutcome(replica, started: started) }
+            state.probe = task
+            return task
+        }
+        let answer = await Self.value(of: task, within: Self.probeDeadline)
+        return answer ?? .skip("the replica did not answer its lag probe within \(Self.text(Self.probeDeadline)) s", backoff: false)
+    }
+
+    /// One probe, its outcome recorded for the next reports (and a backoff when the
+    /// replica could not be reached).
+    private func probeOutcome(_ replica: PostgresPool, started: ContinuousClock.Instant) async -> Outcome {
+        let outcome: Outcome
         do {
             let probe = try await measure(replica)
             if let lag = probe.lagSeconds {
-                lagGauge.record(lag)
-                if lag <= Double(maxLag.components.seconds) + Double(maxLag.components.attoseconds) / 1e18 {
-                    resumed(lag: lag)
-                    replicaReads.increment()
-                    return Choice(pool: replica, readFrom: .init(server: .replica, replicaLagSeconds: lag, replicaBehindBytes: probe.behindBytes))
-                }
-                reason = "the replica lags \(Self.seconds(lag)) s behind the primary, more than the \(Self.seconds(maxLag)) s allowed (ADTALLY_READ_MAX_LAG_SECONDS)"
+                outcome = lag <= Self.seconds(maxLag)
+                    ? .replica(lag: lag, behindBytes: probe.behindBytes)
+                    : .skip("the replica lags \(Self.text(lag)) s behind the primary, more than the \(Self.text(maxLag)) s allowed (ADTALLY_READ_MAX_LAG_SECONDS)", backoff: false)
             } else {
-                reason = probe.problem ?? "the replica's lag is unknown"
+                outcome = .skip(probe.problem ?? "the replica's lag is unknown", backoff: false)
             }
+        } catch let error as PostgresError where error.kind == .poolTimeout {
+            outcome = .skip("every connection to the replica was busy with other reports (\(Self.describe(error)))", backoff: true)
+        } catch let error as PostgresError where error.isConnectionBroken || error.kind == .poolClosed {
+            outcome = .skip("the replica could not be reached: \(Self.describe(error))", backoff: true)
         } catch {
-            state.withLock { $0.retryAt = ContinuousClock.now + Self.unreachableBackoff }
-            if let error = error as? PostgresError, error.kind == .poolTimeout {
-                reason = "every connection to the replica was busy with other reports (\(Self.describe(error)))"
-            } else {
-                reason = "the replica could not be reached: \(Self.describe(error))"
+            outcome = .skip("the replica's lag probe failed: \(Self.describe(error))", backoff: false)
+        }
+        state.withLock { state in
+            state.probe = nil
+            state.lastProbe = (started, outcome)
+            if case let .skip(reason, true) = outcome {
+                state.backoff = (ContinuousClock.now + Self.unreachableBackoff, reason + " (the replica is tried again \(Self.text(Self.unreachableBackoff)) s later)")
             }
         }
-        skipped(reason)
-        primaryReads.increment()
-        return Choice(pool: primary, readFrom: .init(server: .primary, replicaSkipped: reason))
+        return outcome
+    }
+
+    /// A task's value, or nil when it takes longer than `deadline` (the task goes on).
+    static func value(of task: Task<Outcome, Never>, within deadline: Duration) async -> Outcome? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Outcome?, Never>) in
+            let once = ResumeOnce(continuation)
+            Task { once.resume(await task.value) }
+            Task {
+                try? await Task.sleep(for: deadline)
+                once.resume(nil)
+            }
+        }
+    }
+
+    /// Resumes a continuation with the first value given, once.
+    final class ResumeOnce: Sendable {
+        private let continuation: Mutex<CheckedContinuation<Outcome?, Never>?>
+        init(_ continuation: CheckedContinuation<Outcome?, Never>) { self.continuation = Mutex(continuation) }
+        func resume(_ value: Outcome?) {
+            continuation.withLock { pending in
+                pending?.resume(returning: value)
+                pending = nil
+            }
+        }
     }
 
     /// Runs `body` on the chosen server; when the replica fails it (a recovery
@@ -109,10 +203,10 @@ public final class ReportReads: Sendable {
         do {
             return try await body(choice.pool, choice.readFrom, { started.store(true, ordering: .relaxed) })
         } catch let error as PostgresError where Self.replicaMayFail(error) && !started.load(ordering: .relaxed) {
-            if error.isConnectionBroken || error.kind == .poolTimeout || error.kind == .poolClosed {
-                state.withLock { $0.retryAt = ContinuousClock.now + Self.unreachableBackoff }
-            }
             let reason = "the replica failed the report: \(Self.describe(error))"
+            if error.isConnectionBroken || error.kind == .poolTimeout || error.kind == .poolClosed {
+                state.withLock { $0.backoff = (ContinuousClock.now + Self.unreachableBackoff, reason) }
+            }
             skipped(reason)
             primaryReads.increment()
             return try await body(primary, .init(server: .primary, replicaSkipped: reason), {})
@@ -141,7 +235,7 @@ public final class ReportReads: Sendable {
     func measure(_ replica: PostgresPool) async throws -> Probe {
         // The primary may be down while the replica still answers: then the lag is the
         // age of the last replayed transaction alone.
-        let flushed: String? = try? await primary.query("SELECT pg_current_wal_flush_lsn()::text").first?.decode(0, as: String.self)
+        let flushed: String? = try? await primaryProbe.query("SELECT pg_current_wal_flush_lsn()::text").first?.decode(0, as: String.self)
         let row = try await replica.query("""
             SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= \(flushed)::pg_lsn,
                    pg_wal_lsn_diff(\(flushed)::pg_lsn, pg_last_wal_replay_lsn())::bigint,
@@ -173,15 +267,16 @@ public final class ReportReads: Sendable {
 
     private func resumed(lag: Double) {
         let was = state.withLock { state -> Bool in
-            defer { state.skipping = false; state.retryAt = nil }
+            defer { state.skipping = false }
             return state.skipping
         }
-        if was { logger.notice("reports read from the replica again", metadata: ["replay_lag_seconds": "\(Self.seconds(lag))"]) }
+        if was { logger.notice("reports read from the replica again", metadata: ["replay_lag_seconds": "\(Self.text(lag))"]) }
     }
 
-    static func seconds(_ value: Double) -> String { String(format: "%.3f", value) }
-    static func seconds(_ value: Duration) -> String {
-        seconds(Double(value.components.seconds) + Double(value.components.attoseconds) / 1e18)
+    static func text(_ value: Double) -> String { String(format: "%.3f", value) }
+    static func text(_ value: Duration) -> String { text(seconds(value)) }
+    static func seconds(_ value: Duration) -> Double {
+        Double(value.components.seconds) + Double(value.components.attoseconds) / 1e18
     }
 
     static func describe(_ error: any Error) -> String {

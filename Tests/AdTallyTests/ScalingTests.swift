@@ -34,15 +34,21 @@ struct ScalingTests {
                 SELECT c.relname::text,
                        EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'app_id' AND NOT a.attisdropped),
                        coalesce((SELECT a.attname = 'app_id' FROM pg_index i JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
-                                 WHERE i.indrelid = c.oid AND i.indisprimary), false)
+                                 WHERE i.indrelid = c.oid AND i.indisprimary), false),
+                       coalesce((SELECT a.attcollation = (SELECT attcollation FROM pg_attribute WHERE attrelid = 'events'::regclass AND attname = 'app_id')
+                                 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'app_id'), true)
                 FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
                 """)
             var tables = Set<String>()
             for row in rows {
                 let (name, hasApp, keyLeads) = (try row.decode(0, as: String.self), try row.decode(1, as: Bool.self), try row.decode(2, as: Bool.self))
+                let sameCollation = try row.decode(3, as: Bool.self)
                 tables.insert(name)
                 if hasApp && name != "api_keys" {
                     #expect(distributed.contains(name) || name == "apps", "\(name) has app_id but is not distributed by it")
+                }
+                if distributed.contains(name) {
+                    #expect(sameCollation, "\(name).app_id must have events.app_id's collation: Citus co-locates only equal collations")
                 }
                 if distributed.contains(name) && name != "events" && name != "rollup_delta" {
                     #expect(keyLeads, "\(name): its primary key must lead with app_id (Citus needs the distribution column in every unique key)")

@@ -50,9 +50,10 @@ public struct ReportNotes: Sendable, Equatable {
         }
         /// The server that answered.
         public var server: Server
-        /// The replica's replay lag when the report started, in seconds (read from the replica).
+        /// How far the replica was behind the primary when the report started, at most, in
+        /// seconds: its replay lag at the last probe plus the time since (read from the replica).
         public var replicaLagSeconds: Double?
-        /// WAL bytes the replica had still to replay when the report started, when known.
+        /// WAL bytes the replica had still to replay at the last probe, when known.
         public var replicaBehindBytes: Int64?
         /// Why a configured replica was not used.
         public var replicaSkipped: String?
@@ -68,7 +69,7 @@ public struct ReportNotes: Sendable, Equatable {
         /// One line for people: "replica (replay lag 0.012 s)", "primary (…why not the replica)".
         public var text: String {
             switch server {
-            case .replica: "replica (replay lag \(String(format: "%.3f", replicaLagSeconds ?? 0)) s when the report started)"
+            case .replica: "replica (replay lag at most \(String(format: "%.3f", replicaLagSeconds ?? 0)) s when the report started)"
             case .primary: replicaSkipped.map { "primary: \($0)" } ?? "primary"
             }
         }
