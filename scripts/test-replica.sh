@@ -36,11 +36,13 @@ stop)
   # The slot would keep WAL on the primary for good.
   if [ -n "$primary" ] && [ -f "$dir/slot" ]; then
     # Its walsender may take a moment to notice the replica is gone.
+    dropped=no
     for _ in $(seq 1 50); do
-      psql "host=$primary port=$primary_port user=adtally dbname=postgres" -qAt \
-        -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '$(cat "$dir/slot")'" >/dev/null 2>&1 && break
+      "$bindir/psql" "host=$primary port=$primary_port user=adtally dbname=postgres" -qAt \
+        -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '$(cat "$dir/slot")'" >/dev/null 2>&1 && { dropped=yes; break; }
       sleep 0.1
     done
+    [ "$dropped" = yes ] || echo "warning: could not drop replication slot $(cat "$dir/slot") on the primary: it keeps WAL until the cluster goes" >&2
   fi
   rm -rf "$dir"
   ;;

@@ -80,10 +80,7 @@ public final class ReportReads: Sendable {
     /// (a replica host gone silent, its connection waiting out TCP timeouts) sends
     /// reports to the primary meanwhile.
     public func choose() async -> Choice {
-        guard let replica else {
-            primaryReads.increment()
-            return Choice(pool: primary, readFrom: .init(server: .primary))
-        }
+        guard let replica else { return Choice(pool: primary, readFrom: .init(server: .primary)) }
         let now = ContinuousClock.now
         let outcome: Outcome
         switch state.withLock({ state -> (Outcome, ContinuousClock.Instant)? in
@@ -96,14 +93,16 @@ public final class ReportReads: Sendable {
             outcome = await sharedProbe(replica)
         }
         switch outcome {
-        case let .replica(lag, behind):
-            lagGauge.record(lag)
+        case let .replica(lag, behind) where lag <= Self.seconds(maxLag):
             resumed(lag: lag)
-            replicaReads.increment()
             return Choice(pool: replica, readFrom: .init(server: .replica, replicaLagSeconds: lag, replicaBehindBytes: behind))
+        case let .replica(lag, _):
+            // Caught up at the probe, but the time since has taken it past the bound.
+            let reason = "the replica may lag \(Self.text(lag)) s behind the primary, more than the \(Self.text(maxLag)) s allowed (ADTALLY_READ_MAX_LAG_SECONDS)"
+            skipped(reason)
+            return Choice(pool: primary, readFrom: .init(server: .primary, replicaSkipped: reason))
         case let .skip(reason, _):
             skipped(reason)
-            primaryReads.increment()
             return Choice(pool: primary, readFrom: .init(server: .primary, replicaSkipped: reason))
         }
     }
@@ -135,8 +134,17 @@ public final class ReportReads: Sendable {
             state.probe = task
             return task
         }
-        let answer = await Self.value(of: task, within: Self.probeDeadline)
-        return answer ?? .skip("the replica did not answer its lag probe within \(Self.text(Self.probeDeadline)) s", backoff: false)
+        let asked = ContinuousClock.now
+        guard let answer = await Self.value(of: task, within: Self.probeDeadline) else {
+            // Later reports go straight to the primary until the probe ends (it clears this).
+            let reason = "the replica did not answer its lag probe within \(Self.text(Self.probeDeadline)) s"
+            state.withLock { state in
+                if state.probe != nil { state.backoff = (ContinuousClock.now + .seconds(3600), reason) }
+            }
+            return .skip(reason, backoff: false)
+        }
+        let started = state.withLock { $0.lastProbe?.at } ?? asked
+        return answer.aged(by: ContinuousClock.now - started)
     }
 
     /// One probe, its outcome recorded for the next reports (and a backoff when the
@@ -146,6 +154,7 @@ public final class ReportReads: Sendable {
         do {
             let probe = try await measure(replica)
             if let lag = probe.lagSeconds {
+                lagGauge.record(lag)
                 outcome = lag <= Self.seconds(maxLag)
                     ? .replica(lag: lag, behindBytes: probe.behindBytes)
                     : .skip("the replica lags \(Self.text(lag)) s behind the primary, more than the \(Self.text(maxLag)) s allowed (ADTALLY_READ_MAX_LAG_SECONDS)", backoff: false)
@@ -162,6 +171,7 @@ public final class ReportReads: Sendable {
         state.withLock { state in
             state.probe = nil
             state.lastProbe = (started, outcome)
+            state.backoff = nil
             if case let .skip(reason, true) = outcome {
                 state.backoff = (ContinuousClock.now + Self.unreachableBackoff, reason + " (the replica is tried again \(Self.text(Self.unreachableBackoff)) s later)")
             }
@@ -198,10 +208,20 @@ public final class ReportReads: Sendable {
     /// had started answering, it runs again on the primary.
     public func run<T: Sendable>(_ body: (PostgresPool, ReportNotes.ReadFrom, _ started: @escaping @Sendable () -> Void) async throws -> T) async throws -> T {
         let choice = await choose()
-        guard choice.isReplica else { return try await body(choice.pool, choice.readFrom, {}) }
+        guard choice.isReplica else {
+            primaryReads.increment()
+            return try await body(choice.pool, choice.readFrom, {})
+        }
         let started = Atomic<Bool>(false)
         do {
-            return try await body(choice.pool, choice.readFrom, { started.store(true, ordering: .relaxed) })
+            let value = try await body(choice.pool, choice.readFrom, { started.store(true, ordering: .relaxed) })
+            replicaReads.increment()
+            return value
+        } catch let error as ReportCurrencyError where !started.load(ordering: .relaxed) {
+            // An FX rate imported a moment ago may not have reached the replica: only the
+            // primary may say it is missing.
+            primaryReads.increment()
+            return try await body(primary, .init(server: .primary, replicaSkipped: "the replica has no FX rate for \(error.date); the primary was asked"), {})
         } catch let error as PostgresError where Self.replicaMayFail(error) && !started.load(ordering: .relaxed) {
             let reason = "the replica failed the report: \(Self.describe(error))"
             if error.isConnectionBroken || error.kind == .poolTimeout || error.kind == .poolClosed {
@@ -231,15 +251,20 @@ public final class ReportReads: Sendable {
         var problem: String?
     }
 
-    /// The replica's replay lag against the primary's WAL flush position.
+    /// The replica's replay lag against the primary's WAL insert position (not the
+    /// flush position: with `synchronous_commit = off` a commit is visible before its
+    /// record is flushed), and the age of its last replayed commit by the primary's
+    /// clock (the commit timestamps are the primary's; the replica's clock may differ).
     func measure(_ replica: PostgresPool) async throws -> Probe {
         // The primary may be down while the replica still answers: then the lag is the
-        // age of the last replayed transaction alone.
-        let flushed: String? = try? await primaryProbe.query("SELECT pg_current_wal_flush_lsn()::text").first?.decode(0, as: String.self)
+        // age of the last replayed transaction by the replica's clock.
+        let primaryRow = try? await primaryProbe.query("SELECT pg_current_wal_insert_lsn()::text, clock_timestamp()::text").first
+        let position: String? = primaryRow.flatMap { try? $0.decode(0, as: String.self) }
+        let primaryNow: String? = primaryRow.flatMap { try? $0.decode(1, as: String.self) }
         let row = try await replica.query("""
-            SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= \(flushed)::pg_lsn,
-                   pg_wal_lsn_diff(\(flushed)::pg_lsn, pg_last_wal_replay_lsn())::bigint,
-                   extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8
+            SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= \(position)::pg_lsn,
+                   pg_wal_lsn_diff(\(position)::pg_lsn, pg_last_wal_replay_lsn())::bigint,
+                   extract(epoch FROM coalesce(\(primaryNow)::timestamptz, clock_timestamp()) - pg_last_xact_replay_timestamp())::float8
             """).first!
         guard try row.decode(0, as: Bool.self) else {
             return Probe(problem: "the replica is not a standby (pg_is_in_recovery() is false: promoted, or DATABASE_READ_URL names another primary)")

@@ -147,6 +147,10 @@ struct ReplicaTests {
 
             // Ingested on the primary, answered by the replica once it has replayed it.
             try await Self.ingest(client, keys.ingest, count: 50)
+            // And one impression with revenue in USD, for the FX check below.
+            let priced = Ingest.event(type: "impression", extra: #","revenue_micros":2000000,"currency":"USD""#)
+            let pricedStatus = try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers(keys.ingest), body: Ingest.body([priced])) { $0.status }
+            #expect(pricedStatus == .ok)
             var body: [String: Any] = [:]
             try await Self.waitUntil("the replica answers with all 50 events") {
                 body = try await report()
@@ -209,6 +213,19 @@ struct ReplicaTests {
             let choice = await strict.choose()
             #expect(choice.readFrom.server == .primary)
             #expect(lines.withLock { $0 }.contains { $0.hasPrefix("warning") && $0.contains("reports read from the primary: the replica lags") }, "\(lines.withLock { $0 })")
+
+            // An FX rate imported while the replica lags is not missing: the primary is asked
+            // before a report is refused for it.
+            _ = try await services.database.pool.query("""
+                INSERT INTO fx_rates (day, base, currency, rate) VALUES (\(today)::date, 'EUR', 'USD', 1.1), (\(today)::date, 'EUR', 'EUR', 1)
+                """)
+            let inEuros = try ReportQuery.parse(
+                [("apps", "rep"), ("from", today), ("to", today), ("tz", "UTC"), ("metrics", "revenue"), ("currency", "EUR")],
+                readable: try await patient.readableApps(only: "rep"), isAdmin: false
+            )
+            let converted = try await patient.page(inEuros)
+            #expect(converted.notes.readFrom.server == .primary && (converted.notes.readFrom.replicaSkipped ?? "").contains("FX rate"), "\(converted.notes.readFrom)")
+            #expect(converted.totals.revenueMicros > 0)
 
             // Resumed: back on the replica, caught up, logged.
             _ = try await replicaPool.query("SELECT pg_wal_replay_resume()")
