@@ -103,7 +103,7 @@ struct ReportCommand: AsyncParsableCommand {
         }
         for cut in ReportNotes.cutPeriods(query) { text += "note: \(cut)\n" }
         let readFrom = document.notes.readFrom
-        if readFrom.server == .replica || readFrom.replicaSkipped != nil { text += "note: read from the \(readFrom.text)\n" }
+        if readFrom.isWorthNoting { text += "note: read from the \(readFrom.text)\n" }
         return text
     }
 }

@@ -74,12 +74,7 @@ final class ServerProcess: @unchecked Sendable {
     /// `terminate` with the wait for its graceful shutdown (seconds) on a thread of its
     /// own, not on one of the few cooperative threads the other tests' servers need.
     func stop() async {
-        await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                self.terminate()
-                continuation.resume()
-            }
-        }
+        await onOwnThread { self.terminate() }
     }
 }
 

@@ -129,7 +129,9 @@ struct MultiServerTests {
                 if done { return }
                 try await Task.sleep(for: .milliseconds(200))
             }
-            Issue.record("export runs \(names) did not all succeed in \(seconds) s: \(try await names.asyncMap { try await runs($0) })")
+            var last: [String: [[String: Any]]] = [:]
+            for name in names { last[name] = try await runs(name) }
+            Issue.record("export runs \(names) did not all succeed in \(seconds) s: \(last)")
         }
         try await runNow("e1", on: 1)
         try await runNow("e2", on: 2)
@@ -257,13 +259,5 @@ struct MultiServerTests {
         let log = (try? String(contentsOf: logs[survivors[0]], encoding: .utf8)) ?? ""
         print("three servers: \(total) events in \(receipts.count) batches over \(attempts.withLock { $0 }) requests; killed server \(victim); "
             + "\(passes.count) compaction passes by \(compactingServers.count) servers; \(taken.count) lock samples; survivor log \(log.count) bytes")
-    }
-}
-
-extension Array {
-    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
-        var result: [T] = []
-        for element in self { result.append(try await transform(element)) }
-        return result
     }
 }

@@ -7,7 +7,6 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
-import NIOPosix
 import PostgresKit
 import Testing
 
@@ -40,8 +39,8 @@ final class TestReplica: Sendable {
         guard let host = field("host") else { throw TestSetupError(description: "no host= in \(cluster)") }
         let replica = TestReplica(primaryHost: host, primaryPort: field("port") ?? "5432")
         // Not Foundation's Process: it waits for pipes the started postgres keeps open.
-        let result = try await NIOThreadPool.singleton.runIfActive {
-            try CommandRunner.run(script, ["start", host, replica.primaryPort, replica.directory, "\(replica.port)"])
+        let result = try await onOwnThread { [script, primaryPort = replica.primaryPort, directory = replica.directory, port = replica.port] in
+            try CommandRunner.run(script, ["start", host, primaryPort, directory, "\(port)"])
         }
         guard result.status == 0 else {
             // Its slot may exist already: it would keep WAL on the shared primary.
@@ -57,7 +56,7 @@ final class TestReplica: Sendable {
     }
 
     func stop() async {
-        _ = try? await NIOThreadPool.singleton.runIfActive { [directory, primaryHost, primaryPort] in
+        _ = try? await onOwnThread { [directory, primaryHost, primaryPort] in
             try CommandRunner.run(Self.script, ["stop", directory, primaryHost, primaryPort])
         }
     }

@@ -46,9 +46,7 @@ final class RawConnection: @unchecked Sendable {
     /// cooperative threads for seconds starves the in-process servers (this test's own
     /// included), which then answer late under a loaded suite.
     func read(timeout: Duration) async -> (text: String, closed: Bool) {
-        await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: self.readBlocking(timeout: timeout)) }
-        }
+        await onOwnThread { self.readBlocking(timeout: timeout) }
     }
 
     private func readBlocking(timeout: Duration) -> (text: String, closed: Bool) {

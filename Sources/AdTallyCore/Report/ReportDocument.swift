@@ -66,6 +66,9 @@ public struct ReportNotes: Sendable, Equatable {
             self.replicaSkipped = replicaSkipped
         }
 
+        /// Whether people should be told: a replica answered, or one was configured but skipped.
+        public var isWorthNoting: Bool { server == .replica || replicaSkipped != nil }
+
         /// One line for people: "replica (replay lag 0.012 s)", "primary (…why not the replica)".
         public var text: String {
             switch server {

@@ -270,7 +270,7 @@ struct DashboardPage {
             items.append("\(document.totals.unratedEvents) impressions or taps had neither reported revenue nor a rate card entry, so no revenue.")
         }
         let readFrom = document.notes.readFrom
-        if readFrom.server == .replica || readFrom.replicaSkipped != nil {
+        if readFrom.isWorthNoting {
             items.append("Read from the \(HTML.escape(readFrom.text)).")
         }
         guard !items.isEmpty else { return "" }
