@@ -29,6 +29,10 @@ public struct AppServices: Sendable {
     public let exportRunner: ExportRunner
     /// Writes the report engine's recent numbers where Grafana reads them.
     public let reportSeries: ReportSeriesWriter
+    /// Mediation policies, decisions and history.
+    public let mediation: MediationStore
+    /// Keeps the mediation decisions fresh and in memory.
+    public let mediationRefresher: MediationRefresher
 
     /// Wires the stores and the ingest batcher over a database.
     public init(
@@ -62,6 +66,11 @@ public struct AppServices: Sendable {
         self.reportSeries = ReportSeriesWriter(
             engine: ReportEngine(pool: database.reportPool, logger: logger), pool: database.pool, configuration: .init(maxEventAgeDays: settings.maxEventAgeDays)
         )
+        self.mediation = MediationStore(pool: database.pool)
+        self.mediationRefresher = MediationRefresher(
+            store: mediation, engine: reports,
+            configuration: .init(interval: .seconds(settings.mediationRefreshSeconds), identity: Self.identity(settings))
+        )
     }
 
     /// This server as export runs name it: host, port and process id.
@@ -73,7 +82,7 @@ public struct AppServices: Sendable {
     public var backgroundServices: [any Service] {
         [
             MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher),
-            ExportService(runner: exportRunner), ReportSeriesService(writer: reportSeries),
+            ExportService(runner: exportRunner), ReportSeriesService(writer: reportSeries), MediationService(refresher: mediationRefresher),
         ]
     }
 }
@@ -93,6 +102,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     ReportRoutes(engine: services.reports, authenticator: authenticator).register(on: routes)
     MoneyRoutes(store: MoneyStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator).register(on: routes)
+    MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
     DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(
@@ -183,6 +193,20 @@ struct ReportSeriesService: Service {
         guard !Task.isCancelled, !Task.isShuttingDownGracefully else { return }
         await repeatEvery(interval, "report series refresh", logger: Logger(label: "adtally.series")) {
             try await writer.refresh()
+        }
+    }
+}
+
+/// Mediation decisions: loaded at start, then refreshed a few times per interval
+/// (each pass recomputes only the decisions older than the interval, so several
+/// servers share the work and a decision is at most about one interval old).
+struct MediationService: Service {
+    let refresher: MediationRefresher
+
+    func run() async throws {
+        let pass = max(1, refresher.configuration.interval.components.seconds / 4)
+        await repeatEvery(.seconds(pass), "mediation refresh", logger: refresher.logger) {
+            try await refresher.refresh()
         }
     }
 }

@@ -51,6 +51,8 @@ public struct Settings: Sendable {
     public var dbConnectTimeoutSeconds: Int
     /// How far back (days) `serve` still writes export slots missed while no server ran.
     public var exportCatchUpDays: Int = 7
+    /// Seconds after which a mediation decision is computed again (`--mediation-refresh`).
+    public var mediationRefreshSeconds: Int = 60
 
     /// The accepted age of `occurred_at`.
     public var maxEventAge: Duration { .seconds(maxEventAgeDays * 86_400) }
@@ -123,6 +125,8 @@ public struct Settings: Sendable {
         public var dbConnectTimeoutSeconds: Int?
         /// `--export-catch-up-days` / `ADTALLY_EXPORT_CATCH_UP_DAYS`.
         public var exportCatchUpDays: Int?
+        /// `--mediation-refresh` / `ADTALLY_MEDIATION_REFRESH_SECONDS`.
+        public var mediationRefreshSeconds: Int?
 
         /// Flags as given; nil means not given.
         public init(
@@ -202,6 +206,8 @@ public struct Settings: Sendable {
         settings.dbConnectTimeoutSeconds = try number(flags.dbConnectTimeoutSeconds, "ADTALLY_CONNECT_TIMEOUT_SECONDS", range: 2...3600)
             ?? defaults.dbConnectTimeoutSeconds
         settings.exportCatchUpDays = try number(flags.exportCatchUpDays, "ADTALLY_EXPORT_CATCH_UP_DAYS", range: 1...366) ?? defaults.exportCatchUpDays
+        settings.mediationRefreshSeconds = try number(flags.mediationRefreshSeconds, "ADTALLY_MEDIATION_REFRESH_SECONDS", range: 1...3600)
+            ?? defaults.mediationRefreshSeconds
         // Events older than the retention period would land in partitions about to be dropped.
         guard settings.maxEventAgeDays < settings.retentionDays else {
             throw SettingsError.invalid(

@@ -98,6 +98,8 @@ public struct AdminRoutes: Sendable {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
         } catch let DecodingError.keyNotFound(key, _) {
             throw ProblemDetails(.badRequest, detail: "\(key.stringValue): is required")
+        } catch let error as MediationPolicyError {
+            throw ProblemDetails(.badRequest, detail: error.description)
         } catch let error as MoneyTableError {
             // A value that decoded but breaks a rule (a rate card entry's fields).
             throw ProblemDetails(.badRequest, detail: error.description)

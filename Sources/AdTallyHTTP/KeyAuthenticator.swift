@@ -2,6 +2,7 @@ import AdTallyCore
 import AdTallyStorage
 import Foundation
 import Hummingbird
+import PostgresKit
 import Synchronization
 
 /// Turns `Authorization: Bearer <secret>` into the key it belongs to.
@@ -68,7 +69,15 @@ public final class KeyAuthenticator: Sendable {
         if let cached, cached.expires > now {
             key = cached.key
         } else {
-            key = try await store.authenticate(secret: secret)
+            do {
+                key = try await store.authenticate(secret: secret)
+            } catch let error as PostgresError where error.isTransient {
+                // The database is unreachable: a key known to be live a moment ago stays
+                // usable (what still works without the database, the mediation answers
+                // served from memory, keeps working); an unknown one cannot be checked.
+                guard let cached, cached.key != nil else { throw error }
+                return cached.key
+            }
             let entry = Entry(key: key, expires: now + ttl)
             if key == nil { Self.remember(hash, entry, in: unknown, now: now) } else { Self.remember(hash, entry, in: known, now: now) }
         }
@@ -106,6 +115,15 @@ public final class KeyAuthenticator: Sendable {
         }
         if let app, let keyApp = key.app, keyApp != app {
             throw ProblemDetails(.forbidden, detail: "this key belongs to app \"\(keyApp)\", not \"\(app)\"")
+        }
+        return key
+    }
+
+    /// The request's key, which must belong to `app` (any scope) or be an admin key, else 401/403.
+    public func require(anyKeyOf app: String, _ request: Request) async throws -> APIKey {
+        let key = try await authenticate(request)
+        guard key.scope == .admin || key.app == app else {
+            throw ProblemDetails(.forbidden, detail: "this key belongs to app \"\(key.app ?? "")\", not \"\(app)\"")
         }
         return key
     }

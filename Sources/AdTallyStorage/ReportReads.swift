@@ -29,6 +29,11 @@ public final class ReportReads: Sendable {
     private let primaryProbe: PostgresPool
     private let logger: Logger
     private let state = Mutex(State())
+    private let reportsStarted = Atomic<Int>(0)
+
+    /// Reports started through these reads since they were made (tests check that a
+    /// path they drive runs none).
+    public var reportCount: Int { reportsStarted.load(ordering: .relaxed) }
     private let lagGauge = Gauge(label: "adtally_replica_lag_seconds")
     private let replicaReads = Counter(label: "adtally_report_reads_total", dimensions: [("server", "replica")])
     private let primaryReads = Counter(label: "adtally_report_reads_total", dimensions: [("server", "primary")])
@@ -207,6 +212,7 @@ public final class ReportReads: Sendable {
     /// conflict cancelled the query, the connection went away) before `body` said it
     /// had started answering, it runs again on the primary.
     public func run<T: Sendable>(_ body: (PostgresPool, ReportNotes.ReadFrom, _ started: @escaping @Sendable () -> Void) async throws -> T) async throws -> T {
+        reportsStarted.add(1, ordering: .relaxed)
         let choice = await choose()
         guard choice.isReplica else {
             primaryReads.increment()

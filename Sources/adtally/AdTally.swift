@@ -11,7 +11,7 @@ struct AdTally: AsyncParsableCommand {
         abstract: "Self-hosted analytics and reporting for in-app advertising.",
         subcommands: [
             Serve.self, Migrate.self, AppsCommand.self, KeysCommand.self, IngestCommand.self, ReportCommand.self, RatesCommand.self, FXCommand.self,
-            ExportsCommand.self, StatusCommand.self, DemoCommand.self,
+            ExportsCommand.self, MediationCommand.self, StatusCommand.self, DemoCommand.self,
         ]
     )
 }
@@ -104,6 +104,9 @@ extension AdTally {
         @Option(name: .customLong("export-catch-up-days"), help: "Days back that export slots missed while no server ran are still written (env ADTALLY_EXPORT_CATCH_UP_DAYS; default 7).")
         var exportCatchUpDays: Int?
 
+        @Option(name: .customLong("mediation-refresh"), help: "Seconds after which a mediation decision is computed again (env ADTALLY_MEDIATION_REFRESH_SECONDS; default 60).")
+        var mediationRefresh: Int?
+
         @Option(name: .customLong("shutdown-timeout"), help: "Seconds a graceful shutdown waits for requests in progress (env ADTALLY_SHUTDOWN_TIMEOUT_SECONDS; default 15).")
         var shutdownTimeout: Int?
 
@@ -119,6 +122,7 @@ extension AdTally {
             flags.maxConnections = maxConnections
             flags.shutdownTimeoutSeconds = shutdownTimeout
             flags.exportCatchUpDays = exportCatchUpDays
+            flags.mediationRefreshSeconds = mediationRefresh
             let settings = try Settings.resolve(flags: flags)
             let logger = LogSetup.bootstrap(level: settings.logLevel)
             try await Server.run(settings: settings, logger: logger)

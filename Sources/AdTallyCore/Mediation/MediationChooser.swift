@@ -1,0 +1,131 @@
+/// One network's numbers in a policy's window, as the report engine summed them.
+public struct MediationNetworkStats: Sendable, Equatable {
+    /// The network.
+    public var network: String
+    /// Its counts in the window (revenue in the app's currency).
+    public var counts: ReportCounts
+
+    /// Stats.
+    public init(network: String, counts: ReportCounts) {
+        self.network = network
+        self.counts = counts
+    }
+
+    /// `fill_rate` (DESIGN §3).
+    public var fillRate: MetricValue { ReportMetric.fillRate.value(counts) }
+    /// `ecpm` (DESIGN §3).
+    public var ecpm: MetricValue { ReportMetric.ecpm.value(counts) }
+    /// Expected revenue per 1000 requests: fill × eCPM, which is `rpm` (DESIGN §3),
+    /// and 0 for a network with requests but no impression.
+    public var expected: MetricValue { ReportMetric.rpm.value(counts) }
+    /// `expected` as a number; nil without requests.
+    public var expectedNumber: Double? { expected.number }
+}
+
+/// What decided a choice.
+public enum MediationBasis: String, Sendable, Codable {
+    /// A pinned policy.
+    case pinned
+    /// A weighted policy's split.
+    case weighted
+    /// The best expected revenue among the networks with enough data.
+    case best
+    /// The incumbent kept: no challenger beat it by more than the hysteresis.
+    case kept
+    /// Too little data: the last choice kept.
+    case lastChoice = "last_choice"
+    /// Too little data and no earlier choice: the policy's default.
+    case defaultNetwork = "default"
+}
+
+/// A policy's decision: the network to show, the split, and why.
+public struct MediationChoice: Sendable, Equatable {
+    /// The network `enable_advertising` names (a weighted policy's heaviest network
+    /// here; each answer draws its own).
+    public var network: String
+    /// Network → share of launches (sums to 1).
+    public var weights: [(network: String, share: Double)]
+    /// What decided.
+    public var basis: MediationBasis
+    /// Why, in a sentence with the numbers.
+    public var reason: String
+
+    public static func == (a: MediationChoice, b: MediationChoice) -> Bool {
+        a.network == b.network && a.basis == b.basis && a.reason == b.reason
+            && a.weights.map(\.network) == b.weights.map(\.network) && a.weights.map(\.share) == b.weights.map(\.share)
+    }
+}
+
+/// The decision rules of DESIGN §9, with no I/O: given a policy, each network's
+/// numbers in its window and the network chosen last (the incumbent), the choice.
+public enum MediationChooser {
+    /// Decides for `policy`. `stats` may name networks the policy does not allow (they
+    /// are ignored); `currency` formats the amounts in the reason.
+    public static func choose(_ policy: MediationPolicy, stats: [MediationNetworkStats], incumbent: String?, currency: String) -> MediationChoice {
+        switch policy.rule {
+        case .pinned:
+            let network = policy.network ?? ""
+            return MediationChoice(network: network, weights: [(network, 1)], basis: .pinned, reason: "pinned to \(network) by the policy")
+        case .weighted:
+            let shares = policy.shares
+            let heaviest = shares.max { ($0.share, $1.network) < ($1.share, $0.network) }?.network ?? ""
+            let split = shares.map { "\($0.network) \(MediationPolicy.percent($0.share))" }.joined(separator: ", ")
+            return MediationChoice(network: heaviest, weights: shares, basis: .weighted, reason: "a fixed split by the policy: \(split) of launches")
+        case .automatic:
+            return automatic(policy, stats: stats, incumbent: incumbent, currency: currency)
+        }
+    }
+
+    static func automatic(_ policy: MediationPolicy, stats: [MediationNetworkStats], incumbent rawIncumbent: String?, currency: String) -> MediationChoice {
+        let allowed = policy.networks.isEmpty ? nil : Set(policy.networks)
+        let candidates = stats.filter { allowed?.contains($0.network) ?? true }
+        let trusted = candidates.filter { $0.counts.requests >= policy.minRequests && $0.expectedNumber != nil }
+        let incumbent = rawIncumbent.flatMap { name in allowed == nil || allowed!.contains(name) ? name : nil }
+        let window = "in the last \(policy.windowHours) h"
+        func only(_ network: String, _ basis: MediationBasis, _ reason: String) -> MediationChoice {
+            MediationChoice(network: network, weights: [(network, 1)], basis: basis, reason: reason)
+        }
+        func money(_ stats: MediationNetworkStats) -> String {
+            guard case .micros(let micros, let per) = stats.expected else { return "–" }
+            return Money.format(micros: micros, per: per, digits: Money.digits(currency)) + " " + currency
+        }
+        func describe(_ stats: MediationNetworkStats) -> String {
+            let fill = stats.fillRate.number.map { MediationPolicy.percent($0) } ?? "–"
+            return "\(stats.network) \(money(stats)) per 1000 requests (fill \(fill) of \(stats.counts.requests))"
+        }
+        guard let best = trusted.max(by: { order($0, $1) }) else {
+            let thin = candidates.isEmpty
+                ? "no allowed network reported a request \(window)"
+                : "no network had \(policy.minRequests) requests \(window) ("
+                    + candidates.sorted { $0.counts.requests > $1.counts.requests }.prefix(5).map { "\($0.network) \($0.counts.requests)" }.joined(separator: ", ") + ")"
+            if let incumbent { return only(incumbent, .lastChoice, "\(thin): keeping the last choice, \(incumbent)") }
+            let fallback = policy.defaultNetwork ?? ""
+            return only(fallback, .defaultNetwork, "\(thin) and nothing was chosen before: the policy's default, \(fallback)")
+        }
+        let bestText = "highest expected revenue (fill × eCPM) \(window) among networks with ≥ \(policy.minRequests) requests: \(describe(best))"
+        guard let incumbent, incumbent != best.network else {
+            return only(best.network, .best, bestText)
+        }
+        guard let current = trusted.first(where: { $0.network == incumbent }), let currentValue = current.expectedNumber else {
+            let had = candidates.first { $0.network == incumbent }?.counts.requests ?? 0
+            return only(best.network, .best, "\(bestText); the last choice, \(incumbent), had \(had) requests \(window), too few to keep it")
+        }
+        let bestValue = best.expectedNumber ?? 0
+        if bestValue > currentValue * (1 + policy.hysteresis) {
+            return only(best.network, .best, "\(bestText); it beats the last choice, \(describe(current)), by more than the \(MediationPolicy.percent(policy.hysteresis)) hysteresis")
+        }
+        return only(
+            incumbent, .kept,
+            "keeping \(incumbent): \(describe(best)) does not beat \(describe(current)) by more than the \(MediationPolicy.percent(policy.hysteresis)) hysteresis \(window)"
+        )
+    }
+
+    /// Ascending order for `max`: expected revenue, then requests, then the name
+    /// backwards (so that ties go to the alphabetically first network).
+    static func order(_ a: MediationNetworkStats, _ b: MediationNetworkStats) -> Bool {
+        let (x, y) = (a.expectedNumber ?? 0, b.expectedNumber ?? 0)
+        if x != y { return x < y }
+        if a.counts.requests != b.counts.requests { return a.counts.requests < b.counts.requests }
+        return a.network > b.network
+    }
+}

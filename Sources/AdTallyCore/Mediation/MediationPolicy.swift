@@ -1,0 +1,242 @@
+import Foundation
+
+/// How a policy picks the network an app shows (DESIGN §9).
+public enum MediationRule: String, Sendable, Codable, CaseIterable {
+    /// Always one network.
+    case pinned
+    /// A fixed split: each app launch gets a network drawn by weight.
+    case weighted
+    /// The highest expected revenue per request (fill × eCPM) over a trailing window.
+    case automatic
+}
+
+/// Which requests a policy answers: an app, and optionally one placement and/or one
+/// country of it (nil: every one). The most specific policy that matches wins.
+public struct MediationScope: Sendable, Hashable, Codable {
+    /// The app.
+    public var app: String
+    /// One placement, or nil for every placement.
+    public var placement: String?
+    /// One country (ISO 3166-1 alpha-2), or nil for every country.
+    public var country: String?
+
+    /// A scope.
+    public init(app: String, placement: String? = nil, country: String? = nil) {
+        self.app = app
+        self.placement = placement
+        self.country = country
+    }
+
+    /// The scopes a request for (placement, country) may be answered by, most specific
+    /// first: both, the placement's, the country's, the app's.
+    public static func candidates(app: String, placement: String?, country: String?) -> [MediationScope] {
+        var scopes: [MediationScope] = []
+        for p in placement == nil ? [nil] : [placement, nil] {
+            for c in country == nil ? [nil] : [country, nil] {
+                scopes.append(MediationScope(app: app, placement: p, country: c))
+            }
+        }
+        return scopes
+    }
+
+    /// "my-app", "my-app placement=home country=JP".
+    public var description: String {
+        var text = app
+        if let placement { text += " placement=\(placement)" }
+        if let country { text += " country=\(country)" }
+        return text
+    }
+}
+
+/// A policy the server could not accept: the field and the rule it breaks.
+public struct MediationPolicyError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The field, as the API names it.
+    public var field: String
+    /// What it must be.
+    public var rule: String
+
+    /// An error about a field.
+    public init(_ field: String, _ rule: String) {
+        self.field = field
+        self.rule = rule
+    }
+
+    public var description: String { "\(field): \(rule)" }
+}
+
+/// A mediation policy: the rule and its parameters for one scope.
+public struct MediationPolicy: Sendable, Equatable, Codable {
+    /// Which requests it answers.
+    public var scope: MediationScope
+    /// How it picks.
+    public var rule: MediationRule
+    /// `pinned`: the network.
+    public var network: String?
+    /// `weighted`: network → weight (positive integers; the split is weight / sum).
+    public var weights: [String: Int]?
+    /// `automatic`: the networks it may choose; empty: any the app reports in the window.
+    public var networks: [String]
+    /// `automatic`: the network served while no network has enough data and none was chosen before.
+    public var defaultNetwork: String?
+    /// `automatic`: the trailing window, in hours (from the start of the hour this many hours ago to now).
+    public var windowHours: Int
+    /// `automatic`: requests a network needs in the window before its numbers are trusted.
+    public var minRequests: Int64
+    /// `automatic`: the fraction by which a challenger must beat the incumbent's expected revenue.
+    public var hysteresis: Double
+    /// Seconds an app may keep the answer (`Cache-Control: max-age`).
+    public var maxAgeSeconds: Int
+    /// When it was last set (nil before it is stored).
+    public var updatedAt: Date?
+
+    /// Defaults of the optional parameters.
+    public static let defaultWindowHours = 24, defaultMinRequests: Int64 = 1000, defaultHysteresis = 0.1, defaultMaxAgeSeconds = 300
+    /// Most networks a policy may name, and the bounds of its numbers.
+    public static let maxNetworks = 50, maxWindowHours = 168, maxWeight = 1_000_000
+
+    /// A policy; `validated()` checks it.
+    public init(
+        scope: MediationScope, rule: MediationRule, network: String? = nil, weights: [String: Int]? = nil, networks: [String] = [],
+        defaultNetwork: String? = nil, windowHours: Int = defaultWindowHours, minRequests: Int64 = defaultMinRequests,
+        hysteresis: Double = defaultHysteresis, maxAgeSeconds: Int = defaultMaxAgeSeconds, updatedAt: Date? = nil
+    ) {
+        self.scope = scope
+        self.rule = rule
+        self.network = network
+        self.weights = weights
+        self.networks = networks
+        self.defaultNetwork = defaultNetwork
+        self.windowHours = windowHours
+        self.minRequests = minRequests
+        self.hysteresis = hysteresis
+        self.maxAgeSeconds = maxAgeSeconds
+        self.updatedAt = updatedAt
+    }
+
+    /// The policy if every field keeps its rule (placement and country checked as
+    /// events check them; networks named as events name them), else the first broken one.
+    public func validated() throws(MediationPolicyError) -> MediationPolicy {
+        var policy = self
+        if let placement = scope.placement {
+            guard (1...64).contains(placement.count), !placement.contains("\0") else { throw .init("placement", "must be 1 to 64 characters") }
+        }
+        if let country = scope.country {
+            let upper = country.uppercased()
+            guard upper == "ZZ" || ISOCodes.countries.contains(upper) else { throw .init("country", "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)") }
+            policy.scope.country = upper
+        }
+        func checkNetwork(_ name: String, _ field: String) throws(MediationPolicyError) {
+            guard EventValidator.isNetworkName(name) else { throw .init(field, "\"\(name)\" is not a network name ([a-z0-9_.-], 1 to 32 characters)") }
+        }
+        func refuse(_ present: Bool, _ field: String, _ rules: String) throws(MediationPolicyError) {
+            if present { throw .init(field, "only for rule \(rules)") }
+        }
+        switch rule {
+        case .pinned:
+            guard let network else { throw .init("network", "is required for rule pinned") }
+            try checkNetwork(network, "network")
+        case .weighted:
+            guard let weights, !weights.isEmpty else { throw .init("weights", "is required for rule weighted: {\"network\": weight, …}") }
+            guard weights.count <= Self.maxNetworks else { throw .init("weights", "at most \(Self.maxNetworks) networks") }
+            for (name, weight) in weights.sorted(by: { $0.key < $1.key }) {
+                try checkNetwork(name, "weights")
+                guard (0...Self.maxWeight).contains(weight) else { throw .init("weights.\(name)", "must be a whole number from 0 to \(Self.maxWeight)") }
+            }
+            guard weights.values.contains(where: { $0 > 0 }) else { throw .init("weights", "at least one weight must be above 0") }
+        case .automatic:
+            guard networks.count <= Self.maxNetworks else { throw .init("networks", "at most \(Self.maxNetworks) networks") }
+            for name in networks { try checkNetwork(name, "networks") }
+            guard Set(networks).count == networks.count else { throw .init("networks", "names a network twice") }
+            guard let defaultNetwork else { throw .init("default", "is required for rule automatic (served until a network has enough data)") }
+            try checkNetwork(defaultNetwork, "default")
+            guard networks.isEmpty || networks.contains(defaultNetwork) else { throw .init("default", "must be one of networks") }
+        }
+        try refuse(network != nil && rule != .pinned, "network", "pinned")
+        try refuse(weights != nil && rule != .weighted, "weights", "weighted")
+        try refuse(!networks.isEmpty && rule != .automatic, "networks", "automatic")
+        try refuse(defaultNetwork != nil && rule != .automatic, "default", "automatic")
+        guard (1...Self.maxWindowHours).contains(windowHours) else { throw .init("window_hours", "must be a whole number from 1 to \(Self.maxWindowHours)") }
+        guard (1...1_000_000_000).contains(minRequests) else { throw .init("min_requests", "must be a whole number from 1 to 1000000000") }
+        guard hysteresis.isFinite, (0...10).contains(hysteresis) else { throw .init("hysteresis", "must be a fraction from 0 to 10 (0.1: a challenger must be 10% better)") }
+        guard (0...86_400).contains(maxAgeSeconds) else { throw .init("max_age_seconds", "must be a whole number from 0 to 86400") }
+        policy.networks = networks
+        return policy
+    }
+
+    /// The networks a weighted policy draws from, with their share (weight / sum), by name.
+    public var shares: [(network: String, share: Double)] {
+        let weights = (weights ?? [:]).filter { $0.value > 0 }
+        let total = Double(weights.values.reduce(0, +))
+        return weights.sorted { $0.key < $1.key }.map { ($0.key, Double($0.value) / total) }
+    }
+
+    /// One line for history and the CLI: "automatic over admob, iad (24 h window, ≥ 1000 requests, 10% hysteresis, default admob)".
+    public var summary: String {
+        let text: String
+        switch rule {
+        case .pinned:
+            text = "pinned to \(network ?? "?")"
+        case .weighted:
+            text = "weighted " + (weights ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        case .automatic:
+            let over = networks.isEmpty ? "any network" : networks.joined(separator: ", ")
+            text = "automatic over \(over) (\(windowHours) h window, ≥ \(minRequests) requests, \(Self.percent(hysteresis)) hysteresis, default \(defaultNetwork ?? "?"))"
+        }
+        return maxAgeSeconds == Self.defaultMaxAgeSeconds ? text : text + ", max-age \(maxAgeSeconds) s"
+    }
+
+    /// 0.1 as "10%".
+    static func percent(_ fraction: Double) -> String {
+        let value = (fraction * 1000).rounded() / 10
+        return value == value.rounded() ? "\(Int(value))%" : "\(value)%"
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case app, placement, country, rule, network, weights, networks
+        case defaultNetwork = "default"
+        case windowHours = "window_hours", minRequests = "min_requests", hysteresis
+        case maxAgeSeconds = "max_age_seconds", updatedAt = "updated_at"
+    }
+
+    /// Decodes the API's flat object; absent parameters take their defaults (the app
+    /// may be left out where the path names it).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        scope = MediationScope(
+            app: try container.decodeIfPresent(String.self, forKey: .app) ?? "", placement: try container.decodeIfPresent(String.self, forKey: .placement),
+            country: try container.decodeIfPresent(String.self, forKey: .country)
+        )
+        let ruleText = try container.decode(String.self, forKey: .rule)
+        guard let rule = MediationRule(rawValue: ruleText) else {
+            throw MediationPolicyError("rule", "must be pinned, weighted or automatic")
+        }
+        self.rule = rule
+        network = try container.decodeIfPresent(String.self, forKey: .network)
+        weights = try container.decodeIfPresent([String: Int].self, forKey: .weights)
+        networks = try container.decodeIfPresent([String].self, forKey: .networks) ?? []
+        defaultNetwork = try container.decodeIfPresent(String.self, forKey: .defaultNetwork)
+        windowHours = try container.decodeIfPresent(Int.self, forKey: .windowHours) ?? Self.defaultWindowHours
+        minRequests = try container.decodeIfPresent(Int64.self, forKey: .minRequests) ?? Self.defaultMinRequests
+        hysteresis = try container.decodeIfPresent(Double.self, forKey: .hysteresis) ?? Self.defaultHysteresis
+        maxAgeSeconds = try container.decodeIfPresent(Int.self, forKey: .maxAgeSeconds) ?? Self.defaultMaxAgeSeconds
+        updatedAt = nil
+    }
+
+    /// Encodes every field (null where the rule has none).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(scope.app, forKey: .app)
+        try container.encode(scope.placement, forKey: .placement)
+        try container.encode(scope.country, forKey: .country)
+        try container.encode(rule, forKey: .rule)
+        try container.encode(network, forKey: .network)
+        try container.encode(weights, forKey: .weights)
+        try container.encode(networks, forKey: .networks)
+        try container.encode(defaultNetwork, forKey: .defaultNetwork)
+        try container.encode(windowHours, forKey: .windowHours)
+        try container.encode(minRequests, forKey: .minRequests)
+        try container.encode(hysteresis, forKey: .hysteresis)
+        try container.encode(maxAgeSeconds, forKey: .maxAgeSeconds)
+        try container.encode(updatedAt, forKey: .updatedAt)
+    }
+}

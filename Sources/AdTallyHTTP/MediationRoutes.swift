@@ -1,0 +1,145 @@
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+import Hummingbird
+
+/// The mediation switch over HTTP (DESIGN §9):
+///
+/// - `GET /v1/apps/{app}/mediation?placement=&country=` with any of the app's keys (the
+///   ingest key apps ship with included): the decision served from memory, with `ETag`
+///   and `Cache-Control: max-age`; `If-None-Match` with a current tag answers 304;
+/// - `GET`/`PUT`/`DELETE /v1/apps/{app}/mediation/policies` (admin keys change; the
+///   app's read key may list) and `GET /v1/apps/{app}/mediation/history?limit=`.
+public struct MediationRoutes: Sendable {
+    let store: MediationStore
+    let refresher: MediationRefresher
+    let authenticator: KeyAuthenticator
+
+    /// Creates the routes.
+    public init(store: MediationStore, refresher: MediationRefresher, authenticator: KeyAuthenticator) {
+        self.store = store
+        self.refresher = refresher
+        self.authenticator = authenticator
+    }
+
+    /// Adds the routes to a router.
+    public func register(on router: Routes) {
+        router.get("v1/apps/:app/mediation") { request, context in
+            let app = try context.parameters.require("app")
+            _ = try await authenticator.require(anyKeyOf: app, request)
+            let scope = try Self.scope(app: app, request, allowed: ["placement", "country"])
+            return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country), app: app, request)
+        }
+        router.get("v1/apps/:app/mediation/policies") { request, context in
+            let app = try context.parameters.require("app")
+            _ = try await authenticator.require(.read, app: app, request)
+            return try AdminRoutes.json(["policies": try await store.policies(app: app)])
+        }
+        router.on(.put, "v1/apps/:app/mediation/policies") { request, context in
+            let app = try context.parameters.require("app")
+            let key = try await authenticator.require(.admin, request)
+            var policy: MediationPolicy = try await AdminRoutes.decode(request)
+            guard policy.scope.app.isEmpty || policy.scope.app == app else {
+                throw ProblemDetails(.badRequest, detail: "app: \"\(policy.scope.app)\" differs from the path's app \"\(app)\"; leave it out")
+            }
+            policy.scope.app = app
+            let saved = try await Self.mapping { try await store.set(policy, actor: "admin key \(key.id)") }
+            return try AdminRoutes.json(try await decided(saved.scope))
+        }
+        router.delete("v1/apps/:app/mediation/policies") { request, context in
+            let app = try context.parameters.require("app")
+            let key = try await authenticator.require(.admin, request)
+            let scope = try Self.scope(app: app, request, allowed: ["placement", "country"])
+            try await Self.mapping { try await store.delete(scope, actor: "admin key \(key.id)") }
+            await refreshNow(app)
+            return Response(status: .noContent)
+        }
+        router.get("v1/apps/:app/mediation/history") { request, context in
+            let app = try context.parameters.require("app")
+            _ = try await authenticator.require(.read, app: app, request)
+            return try AdminRoutes.json(["changes": try await store.history(app: app, limit: try ExportRoutes.limit(request))])
+        }
+    }
+
+    /// Decides an app's policies at once (a change through this server serves at once;
+    /// other servers pick it up within their refresh interval), then reads one back.
+    func decided(_ scope: MediationScope) async throws -> StoredMediationPolicy {
+        await refreshNow(scope.app)
+        guard let stored = try await store.policies(app: scope.app).first(where: { $0.policy.scope == scope }) else {
+            throw ProblemDetails(.notFound, detail: MediationStoreError.unknownPolicy(scope).description)
+        }
+        return stored
+    }
+
+    func refreshNow(_ app: String) async {
+        do {
+            try await refresher.refresh(app: app, force: true)
+        } catch {
+            refresher.logger.warning("mediation refresh after a policy change failed", metadata: ["app": "\(app)", "error": "\(error)"])
+        }
+    }
+
+    /// The answer for a lookup: 200 with a body drawn by weight, or 304 when the client
+    /// holds a current one.
+    func serve(_ lookup: MediationRefresher.Lookup, app: String, _ request: Request) throws -> Response {
+        switch lookup {
+        case .notLoaded:
+            throw ProblemDetails(
+                .serviceUnavailable, detail: "the mediation decisions are not loaded yet (the server has just started or cannot reach its database); retry shortly",
+                headers: [.retryAfter: "5"]
+            )
+        case .noPolicy:
+            throw ProblemDetails(
+                .notFound,
+                detail: "no mediation policy answers this request for app \"\(app)\"; set one with PUT /v1/apps/\(app)/mediation/policies or adtally mediation set \(app)"
+            )
+        case .served(let decision):
+            let cacheControl = "max-age=\(decision.maxAgeSeconds)"
+            if let ifNoneMatch = request.headers[.ifNoneMatch], let held = decision.variant(matching: ifNoneMatch) {
+                return Response(status: .notModified, headers: [.eTag: held.etag, .cacheControl: cacheControl])
+            }
+            var generator = SystemRandomNumberGenerator()
+            let variant = decision.draw(using: &generator)
+            return Response(
+                status: .ok, headers: [.contentType: "application/json", .eTag: variant.etag, .cacheControl: cacheControl],
+                body: .init(byteBuffer: ByteBuffer(bytes: variant.body))
+            )
+        }
+    }
+
+    /// The placement and country of a request's query (nil: not given), checked.
+    static func scope(app: String, _ request: Request, allowed: Set<String>) throws -> MediationScope {
+        var scope = MediationScope(app: app)
+        for (name, value) in request.uri.queryParameters {
+            let name = String(name), value = String(value)
+            switch name {
+            case "placement":
+                guard (1...64).contains(value.count), !value.contains("\0") else {
+                    throw ProblemDetails(.badRequest, detail: "placement: must be 1 to 64 characters")
+                }
+                scope.placement = value
+            case "country":
+                let upper = value.uppercased()
+                guard upper == "ZZ" || ISOCodes.countries.contains(upper) else {
+                    throw ProblemDetails(.badRequest, detail: "country: must be an ISO 3166-1 alpha-2 code (ZZ for unknown)")
+                }
+                scope.country = upper
+            default:
+                throw ProblemDetails(.badRequest, detail: "\(name): unknown parameter; allowed: \(allowed.sorted().joined(separator: ", "))")
+            }
+        }
+        return scope
+    }
+
+    /// Maps the store's refusals onto problems.
+    @discardableResult
+    static func mapping<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as MediationPolicyError {
+            throw ProblemDetails(.badRequest, detail: error.description)
+        } catch let error as MediationStoreError {
+            throw ProblemDetails(.notFound, detail: error.description)
+        }
+    }
+}

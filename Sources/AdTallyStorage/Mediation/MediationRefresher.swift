@@ -1,0 +1,225 @@
+import AdTallyCore
+import Foundation
+import Logging
+import PostgresKit
+import Synchronization
+import TextFormats
+
+/// A decision ready to serve: the bytes of each answer it may give and their ETags.
+public struct ServedMediation: Sendable {
+    /// One answer: the network `enable_advertising` names and its body.
+    public struct Variant: Sendable {
+        /// The network.
+        public var network: String
+        /// Its share of answers (1 but for a weighted policy).
+        public var share: Double
+        /// The body.
+        public var body: [UInt8]
+        /// Its entity tag, quoted.
+        public var etag: String
+    }
+
+    /// The policy's scope.
+    public var scope: MediationScope
+    /// `Cache-Control: max-age`.
+    public var maxAgeSeconds: Int
+    /// One answer per network a weighted policy draws, else the one chosen.
+    public var variants: [Variant]
+
+    init?(_ stored: StoredMediationPolicy) {
+        guard let decision = stored.decision, let chosen = stored.chosen else { return nil }
+        scope = stored.policy.scope
+        maxAgeSeconds = stored.policy.maxAgeSeconds
+        let shares = stored.policy.rule == .weighted ? stored.policy.shares : [(chosen, 1)]
+        variants = shares.map { network, share in
+            let body = MediationAnswer.body(network: network, answer: decision)
+            return Variant(network: network, share: share, body: body, etag: "\"" + String(SHA256.hex(body).prefix(32)) + "\"")
+        }
+    }
+
+    /// The answer a client already holds, by one of the entity tags of `If-None-Match`
+    /// (weak or strong, or `*`): it keeps it (a weighted split stays put per device).
+    public func variant(matching ifNoneMatch: String) -> Variant? {
+        let tags = ifNoneMatch.split(separator: ",").map { tag in
+            let trimmed = tag.trimmingCharacters(in: .whitespaces)
+            return trimmed.hasPrefix("W/") ? String(trimmed.dropFirst(2)) : trimmed
+        }
+        if tags.contains("*") { return variants.first }
+        return variants.first { tags.contains($0.etag) }
+    }
+
+    /// An answer drawn by share (the only one unless the policy is weighted).
+    public func draw<G: RandomNumberGenerator>(using generator: inout G) -> Variant {
+        guard variants.count > 1 else { return variants[0] }
+        var point = Double.random(in: 0..<1, using: &generator)
+        for variant in variants {
+            point -= variant.share
+            if point < 0 { return variant }
+        }
+        return variants[variants.count - 1]
+    }
+}
+
+/// Keeps every policy's decision fresh and in memory, so that `GET
+/// /v1/apps/{app}/mediation` is answered without the database or the report engine.
+///
+/// Each pass reads the policies with their stored decisions; a decision older than
+/// the interval (or one of a policy changed since) is computed again: the policy's
+/// window through the report engine, the choice by `MediationChooser` against the
+/// network stored as chosen, stored under the row's lock (another server may decide
+/// at the same moment; hysteresis compares with whatever was stored last). Then the
+/// served set is rebuilt from what is stored, so every server serves the same bytes.
+/// When a pass fails (the database unreachable) the last served set stays; when one
+/// policy's numbers fail (a missing FX rate) its last decision stays.
+public final class MediationRefresher: Sendable {
+    /// How often decisions are recomputed, and who this server is in the history.
+    public struct Configuration: Sendable {
+        /// A decision older than this is computed again.
+        public var interval: Duration = .seconds(60)
+        /// This server, as history names who switched.
+        public var identity: String
+
+        /// A configuration.
+        public init(interval: Duration = .seconds(60), identity: String) {
+            self.interval = interval
+            self.identity = identity
+        }
+    }
+
+    private struct Served {
+        var decisions: [MediationScope: ServedMediation] = [:]
+        var apps: Set<String> = []
+    }
+
+    /// What `lookup` found.
+    public enum Lookup: Sendable {
+        /// No pass has succeeded yet (the server just started, the database is down).
+        case notLoaded
+        /// The app has no policy that answers the request.
+        case noPolicy
+        /// The decision to serve.
+        case served(ServedMediation)
+    }
+
+    let store: MediationStore
+    let engine: ReportEngine
+    /// The interval and this server's name.
+    public let configuration: Configuration
+    /// Where failed decisions are logged.
+    public let logger: Logger
+    private let served = Mutex<Served?>(nil)
+
+    /// A refresher; nothing is served before the first `refresh`.
+    public init(store: MediationStore, engine: ReportEngine, configuration: Configuration, logger: Logger = Logger(label: "adtally.mediation")) {
+        self.store = store
+        self.engine = engine
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// The decision that answers a request, most specific scope first.
+    public func lookup(app: String, placement: String?, country: String?) -> Lookup {
+        served.withLock { served in
+            guard let served else { return .notLoaded }
+            guard served.apps.contains(app) else { return .noPolicy }
+            for scope in MediationScope.candidates(app: app, placement: placement, country: country) {
+                if let decision = served.decisions[scope] { return .served(decision) }
+            }
+            return .noPolicy
+        }
+    }
+
+    /// One pass over every policy (one app's, when given; `force`: recompute them even
+    /// if fresh). Throws when the policies cannot be read; the served set then stays.
+    public func refresh(app: String? = nil, force: Bool = false, now: Date = Date()) async throws {
+        var policies = try await store.policies(app: app)
+        let apps = Dictionary(try await engine.readableApps(only: app).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        let interval = Double(configuration.interval.components.seconds)
+        for index in policies.indices {
+            let stored = policies[index]
+            let isFresh = stored.decision != nil && stored.decidedAt.map { decided in
+                now.timeIntervalSince(decided) < interval * 0.9 && stored.policy.updatedAt.map { $0 <= decided } ?? true
+            } ?? false
+            guard force || !isFresh, let reportApp = apps[stored.policy.scope.app] else { continue }
+            do {
+                if let decided = try await decide(stored.policy, app: reportApp, now: now) { policies[index] = decided }
+            } catch let error as PostgresError where error.isTransient {
+                throw error
+            } catch {
+                logger.warning("mediation decision failed; the last one is served", metadata: ["policy": "\(stored.policy.scope.description)", "error": "\(error)"])
+            }
+        }
+        let decisions = policies.compactMap(ServedMediation.init)
+        served.withLock { served in
+            var next = served ?? Served()
+            if let app {
+                next.decisions = next.decisions.filter { $0.key.app != app }
+                next.apps.remove(app)
+            } else {
+                next = Served()
+            }
+            for decision in decisions {
+                next.decisions[decision.scope] = decision
+                next.apps.insert(decision.scope.app)
+            }
+            served = next
+        }
+    }
+
+    /// Computes and stores a policy's decision; nil when the policy changed meanwhile.
+    func decide(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> StoredMediationPolicy? {
+        let window = try await stats(policy, app: app, now: now)
+        return try await store.storeDecision(
+            policy.scope, policyUpdatedAt: policy.updatedAt, actor: configuration.identity,
+            decide: { incumbent in MediationChooser.choose(policy, stats: window.stats, incumbent: incumbent, currency: app.currency) },
+            answer: { choice, since, decidedAt in
+                MediationAnswer(
+                    policy: policy, choice: choice, stats: window.stats, windowFrom: window.from, windowTo: now, currency: app.currency,
+                    chosenSince: since, decidedAt: decidedAt
+                ).json()
+            }
+        )
+    }
+
+    /// Each network's numbers in a policy's window — from the start of the UTC hour
+    /// `windowHours` hours before `now`'s to `now` — from the report engine: hour ×
+    /// network rows in UTC over the window's days, summed over the window's hours.
+    public func stats(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> (stats: [MediationNetworkStats], from: Date) {
+        let hour = Int(now.timeIntervalSince1970.rounded(.down)) / 3600
+        let firstHour = hour - policy.windowHours
+        let hours = Set((firstHour...hour).map(Self.hourText))
+        var parameters = [
+            ("apps", app.id), ("tz", "UTC"), ("from", ReportQuery.formatDate(firstHour * 3600 / 86_400)), ("to", ReportQuery.formatDate(hour * 3600 / 86_400)),
+            ("dimensions", "hour,network"), ("metrics", "requests,impressions,revenue"), ("limit", String(ReportQuery.maxLimit)),
+        ]
+        if policy.rule == .automatic, !policy.networks.isEmpty { parameters.append(("network", policy.networks.joined(separator: ","))) }
+        if let placement = policy.scope.placement { parameters.append(("placement", placement)) }
+        if let country = policy.scope.country { parameters.append(("country", country)) }
+        let query = try ReportQuery.parse(parameters, readable: [app], isAdmin: true, now: now)
+        let page = try await engine.page(query)
+        guard page.nextCursor == nil else {
+            throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) hour × network rows in the window of \(policy.scope.description)")
+        }
+        var counts: [String: ReportCounts] = [:]
+        for row in page.rows {
+            guard let hourText = row.dimensions[0], hours.contains(hourText), let network = row.dimensions[1] else { continue }
+            counts[network, default: ReportCounts()].add(row.counts)
+        }
+        let stats = counts.map { MediationNetworkStats(network: $0.key, counts: $0.value) }.sorted { $0.network < $1.network }
+        return (stats, Date(timeIntervalSince1970: Double(firstHour * 3600)))
+    }
+
+    /// An hour's start as the engine writes it in UTC: `2026-11-23T15:00:00+00:00`.
+    static func hourText(_ hour: Int) -> String {
+        let (year, month, day) = CivilTime.date(days: hour / 24)
+        func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(year)-\(two(month))-\(two(day))T\(two(hour % 24)):00:00+00:00"
+    }
+}
+
+/// A policy's window could not be read whole.
+public struct MediationWindowError: Error, Sendable, CustomStringConvertible {
+    /// What went wrong.
+    public var detail: String
+    public var description: String { detail }
+}
