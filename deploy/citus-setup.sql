@@ -35,6 +35,10 @@ SELECT create_distributed_table('rollup_devices_15m_compacted', 'app_id', coloca
 SELECT create_distributed_table('rollup_devices_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_devices_1h_compacted'::regclass);
 SELECT create_distributed_table('rollup_devices_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rollup_devices_day_compacted'::regclass);
 
+-- The mediation switch (Migrations/0009): each app's policies, decisions and history.
+SELECT create_distributed_table('mediation_policies', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'mediation_policies'::regclass);
+SELECT create_distributed_table('mediation_changes', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'mediation_changes'::regclass);
+
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
 SELECT create_reference_table('rate_cards') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rate_cards'::regclass);

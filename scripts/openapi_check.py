@@ -159,6 +159,22 @@ call("DELETE", "/v1/exports/openapi", admin, 204)
 call("DELETE", "/v1/exports/openapi", admin, 404)
 shutil.rmtree(folder, ignore_errors=True)
 
+# The mediation switch: policies, the served answer with its ETag, 304, history.
+call("GET", f"/v1/apps/{app}/mediation", ingest["secret"], 404)
+call("PUT", f"/v1/apps/{app}/mediation/policies", admin, 400, json={"rule": "automatic", "networks": ["admob"]})
+call("PUT", f"/v1/apps/{app}/mediation/policies", read["secret"], 403, json={"rule": "pinned", "network": "admob"})
+call("PUT", f"/v1/apps/{app}/mediation/policies", admin, 200, json={"rule": "automatic", "networks": ["admob", "nend"], "default": "nend", "min_requests": 1})
+call("PUT", f"/v1/apps/{app}/mediation/policies", admin, 200, json={"rule": "weighted", "country": "JP", "weights": {"admob": 1, "nend": 3}})
+answer = call("GET", f"/v1/apps/{app}/mediation", ingest["secret"], 200)
+call("GET", f"/v1/apps/{app}/mediation", ingest["secret"], 304, headers={"If-None-Match": answer.headers.get("ETag", "")})
+call("GET", f"/v1/apps/{app}/mediation?country=JP&placement=home", read["secret"], 200)
+call("GET", f"/v1/apps/{app}/mediation?country=Japan", read["secret"], 400)
+call("GET", "/v1/apps/nope/mediation", ingest["secret"], 403)
+call("GET", f"/v1/apps/{app}/mediation/policies", read["secret"], 200)
+call("GET", f"/v1/apps/{app}/mediation/history?limit=10", admin, 200)
+call("DELETE", f"/v1/apps/{app}/mediation/policies?country=JP", admin, 204)
+call("DELETE", f"/v1/apps/{app}/mediation/policies?country=JP", admin, 404)
+
 # The built-in dashboard: its sign-in, its page and its CSV (on an app of its own;
 # the first app's JPY revenue has no FX rate to USD, which is a 422 there).
 call("GET", f"/dashboard?app={app}", read["secret"], 422)

@@ -466,6 +466,147 @@ paths:
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
+  /v1/apps/{app}/mediation:
+    parameters:
+      - {name: app, in: path, required: true, schema: {type: string}}
+    get:
+      summary: "The app's ad-network switch file (DESIGN §9): any key of the app (its ingest key too) or an admin key."
+      description: >
+        Served from a decision the server refreshes in the background; the most specific policy
+        wins (placement and country, placement, country, the app). A weighted policy draws each
+        answer by weight; If-None-Match with a tag the client holds answers 304, so a client keeps its network.
+      parameters:
+        - {name: placement, in: query, schema: {type: string, minLength: 1, maxLength: 64}}
+        - {name: country, in: query, schema: {type: string, pattern: "^[A-Za-z]{2}$"}}
+        - {name: If-None-Match, in: header, schema: {type: string}}
+      responses:
+        "200":
+          description: "The switch file: enable_advertising first, then why."
+          headers:
+            ETag: {required: true, schema: {type: string}}
+            Cache-Control: {required: true, schema: {type: string, pattern: "^max-age=[0-9]+$"}}
+          content: {application/json: {schema: {$ref: "#/components/schemas/MediationAnswer"}}}
+        "304":
+          description: The client's answer is current.
+          headers:
+            ETag: {required: true, schema: {type: string}}
+            Cache-Control: {required: true, schema: {type: string}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+        "503": {$ref: "#/components/responses/Problem"}
+  /v1/apps/{app}/mediation/policies:
+    parameters:
+      - {name: app, in: path, required: true, schema: {type: string}}
+    get:
+      summary: The app's mediation policies with the decision each serves (an admin key or the app's read key).
+      responses:
+        "200":
+          description: Policies.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [policies]
+                properties:
+                  policies:
+                    type: array
+                    items:
+                      type: object
+                      required: [policy, chosen, chosen_since, decided_at]
+                      properties:
+                        policy: {$ref: "#/components/schemas/MediationPolicy"}
+                        chosen: {type: [string, "null"]}
+                        chosen_since: {type: [string, "null"], format: date-time}
+                        decided_at: {type: [string, "null"], format: date-time}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    put:
+      summary: Set (create or replace) the policy of a scope (an admin key); decided and served at once by this server.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [rule]
+              properties:
+                placement: {type: [string, "null"], minLength: 1, maxLength: 64}
+                country: {type: [string, "null"], pattern: "^[A-Za-z]{2}$"}
+                rule: {type: string, enum: [pinned, weighted, automatic]}
+                network: {type: string, description: "pinned: the network."}
+                weights: {type: object, additionalProperties: {type: integer, minimum: 0, maximum: 1000000}, description: "weighted: network → weight."}
+                networks: {type: array, items: {type: string}, description: "automatic: the networks it may choose (default any)."}
+                default: {type: string, description: "automatic (required): served until a network has enough data."}
+                window_hours: {type: integer, minimum: 1, maximum: 168}
+                min_requests: {type: integer, minimum: 1, maximum: 1000000000}
+                hysteresis: {type: number, minimum: 0, maximum: 10}
+                max_age_seconds: {type: integer, minimum: 0, maximum: 86400}
+      responses:
+        "200":
+          description: The policy and its decision.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [policy, chosen]
+                properties:
+                  policy: {$ref: "#/components/schemas/MediationPolicy"}
+                  chosen: {type: [string, "null"]}
+                  chosen_since: {type: [string, "null"], format: date-time}
+                  decided_at: {type: [string, "null"], format: date-time}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+    delete:
+      summary: Delete the policy of a scope (an admin key); its requests fall to a broader policy.
+      parameters:
+        - {name: placement, in: query, schema: {type: string, minLength: 1, maxLength: 64}}
+        - {name: country, in: query, schema: {type: string, pattern: "^[A-Za-z]{2}$"}}
+      responses:
+        "204": {description: Deleted.}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/apps/{app}/mediation/history:
+    parameters:
+      - {name: app, in: path, required: true, schema: {type: string}}
+    get:
+      summary: "Every policy change and network switch of the app, newest first: what, when, from, to, why, by whom."
+      parameters:
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+      responses:
+        "200":
+          description: Changes.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [changes]
+                properties:
+                  changes:
+                    type: array
+                    items:
+                      type: object
+                      required: [at, app, kind, reason, actor]
+                      properties:
+                        at: {type: string, format: date-time}
+                        app: {type: string}
+                        placement: {type: [string, "null"]}
+                        country: {type: [string, "null"]}
+                        kind: {type: string, enum: [policy, deleted, switch]}
+                        from: {type: [string, "null"]}
+                        to: {type: [string, "null"]}
+                        reason: {type: string}
+                        actor: {type: string}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
   /dashboard:
     get:
       summary: The built-in dashboard (HTML with SVG charts), or its sign-in form without a session.
@@ -621,6 +762,58 @@ components:
         file_status: {type: [string, "null"], enum: [provisional, final, null]}
         final_due_at: {type: [string, "null"], format: date-time}
         error: {type: [string, "null"]}
+    MediationPolicy:
+      type: object
+      required: [app, placement, country, rule, window_hours, min_requests, hysteresis, max_age_seconds]
+      properties:
+        app: {type: string}
+        placement: {type: [string, "null"], description: "null: every placement."}
+        country: {type: [string, "null"], description: "null: every country."}
+        rule: {type: string, enum: [pinned, weighted, automatic]}
+        network: {type: [string, "null"]}
+        weights: {type: [object, "null"], additionalProperties: {type: integer}}
+        networks: {type: array, items: {type: string}}
+        default: {type: [string, "null"]}
+        window_hours: {type: integer}
+        min_requests: {type: integer}
+        hysteresis: {type: number}
+        max_age_seconds: {type: integer}
+        updated_at: {type: [string, "null"], format: date-time}
+    MediationAnswer:
+      type: object
+      required: [enable_advertising, weights, rule, decided_by, reason, policy, window, networks, chosen_since, decided_at]
+      properties:
+        enable_advertising: {type: string, description: "The network to show (the key apps already read; always first)."}
+        weights: {type: object, additionalProperties: {type: number}, description: "Network → share of launches."}
+        rule: {type: string, enum: [pinned, weighted, automatic]}
+        decided_by: {type: string, enum: [pinned, weighted, best, kept, last_choice, default]}
+        reason: {type: string}
+        policy: {$ref: "#/components/schemas/MediationPolicy"}
+        window:
+          type: object
+          required: [hours, from, to, currency, min_requests]
+          properties:
+            hours: {type: integer}
+            from: {type: string, format: date-time}
+            to: {type: string, format: date-time}
+            currency: {type: string}
+            min_requests: {type: integer}
+        networks:
+          type: array
+          items:
+            type: object
+            required: [network, requests, impressions, fill_rate, ecpm, rpm, revenue, trusted]
+            properties:
+              network: {type: string}
+              requests: {type: integer}
+              impressions: {type: integer}
+              fill_rate: {type: [number, "null"]}
+              ecpm: {type: [string, "null"]}
+              rpm: {type: [string, "null"], description: "Expected revenue per 1000 requests: fill × eCPM."}
+              revenue: {type: string}
+              trusted: {type: boolean, description: "It had the policy's minimum requests in the window."}
+        chosen_since: {type: string, format: date-time}
+        decided_at: {type: string, format: date-time}
     FXRate:
       type: object
       required: [date, base, currency, rate]

@@ -81,6 +81,9 @@ struct MediationTests {
         #expect(later.network == "nend" && later.basis == .lastChoice, "\(later.reason)")
         let none = MediationChooser.choose(Self.automatic, stats: [], incumbent: "iad", currency: "USD")
         #expect(none.network == "iad" && none.basis == .lastChoice)
+        // Numbers that cannot be read (a missing FX rate) count as none, and say so.
+        let unreadable = MediationChooser.choose(Self.automatic, stats: thin, incumbent: "iad", currency: "USD", unreadable: "no FX rate converts EUR to USD")
+        #expect(unreadable.network == "iad" && unreadable.basis == .lastChoice && unreadable.reason.contains("could not be read (no FX rate"), "\(unreadable.reason)")
         // A network the policy does not list is ignored however good.
         let outsider = MediationChooser.choose(
             Self.automatic, stats: [Self.stats("unity", requests: 10_000, impressions: 10_000, revenueMicros: 99_000_000)], incumbent: nil, currency: "USD"

@@ -34,6 +34,10 @@ struct SchemathesisTests {
                         readable: try await ReportEngine(pool: database.pool).readableApps(only: nil)
                     )
                 }
+                // A policy, so that the switch file answers 200 (the fuzzer may delete or replace it).
+                _ = try await MediationStore(pool: database.pool).set(
+                    MediationPolicy(scope: MediationScope(app: "fuzz"), rule: .pinned, network: "admob"), actor: "test"
+                )
                 fixture = [
                     "ADTALLY_ST_ADMIN": try await apps.createKey(app: nil, scope: .admin).secret,
                     "ADTALLY_ST_INGEST": try await apps.createKey(app: "fuzz-keys", scope: .ingest).secret,

@@ -60,8 +60,12 @@ public struct MediationChoice: Sendable, Equatable {
 /// numbers in its window and the network chosen last (the incumbent), the choice.
 public enum MediationChooser {
     /// Decides for `policy`. `stats` may name networks the policy does not allow (they
-    /// are ignored); `currency` formats the amounts in the reason.
-    public static func choose(_ policy: MediationPolicy, stats: [MediationNetworkStats], incumbent: String?, currency: String) -> MediationChoice {
+    /// are ignored); `currency` formats the amounts in the reason. `unreadable` says why
+    /// the window's numbers could not be read: then an automatic policy falls back as
+    /// it does on thin data.
+    public static func choose(
+        _ policy: MediationPolicy, stats: [MediationNetworkStats], incumbent: String?, currency: String, unreadable: String? = nil
+    ) -> MediationChoice {
         switch policy.rule {
         case .pinned:
             let network = policy.network ?? ""
@@ -72,11 +76,13 @@ public enum MediationChooser {
             let split = shares.map { "\($0.network) \(MediationPolicy.percent($0.share))" }.joined(separator: ", ")
             return MediationChoice(network: heaviest, weights: shares, basis: .weighted, reason: "a fixed split by the policy: \(split) of launches")
         case .automatic:
-            return automatic(policy, stats: stats, incumbent: incumbent, currency: currency)
+            return automatic(policy, stats: unreadable == nil ? stats : [], incumbent: incumbent, currency: currency, unreadable: unreadable)
         }
     }
 
-    static func automatic(_ policy: MediationPolicy, stats: [MediationNetworkStats], incumbent rawIncumbent: String?, currency: String) -> MediationChoice {
+    static func automatic(
+        _ policy: MediationPolicy, stats: [MediationNetworkStats], incumbent rawIncumbent: String?, currency: String, unreadable: String?
+    ) -> MediationChoice {
         let allowed = policy.networks.isEmpty ? nil : Set(policy.networks)
         let candidates = stats.filter { allowed?.contains($0.network) ?? true }
         let trusted = candidates.filter { $0.counts.requests >= policy.minRequests && $0.expectedNumber != nil }
@@ -94,10 +100,15 @@ public enum MediationChooser {
             return "\(stats.network) \(money(stats)) per 1000 requests (fill \(fill) of \(stats.counts.requests))"
         }
         guard let best = trusted.max(by: { order($0, $1) }) else {
-            let thin = candidates.isEmpty
-                ? "no allowed network reported a request \(window)"
-                : "no network had \(policy.minRequests) requests \(window) ("
+            let thin: String
+            if let unreadable {
+                thin = "the window's numbers could not be read (\(unreadable))"
+            } else if candidates.isEmpty {
+                thin = "no allowed network reported a request \(window)"
+            } else {
+                thin = "no network had \(policy.minRequests) requests \(window) ("
                     + candidates.sorted { $0.counts.requests > $1.counts.requests }.prefix(5).map { "\($0.network) \($0.counts.requests)" }.joined(separator: ", ") + ")"
+            }
             if let incumbent { return only(incumbent, .lastChoice, "\(thin): keeping the last choice, \(incumbent)") }
             let fallback = policy.defaultNetwork ?? ""
             return only(fallback, .defaultNetwork, "\(thin) and nothing was chosen before: the policy's default, \(fallback)")

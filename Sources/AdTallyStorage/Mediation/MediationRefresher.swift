@@ -167,14 +167,30 @@ public final class MediationRefresher: Sendable {
     }
 
     /// Computes and stores a policy's decision; nil when the policy changed meanwhile.
+    /// Numbers that cannot be read for a reason other than the database being
+    /// unreachable (a missing FX rate) count as no numbers: the policy falls back to
+    /// its last choice or default, saying why, rather than serving nothing.
     func decide(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> StoredMediationPolicy? {
-        let window = try await stats(policy, app: app, now: now)
+        var window: (stats: [MediationNetworkStats], from: Date)
+        var unreadable: String?
+        do {
+            window = try await stats(policy, app: app, now: now)
+        } catch let error as PostgresError where error.isTransient {
+            throw error
+        } catch {
+            logger.warning("mediation numbers unreadable; falling back", metadata: ["policy": "\(policy.scope.description)", "error": "\(error)"])
+            window = ([], Date(timeIntervalSince1970: Double((Int(now.timeIntervalSince1970) / 3600 - policy.windowHours) * 3600)))
+            unreadable = "\(error)"
+        }
+        let numbers = window, why = unreadable
         return try await store.storeDecision(
             policy.scope, policyUpdatedAt: policy.updatedAt, actor: configuration.identity,
-            decide: { incumbent in MediationChooser.choose(policy, stats: window.stats, incumbent: incumbent, currency: app.currency) },
+            decide: { incumbent in
+                MediationChooser.choose(policy, stats: numbers.stats, incumbent: incumbent, currency: app.currency, unreadable: why)
+            },
             answer: { choice, since, decidedAt in
                 MediationAnswer(
-                    policy: policy, choice: choice, stats: window.stats, windowFrom: window.from, windowTo: now, currency: app.currency,
+                    policy: policy, choice: choice, stats: numbers.stats, windowFrom: numbers.from, windowTo: now, currency: app.currency,
                     chosenSince: since, decidedAt: decidedAt
                 ).json()
             }
