@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test screenshot bench-ingest bench-report bench-scaling fuzz
+.PHONY: deps build build-release run test screenshot bench-ingest bench-report bench-scaling bench-mediation fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -47,6 +47,11 @@ bench-ingest: build-release
 ## sketches per app-month, COPY rows per core; extrapolated to 1 B events a month.
 bench-scaling: build-release
 	bench/scaling.sh
+
+## bench-mediation: the mediation answer under keep-alive load (p50/p99, req/s) against a
+## static file of the same bytes from the same server, and the 304 revalidation.
+bench-mediation: build-release
+	bench/mediation.sh
 
 ## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator and on
 ## the CSV reader of adtally ingest, FUZZ_SECONDS each (default 600). Not part of test.

@@ -18,7 +18,9 @@ trap cleanup EXIT
 start_server() {
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   data="$work/data"
-  "$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning > "$work/server.log" 2>&1 &
+  # BENCH_SERVE_ARGS: more `serve` options (word-split).
+  # shellcheck disable=SC2086
+  "$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning ${BENCH_SERVE_ARGS:-} > "$work/server.log" 2>&1 &
   server=$!
   for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
   curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }

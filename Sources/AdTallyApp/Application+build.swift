@@ -94,6 +94,11 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     // Metrics outermost: they record the status actually sent, problem responses included.
     router.add(middleware: MetricsMiddleware())
     router.add(middleware: ProblemMiddleware(routes: routes.table))
+    if let folder = settings.staticDirectory {
+        // Files answer GET and HEAD under /static/ where no route does (with their own
+        // ETag and Last-Modified); `..` is refused.
+        router.add(middleware: FileMiddleware(folder, urlBasePath: "/static", logger: logger))
+    }
     HealthRoutes(readiness: DatabaseReadiness(database: services.database, compaction: services.compactor.health)).register(on: routes)
     MetricsRoutes.register(on: routes)
     let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))

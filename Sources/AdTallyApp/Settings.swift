@@ -53,6 +53,9 @@ public struct Settings: Sendable {
     public var exportCatchUpDays: Int = 7
     /// Seconds after which a mediation decision is computed again (`--mediation-refresh`).
     public var mediationRefreshSeconds: Int = 60
+    /// A folder whose files are served as they are under `/static/` (`--static-dir`): a
+    /// hand-written switch file, say, served beside the computed one.
+    public var staticDirectory: String?
 
     /// The accepted age of `occurred_at`.
     public var maxEventAge: Duration { .seconds(maxEventAgeDays * 86_400) }
@@ -127,6 +130,8 @@ public struct Settings: Sendable {
         public var exportCatchUpDays: Int?
         /// `--mediation-refresh` / `ADTALLY_MEDIATION_REFRESH_SECONDS`.
         public var mediationRefreshSeconds: Int?
+        /// `--static-dir` / `ADTALLY_STATIC_DIR`.
+        public var staticDirectory: String?
 
         /// Flags as given; nil means not given.
         public init(
@@ -208,6 +213,13 @@ public struct Settings: Sendable {
         settings.exportCatchUpDays = try number(flags.exportCatchUpDays, "ADTALLY_EXPORT_CATCH_UP_DAYS", range: 1...366) ?? defaults.exportCatchUpDays
         settings.mediationRefreshSeconds = try number(flags.mediationRefreshSeconds, "ADTALLY_MEDIATION_REFRESH_SECONDS", range: 1...3600)
             ?? defaults.mediationRefreshSeconds
+        settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
+        if let folder = settings.staticDirectory {
+            var isFolder: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: folder, isDirectory: &isFolder), isFolder.boolValue else {
+                throw SettingsError.invalid("ADTALLY_STATIC_DIR", folder, "an existing folder")
+            }
+        }
         // Events older than the retention period would land in partitions about to be dropped.
         guard settings.maxEventAgeDays < settings.retentionDays else {
             throw SettingsError.invalid(

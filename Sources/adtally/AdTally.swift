@@ -107,6 +107,9 @@ extension AdTally {
         @Option(name: .customLong("mediation-refresh"), help: "Seconds after which a mediation decision is computed again (env ADTALLY_MEDIATION_REFRESH_SECONDS; default 60).")
         var mediationRefresh: Int?
 
+        @Option(name: .customLong("static-dir"), help: "Serve this folder's files as they are under /static/ (env ADTALLY_STATIC_DIR; default: none).")
+        var staticDir: String?
+
         @Option(name: .customLong("shutdown-timeout"), help: "Seconds a graceful shutdown waits for requests in progress (env ADTALLY_SHUTDOWN_TIMEOUT_SECONDS; default 15).")
         var shutdownTimeout: Int?
 
@@ -123,6 +126,7 @@ extension AdTally {
             flags.shutdownTimeoutSeconds = shutdownTimeout
             flags.exportCatchUpDays = exportCatchUpDays
             flags.mediationRefreshSeconds = mediationRefresh
+            flags.staticDirectory = staticDir
             let settings = try Settings.resolve(flags: flags)
             let logger = LogSetup.bootstrap(level: settings.logLevel)
             try await Server.run(settings: settings, logger: logger)

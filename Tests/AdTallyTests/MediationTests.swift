@@ -157,6 +157,10 @@ struct MediationTests {
             let after = try await served(at: 15.5)
             #expect(after.network == "iad", "\(after.answer["reason"] ?? "")")
             #expect(after.answer["decided_by"] as? String == "best")
+            // The README's example.
+            #expect(after.answer["reason"] as? String == "highest expected revenue (fill × eCPM) in the last 6 h among networks with ≥ 100 requests: "
+                + "iad 0.50 USD per 1000 requests (fill 50% of 350); it beats the last choice, admob 0.39 USD per 1000 requests (fill 38.6% of 350), "
+                + "by more than the 10% hysteresis")
             // nend is better by far but has 60 requests in 12:00–18:30, under the 100 required.
             let untrusted = try await served(at: 18.5)
             #expect(untrusted.network == "iad", "\(untrusted.answer["reason"] ?? "")")
@@ -310,5 +314,53 @@ struct MediationTests {
                 _ = try admin.execute(unsafeSQL: "ALTER DATABASE \(name) ALLOW_CONNECTIONS true")
             }
         }
+    }
+
+    @Test("adtally mediation set, show, history and unset work on the database; a bad option is refused by name")
+    func commandLine() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let (database, _) = try await openWithApp(conninfo, app: "med")
+            await database.close()
+            func adtally(_ arguments: String...) async throws -> (status: Int32, output: String) {
+                try await runProcess([adtallyBinary(), "mediation"] + arguments + ["--database-url", conninfo])
+            }
+            let bad = try await adtally("set", "med", "--rule", "automatic", "--networks", "admob,iad")
+            #expect(bad.status != 0 && bad.output.contains("--default: is required"), "\(bad.output)")
+            let pinned = try await adtally("set", "med", "--rule", "pinned", "--network", "nend")
+            #expect(pinned.status == 0 && pinned.output.contains("serving nend"), "\(pinned.output)")
+            let split = try await adtally("set", "med", "--country", "jp", "--rule", "weighted", "--weights", "admob=3,iad=1")
+            #expect(split.status == 0, "\(split.output)")
+            let show = try await adtally("show", "med")
+            #expect(show.status == 0 && show.output.contains("policy:    pinned to nend") && show.output.contains("serving:   nend"), "\(show.output)")
+            #expect(show.output.contains("country JP") && show.output.contains("split: admob 75%, iad 25%"), "\(show.output)")
+            let json = try await adtally("show", "med", "--format", "json")
+            let answers = try #require(try JSONSerialization.jsonObject(with: Data(json.output.utf8)) as? [[String: Any]], "\(json.output)")
+            #expect(answers.count == 2 && answers.allSatisfy { $0["enable_advertising"] != nil })
+            #expect(try await adtally("unset", "med", "--country", "JP").status == 0)
+            #expect(try await adtally("unset", "med", "--country", "JP").output.contains("no mediation policy for med country=JP"))
+            let history = try await adtally("history", "med")
+            #expect(history.status == 0, "\(history.output)")
+            for expected in ["deleted", "switch", "policy", "pinned to nend", "cli "] {
+                #expect(history.output.contains(expected), "\(expected): \(history.output)")
+            }
+        }
+    }
+
+    @Test("--static-dir serves a folder's files under /static/ (the benchmark's peer), and nothing outside it")
+    func staticFolder() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-static-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try Data(#"{"enable_advertising":"admob"}"#.utf8).write(to: folder.appendingPathComponent("switch.json"))
+        var flags = Settings.Flags()
+        flags.staticDirectory = folder.path
+        try await withTestApp(flags: flags) { _, client in
+            let (status, body) = try await client.execute(uri: "/static/switch.json", method: .get) { ($0.status, String(buffer: $0.body)) }
+            #expect(status == .ok && body == #"{"enable_advertising":"admob"}"#)
+            #expect(try await client.execute(uri: "/static/none.json", method: .get) { $0.status } == .notFound)
+            #expect(try await client.execute(uri: "/static/%2e%2e/%2e%2e/etc/passwd", method: .get) { $0.status } != .ok)
+            #expect(try await client.execute(uri: "/healthz", method: .get) { $0.status } == .ok)
+        }
+        #expect(throws: SettingsError.self) { try Settings.resolve(flags: .init(), environment: ["ADTALLY_STATIC_DIR": folder.path + "/none"]) }
     }
 }
