@@ -13,7 +13,8 @@
 -- that every server keeps the same incumbent and a restarted one does not forget it.
 CREATE TABLE mediation_policies (
     app_id          text COLLATE "C" NOT NULL REFERENCES apps (app_id) ON DELETE CASCADE,
-    placement       text COLLATE "C" NOT NULL DEFAULT '' CHECK (length(placement) <= 64),
+    -- Checked as events check theirs (MediationPolicy.validated).
+    placement       text COLLATE "C" NOT NULL DEFAULT '',
     country         text COLLATE "C" NOT NULL DEFAULT '' CHECK (country = '' OR country ~ '^[A-Z]{2}$'),
     rule            text NOT NULL CHECK (rule IN ('pinned', 'weighted', 'automatic')),
     -- pinned: the network; weighted: network → weight (positive integers);

@@ -12,8 +12,10 @@
 #    the mediation answer (ingest key), the static file, and the mediation answer
 #    revalidated with If-None-Match (304), and /healthz (the server's floor: a fixed
 #    answer without a key); medians of req/s, p50 and p99;
-# 5. the reports the server ran meanwhile (adtally_report_reads_total): the answers
-#    come from memory, so only the background refresh may run any;
+# 5. the mediation decisions the server computed meanwhile
+#    (adtally_mediation_decisions_total): the answers come from memory, so only the
+#    background refresh computes any (one a minute here); and all the reports it ran
+#    (adtally_report_reads_total: the Grafana series' refresh runs most);
 # 6. one RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +46,7 @@ echo "answer: $(wc -c < "$work/static/mediation.json") bytes, ETag $etag, decide
 head -c 300 "$work/static/mediation.json"; echo " …"
 curl -fsS "$base/static/mediation.json" | cmp - "$work/static/mediation.json"
 
-reports() { curl -fsS "$base/metrics" | awk '/^adtally_report_reads_total/ { sum += $NF } END { print sum + 0 }'; }
+metric() { curl -fsS "$base/metrics" | awk -v name="$1" '$1 ~ "^" name "({|$)" { sum += $NF } END { print sum + 0 }'; }
 run() { # run NAME URL [HEADER…]: one wrk run, its numbers appended to $work/NAME.txt
   local name=$1 url=$2; shift 2
   local args=(-t2 -c"$connections" -d"${seconds}s" --latency)
@@ -63,7 +65,8 @@ print(rps, ms("50%"), ms("99%"), int(errors.group(1)) if errors else 0)
 PY
   tail -n 1 "$work/$name.txt" | awk -v n="$name" '{ printf "%-14s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  non-2xx/3xx %d\n", n, $1, $2, $3, $4 }'
 }
-before=$(reports)
+decisions_before=$(metric adtally_mediation_decisions_total)
+reports_before=$(metric adtally_report_reads_total)
 echo "== wrk: $rounds rounds of ${seconds} s each, $connections keep-alive connections, 2 threads"
 for _ in $(seq 1 "$rounds"); do
   run mediation "$base/v1/apps/bench-00/mediation" "Authorization: Bearer $ingest"
@@ -71,11 +74,12 @@ for _ in $(seq 1 "$rounds"); do
   run revalidated "$base/v1/apps/bench-00/mediation" "Authorization: Bearer $ingest" "If-None-Match: $etag"
   run healthz "$base/healthz"
 done
-after=$(reports)
-echo "reports run by the server during the load: $((after - before)) (background refresh only)"
-python3 - "$work" "$decision_ms" "$((after - before))" <<'PY'
+decisions=$(( $(metric adtally_mediation_decisions_total) - decisions_before ))
+reports=$(( $(metric adtally_report_reads_total) - reports_before ))
+echo "during the load: $decisions mediation decisions computed (the background refresh), $reports reports run in all (most by the Grafana series' refresh)"
+python3 - "$work" "$decision_ms" "$decisions" <<'PY'
 import statistics, sys
-work, decision_ms, reports = sys.argv[1], sys.argv[2], sys.argv[3]
+work, decision_ms, decisions = sys.argv[1], sys.argv[2], sys.argv[3]
 def medians(name):
     rows = [list(map(float, line.split())) for line in open(f"{work}/{name}.txt")]
     if any(row[3] for row in rows):
@@ -84,5 +88,5 @@ def medians(name):
 m, s, r, h = medians("mediation"), medians("static"), medians("revalidated"), medians("healthz")
 print(f"RESULT mediation_rps={m[0]:.0f} mediation_p50_ms={m[1]:.3f} mediation_p99_ms={m[2]:.3f} "
       f"static_rps={s[0]:.0f} static_p50_ms={s[1]:.3f} static_p99_ms={s[2]:.3f} ratio_rps={m[0] / s[0]:.2f} "
-      f"not_modified_rps={r[0]:.0f} healthz_rps={h[0]:.0f} decision_ms={decision_ms} reports_during_load={reports}")
+      f"not_modified_rps={r[0]:.0f} healthz_rps={h[0]:.0f} decision_ms={decision_ms} decisions_during_load={decisions}")
 PY

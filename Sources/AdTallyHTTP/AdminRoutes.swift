@@ -103,6 +103,9 @@ public struct AdminRoutes: Sendable {
         } catch let error as MoneyTableError {
             // A value that decoded but breaks a rule (a rate card entry's fields).
             throw ProblemDetails(.badRequest, detail: error.description)
+        } catch let DecodingError.dataCorrupted(context) where !context.codingPath.isEmpty {
+            // A number that does not fit the field (1.5 or 1e20 for a whole number).
+            throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): has the wrong type or is out of range")
         } catch let DecodingError.typeMismatch(_, context) {
             throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): has the wrong type")
         } catch {

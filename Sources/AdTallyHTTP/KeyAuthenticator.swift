@@ -20,7 +20,15 @@ public final class KeyAuthenticator: Sendable {
     private struct Entry {
         var key: APIKey?
         var expires: ContinuousClock.Instant
+        /// When the store last answered for it.
+        var checked: ContinuousClock.Instant
+        /// After a failed lookup: no new lookup for this key before then.
+        var retryAt: ContinuousClock.Instant?
     }
+
+    /// How long after its last successful check a live key is still accepted, while
+    /// the database cannot be reached, where a caller allows it (the mediation answers).
+    public static let staleGrace: Duration = .seconds(3600)
 
     /// At most this many entries per cache (~250 bytes each: a 64-character hash
     /// and a key without its secret): under 5 MB for both.
@@ -44,8 +52,8 @@ public final class KeyAuthenticator: Sendable {
         return utf8.dropFirst(4).allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
-    /// The request's live key, or a 401 problem.
-    public func authenticate(_ request: Request) async throws -> APIKey {
+    /// The request's live key, or a 401 problem. `allowStale`: see `authenticate(secret:allowStale:)`.
+    public func authenticate(_ request: Request, allowStale: Bool = false) async throws -> APIKey {
         guard let header = request.headers[.authorization] else {
             throw Self.unauthorized("missing Authorization header; send \"Authorization: Bearer <key>\"")
         }
@@ -53,33 +61,46 @@ public final class KeyAuthenticator: Sendable {
         guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].isEmpty else {
             throw Self.unauthorized("Authorization must be \"Bearer <key>\"")
         }
-        guard let key = try await authenticate(secret: parts[1].trimmingCharacters(in: .whitespaces)) else {
+        guard let key = try await authenticate(secret: parts[1].trimmingCharacters(in: .whitespaces), allowStale: allowStale) else {
             throw Self.unauthorized("unknown or revoked key")
         }
         return key
     }
 
     /// The live key a secret belongs to, or nil (the dashboard's login form sends one).
-    public func authenticate(secret: String) async throws -> APIKey? {
+    ///
+    /// `allowStale`: when the database cannot be reached, a key the store called live
+    /// within `staleGrace` is still accepted (for what works without the database:
+    /// the mediation answers served from memory), and the store is asked again for
+    /// it only once per `ttl` (not on every request while it is down); a key never
+    /// seen live cannot be checked, and the error is thrown.
+    public func authenticate(secret: String, allowStale: Bool = false) async throws -> APIKey? {
         guard Self.isKeyShaped(Substring(secret)) else { return nil }
         let hash = SHA256.hex(secret)
         let now = ContinuousClock.now
         let cached = known.withLock { $0[hash] } ?? unknown.withLock { $0[hash] }
+        if let cached, cached.expires > now { return cached.key }
+        func usableStale() -> Entry? {
+            guard allowStale, let cached, cached.key != nil, now - cached.checked < Self.staleGrace else { return nil }
+            return cached
+        }
+        if let stale = usableStale(), let retryAt = stale.retryAt, retryAt > now { return stale.key }
         let key: APIKey?
-        if let cached, cached.expires > now {
-            key = cached.key
+        do {
+            key = try await store.authenticate(secret: secret)
+        } catch let error as PostgresError where error.isTransient {
+            guard var stale = usableStale() else { throw error }
+            stale.retryAt = now + ttl
+            Self.remember(hash, stale, in: known, now: now)
+            return stale.key
+        }
+        let entry = Entry(key: key, expires: now + ttl, checked: now)
+        if key == nil {
+            // Revoked (or never a key): a live entry from before must not outlive it.
+            _ = known.withLock { $0.removeValue(forKey: hash) }
+            Self.remember(hash, entry, in: unknown, now: now)
         } else {
-            do {
-                key = try await store.authenticate(secret: secret)
-            } catch let error as PostgresError where error.isTransient {
-                // The database is unreachable: a key known to be live a moment ago stays
-                // usable (what still works without the database, the mediation answers
-                // served from memory, keeps working); an unknown one cannot be checked.
-                guard let cached, cached.key != nil else { throw error }
-                return cached.key
-            }
-            let entry = Entry(key: key, expires: now + ttl)
-            if key == nil { Self.remember(hash, entry, in: unknown, now: now) } else { Self.remember(hash, entry, in: known, now: now) }
+            Self.remember(hash, entry, in: known, now: now)
         }
         return key
     }
@@ -120,8 +141,10 @@ public final class KeyAuthenticator: Sendable {
     }
 
     /// The request's key, which must belong to `app` (any scope) or be an admin key, else 401/403.
+    /// A key seen live within `staleGrace` is accepted while the database cannot be
+    /// reached (the only caller, the mediation answer, is served from memory).
     public func require(anyKeyOf app: String, _ request: Request) async throws -> APIKey {
-        let key = try await authenticate(request)
+        let key = try await authenticate(request, allowStale: true)
         guard key.scope == .admin || key.app == app else {
             throw ProblemDetails(.forbidden, detail: "this key belongs to app \"\(key.app ?? "")\", not \"\(app)\"")
         }

@@ -114,8 +114,8 @@ public struct MediationRoutes: Sendable {
             let name = String(name), value = String(value)
             switch name {
             case "placement":
-                guard (1...64).contains(value.count), !value.contains("\0") else {
-                    throw ProblemDetails(.badRequest, detail: "placement: must be 1 to 64 characters")
+                guard MediationPolicy.isPlacement(value) else {
+                    throw ProblemDetails(.badRequest, detail: "placement: must be 1 to 64 characters, without NUL")
                 }
                 scope.placement = value
             case "country":

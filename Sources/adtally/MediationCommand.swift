@@ -116,6 +116,7 @@ struct MediationCommand: AsyncParsableCommand {
                 for pair in weights.split(separator: ",") {
                     let parts = pair.split(separator: "=", maxSplits: 1)
                     guard parts.count == 2, let weight = Int(parts[1]) else { throw ValidationError("--weights: \"\(pair)\" is not network=weight") }
+                    guard parsedWeights?[String(parts[0])] == nil else { throw ValidationError("--weights: \(parts[0]) is named twice") }
                     parsedWeights?[String(parts[0])] = weight
                 }
             }
@@ -128,7 +129,12 @@ struct MediationCommand: AsyncParsableCommand {
                 let store = MediationStore(pool: database.pool)
                 do {
                     let saved = try await store.set(policy, actor: MediationCommand.actor)
-                    try await MediationCommand.refresher(database).refresh(app: saved.scope.app, force: true)
+                    do {
+                        try await MediationCommand.refresher(database).refresh(app: saved.scope.app, force: true)
+                    } catch {
+                        // The policy is stored: the servers decide it at their next refresh.
+                        FileHandle.standardError.write(Data("warning: the policy is set, but deciding it now failed: \(error)\n".utf8))
+                    }
                     return try await store.policies(app: saved.scope.app).first { $0.policy.scope == saved.scope }
                 } catch let error as MediationPolicyError {
                     throw ValidationError("--\(error.field.replacingOccurrences(of: "_", with: "-").replacingOccurrences(of: "max-age-seconds", with: "max-age")): \(error.rule)")

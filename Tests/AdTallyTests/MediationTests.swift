@@ -40,6 +40,12 @@ struct MediationTests {
         return MediationNetworkStats(network: network, counts: counts)
     }
 
+    /// Waits until the server's first background pass has loaded the decisions.
+    static func waitUntilLoaded(_ services: AppServices) async throws {
+        for _ in 0..<500 where !services.mediationRefresher.isLoaded { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(services.mediationRefresher.isLoaded)
+    }
+
     static let automatic = MediationPolicy(
         scope: MediationScope(app: "med"), rule: .automatic, networks: ["admob", "iad", "nend"], defaultNetwork: "admob", windowHours: 6,
         minRequests: 100, hysteresis: 0.1
@@ -127,7 +133,7 @@ struct MediationTests {
             _ = try await services.mediation.set(Self.automatic, actor: "test")
             let refresher = services.mediationRefresher
             func served(at hours: Double) async throws -> (network: String, answer: [String: Any]) {
-                try await refresher.refresh(app: "med", force: true, now: Self.at(hours))
+                try await refresher.refresh(force: true, now: Self.at(hours))
                 guard case .served(let decision) = refresher.lookup(app: "med", placement: "home", country: "JP") else {
                     Issue.record("nothing served at \(hours) h")
                     return ("", [:])
@@ -201,7 +207,12 @@ struct MediationTests {
                 if let ifNoneMatch { headers[.ifNoneMatch] = ifNoneMatch }
                 return try await client.execute(uri: "/v1/apps/med/mediation" + query, method: .get, headers: headers) { ($0.status, $0.headers, String(buffer: $0.body)) }
             }
+            try await Self.waitUntilLoaded(services)
             #expect(try await get(key: ingest).status == .notFound)
+            let (unknownField, unknownText) = try await put(#"{"rule": "pinned", "network": "admob", "window_hour": 6}"#)
+            #expect(unknownField == .badRequest && unknownText.contains("window_hour: is not a policy field"), "\(unknownText)")
+            let (fraction, fractionText) = try await put(#"{"rule": "weighted", "weights": {"admob": 1.5}}"#)
+            #expect(fraction == .badRequest && fractionText.contains("weights.admob: must be a whole number"), "\(fractionText)")
             let (status, text) = try await put(#"{"rule": "pinned"}"#)
             #expect(status == .badRequest && text.contains("network: is required"), "\(text)")
             #expect(try await put(#"{"rule": "often"}"#).1.contains("rule: must be pinned, weighted or automatic"))
@@ -213,11 +224,17 @@ struct MediationTests {
             #expect(first.body.hasPrefix(#"{"enable_advertising":"admob","#), "\(first.body)")
             #expect(first.headers[.cacheControl] == "max-age=120")
             let etag = try #require(first.headers[.eTag])
-            #expect(etag.hasPrefix("\"") && etag.count == 34)
+            #expect(etag.hasPrefix("W/\"") && etag.count == 36, "\(etag)")
             let again = try await get(key: ingest, ifNoneMatch: etag)
             #expect(again.status == .notModified && again.body.isEmpty && again.headers[.eTag] == etag)
-            #expect(try await get(key: ingest, ifNoneMatch: "W/\(etag)").status == .notModified)
+            #expect(try await get(key: ingest, ifNoneMatch: "\"x\", " + etag.dropFirst(2)).status == .notModified)
             #expect(try await get(key: ingest, ifNoneMatch: "\"0000\"").status == .ok)
+            // Decided again (new numbers, a new decided_at): the network stands, and so does the tag.
+            try await Task.sleep(for: .seconds(1.1))
+            try await services.mediationRefresher.refresh(app: "med", force: true)
+            let refreshed = try await get(key: ingest)
+            #expect(refreshed.body != first.body && refreshed.headers[.eTag] == etag)
+            #expect(try await get(key: ingest, ifNoneMatch: etag).status == .notModified)
             #expect(try await get(key: otherKey).status == .forbidden)
             #expect(try await get("?colour=red", key: ingest).status == .badRequest)
             #expect(try await get("?country=XX", key: ingest).status == .badRequest)
@@ -248,6 +265,10 @@ struct MediationTests {
             let deleted = try await client.execute(uri: "/v1/apps/med/mediation/policies?placement=home", method: .delete, headers: Reports.headers(admin)) { $0.status }
             #expect(deleted == .noContent)
             #expect(try await get("?placement=home", key: ingest).body.hasPrefix(#"{"enable_advertising":"admob""#))
+            // Another network: another tag, and the old one no longer matches.
+            #expect(try await put(#"{"rule": "pinned", "network": "iad"}"#).0 == .ok)
+            let moved = try await get(key: ingest, ifNoneMatch: etag)
+            #expect(moved.status == .ok && moved.body.hasPrefix(#"{"enable_advertising":"iad""#) && moved.headers[.eTag] != etag)
         }
     }
 
@@ -256,6 +277,8 @@ struct MediationTests {
         var flags = Reports.flags
         flags.mediationRefreshSeconds = 3600
         try await withTestApp(flags: flags) { services, client in
+            // The background pass at start is over (the next comes in 15 minutes).
+            try await Self.waitUntilLoaded(services)
             _ = try await services.appStore.createApp(id: "med", name: nil)
             let ingest = try await services.appStore.createKey(app: "med", scope: .ingest).secret
             try await Reports.store(services, app: "med", Self.traffic(network: "iad", hours: 0..<2, requests: 5, impressions: 5))
@@ -304,7 +327,7 @@ struct MediationTests {
             await #expect(throws: (any Error).self) { try await services.mediationRefresher.refresh(app: "med", force: true) }
             let during = try await client.execute(uri: "/v1/apps/med/mediation", method: .get, headers: Reports.headers(ingest)) { ($0.status, $0.headers[.eTag], String(buffer: $0.body)) }
             #expect(during.0 == .ok)
-            #expect(during.1 == before.1 && during.2 == before.2)
+            #expect(during.1 == before.1 && during.2.hasPrefix(#"{"enable_advertising":"nend","#), "\(during)")
             #expect(try await client.execute(uri: "/v1/apps/med/mediation", method: .get, headers: [.authorization: "Bearer \(ingest)", .ifNoneMatch: before.1 ?? ""]) { $0.status } == .notModified)
             // A key never seen before cannot be checked: 503, not a guess.
             let unknown = "atk_" + String(repeating: "a", count: 48)
@@ -362,5 +385,30 @@ struct MediationTests {
             #expect(try await client.execute(uri: "/healthz", method: .get) { $0.status } == .ok)
         }
         #expect(throws: SettingsError.self) { try Settings.resolve(flags: .init(), environment: ["ADTALLY_STATIC_DIR": folder.path + "/none"]) }
+    }
+
+    @Test("a placement policy counts exactly its placement's events, commas and all")
+    func placementIsMatchedExactly() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            _ = try await services.appStore.createApp(id: "med", name: nil)
+            func placed(_ events: [AdEvent], _ placement: String) -> [AdEvent] {
+                events.map { event in
+                    var event = event
+                    event.placement = placement
+                    return event
+                }
+            }
+            try await Reports.store(services, app: "med",
+                placed(Self.traffic(network: "admob", hours: 0..<3, requests: 50, impressions: 10), "home,menu")
+                    + placed(Self.traffic(network: "iad", hours: 0..<3, requests: 50, impressions: 40), "home")
+                    + placed(Self.traffic(network: "nend", hours: 0..<3, requests: 50, impressions: 45), "menu")
+            )
+            var policy = Self.automatic
+            policy.scope.placement = "home,menu"
+            _ = try await services.mediation.set(policy, actor: "test")
+            let (stats, _) = try await services.mediationRefresher.stats(policy, app: ReportApp(id: "med", timezone: "UTC", currency: "USD"), now: Self.at(3))
+            #expect(stats.map(\.network) == ["admob"])
+            #expect(stats.first?.counts.requests == 150)
+        }
     }
 }

@@ -118,7 +118,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     public func validated() throws(MediationPolicyError) -> MediationPolicy {
         var policy = self
         if let placement = scope.placement {
-            guard (1...64).contains(placement.count), !placement.contains("\0") else { throw .init("placement", "must be 1 to 64 characters") }
+            guard Self.isPlacement(placement) else { throw .init("placement", "must be 1 to 64 characters, without NUL") }
         }
         if let country = scope.country {
             let upper = country.uppercased()
@@ -163,6 +163,11 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         return policy
     }
 
+    /// A placement as events may name it: 1 to 64 characters, no NUL.
+    public static func isPlacement(_ text: String) -> Bool {
+        (1...64).contains(EventValidator.characterCount(text, atMost: 64)) && !text.utf8.contains(0)
+    }
+
     /// The networks a weighted policy draws from, with their share (weight / sum), by name.
     public var shares: [(network: String, share: Double)] {
         let weights = (weights ?? [:]).filter { $0.value > 0 }
@@ -201,6 +206,10 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     /// Decodes the API's flat object; absent parameters take their defaults (the app
     /// may be left out where the path names it).
     public init(from decoder: any Decoder) throws {
+        // A misspelt field would otherwise leave its default in place without a word.
+        for key in try decoder.container(keyedBy: AnyCodingKey.self).allKeys where CodingKeys(stringValue: key.stringValue) == nil || key.stringValue == "updated_at" {
+            throw MediationPolicyError(key.stringValue, "is not a policy field; the fields are app, placement, country, rule, network, weights, networks, default, window_hours, min_requests, hysteresis, max_age_seconds")
+        }
         let container = try decoder.container(keyedBy: CodingKeys.self)
         scope = MediationScope(
             app: try container.decodeIfPresent(String.self, forKey: .app) ?? "", placement: try container.decodeIfPresent(String.self, forKey: .placement),
@@ -212,13 +221,24 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         }
         self.rule = rule
         network = try container.decodeIfPresent(String.self, forKey: .network)
-        weights = try container.decodeIfPresent([String: Int].self, forKey: .weights)
+        // Whole numbers are read as numbers and then checked, so that 1.5 or 1e20 is
+        // refused naming its field (the decoder's own error names none).
+        func whole(_ value: Double, _ field: String) throws -> Int {
+            guard let number = Int(exactly: value), abs(number) <= 1 << 53 else { throw MediationPolicyError(field, "must be a whole number") }
+            return number
+        }
+        func whole(_ key: CodingKeys) throws -> Int? {
+            try container.decodeIfPresent(Double.self, forKey: key).map { try whole($0, key.stringValue) }
+        }
+        weights = try container.decodeIfPresent([String: Double].self, forKey: .weights).map { weights in
+            try Dictionary(uniqueKeysWithValues: weights.map { ($0.key, try whole($0.value, "weights.\($0.key)")) })
+        }
         networks = try container.decodeIfPresent([String].self, forKey: .networks) ?? []
         defaultNetwork = try container.decodeIfPresent(String.self, forKey: .defaultNetwork)
-        windowHours = try container.decodeIfPresent(Int.self, forKey: .windowHours) ?? Self.defaultWindowHours
-        minRequests = try container.decodeIfPresent(Int64.self, forKey: .minRequests) ?? Self.defaultMinRequests
+        windowHours = try whole(.windowHours) ?? Self.defaultWindowHours
+        minRequests = try whole(.minRequests).map(Int64.init) ?? Self.defaultMinRequests
         hysteresis = try container.decodeIfPresent(Double.self, forKey: .hysteresis) ?? Self.defaultHysteresis
-        maxAgeSeconds = try container.decodeIfPresent(Int.self, forKey: .maxAgeSeconds) ?? Self.defaultMaxAgeSeconds
+        maxAgeSeconds = try whole(.maxAgeSeconds) ?? Self.defaultMaxAgeSeconds
         updatedAt = nil
     }
 
@@ -239,4 +259,12 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         try container.encode(maxAgeSeconds, forKey: .maxAgeSeconds)
         try container.encode(updatedAt, forKey: .updatedAt)
     }
+}
+
+/// Any key of a JSON object, to list them.
+struct AnyCodingKey: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
 }

@@ -1,6 +1,7 @@
 import AdTallyCore
 import Foundation
 import Logging
+import Metrics
 import PostgresKit
 import Synchronization
 import TextFormats
@@ -26,30 +27,48 @@ public struct ServedMediation: Sendable {
     /// One answer per network a weighted policy draws, else the one chosen.
     public var variants: [Variant]
 
+    /// The decision stored for a policy, nil before there is one. The networks drawn
+    /// and their shares come from the stored answer's own `weights` (so the draw and
+    /// the body always agree, even when the policy changed after it was decided).
+    ///
+    /// The entity tag is weak and covers what an app acts on — the network, the split,
+    /// the policy's version and since when the network is served — not the numbers,
+    /// which change at every refresh: a client revalidating gets 304 for as long as
+    /// its network stands (and a device keeps its side of a weighted split).
     init?(_ stored: StoredMediationPolicy) {
-        guard let decision = stored.decision, let chosen = stored.chosen else { return nil }
+        guard let decision = stored.decision, let chosen = stored.chosen,
+              let answer = try? JSONSerialization.jsonObject(with: Data(decision.utf8)) as? [String: Any],
+              let weights = answer["weights"] as? [String: Double]
+        else { return nil }
         scope = stored.policy.scope
         maxAgeSeconds = stored.policy.maxAgeSeconds
-        let shares = stored.policy.rule == .weighted ? stored.policy.shares : [(chosen, 1)]
+        let split = weights.filter { $0.value > 0 }.sorted { $0.key < $1.key }
+        let shares = split.count > 1 ? split.map { ($0.key, $0.value) } : [(chosen, 1.0)]
+        let version = "\(stored.policy.updatedAt?.timeIntervalSince1970 ?? 0) \(stored.chosenSince?.timeIntervalSince1970 ?? 0) "
+            + split.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
         variants = shares.map { network, share in
-            let body = MediationAnswer.body(network: network, answer: decision)
-            return Variant(network: network, share: share, body: body, etag: "\"" + String(SHA256.hex(body).prefix(32)) + "\"")
+            Variant(
+                network: network, share: share, body: MediationAnswer.body(network: network, answer: decision),
+                etag: "W/\"" + String(SHA256.hex("\(network) \(version)").prefix(32)) + "\""
+            )
         }
     }
 
     /// The answer a client already holds, by one of the entity tags of `If-None-Match`
-    /// (weak or strong, or `*`): it keeps it (a weighted split stays put per device).
+    /// (compared weakly, as RFC 9110 has it for If-None-Match; or `*`): it keeps it.
     public func variant(matching ifNoneMatch: String) -> Variant? {
-        let tags = ifNoneMatch.split(separator: ",").map { tag in
-            let trimmed = tag.trimmingCharacters(in: .whitespaces)
-            return trimmed.hasPrefix("W/") ? String(trimmed.dropFirst(2)) : trimmed
+        func opaque(_ tag: some StringProtocol) -> Substring {
+            let trimmed = Substring(tag).trimmingCharacters(in: .whitespaces)
+            return Substring(trimmed.hasPrefix("W/") ? String(trimmed.dropFirst(2)) : trimmed)
         }
+        let tags = ifNoneMatch.split(separator: ",").prefix(64).map(opaque)
         if tags.contains("*") { return variants.first }
-        return variants.first { tags.contains($0.etag) }
+        return variants.first { tags.contains(opaque($0.etag)) }
     }
 
     /// An answer drawn by share (the only one unless the policy is weighted).
     public func draw<G: RandomNumberGenerator>(using generator: inout G) -> Variant {
+        // `init?` makes at least one variant.
         guard variants.count > 1 else { return variants[0] }
         var point = Double.random(in: 0..<1, using: &generator)
         for variant in variants {
@@ -86,9 +105,12 @@ public final class MediationRefresher: Sendable {
         }
     }
 
+    /// What is served, per app, and which refresh installed each app's: a refresh
+    /// reads an app's policies at its start, so the one that started last wins (a full
+    /// pass that read before a policy changed does not undo the change's own refresh).
     private struct Served {
-        var decisions: [MediationScope: ServedMediation] = [:]
-        var apps: Set<String> = []
+        var decisions: [String: [MediationScope: ServedMediation]] = [:]
+        var installedBy: [String: Int] = [:]
     }
 
     /// What `lookup` found.
@@ -108,6 +130,9 @@ public final class MediationRefresher: Sendable {
     /// Where failed decisions are logged.
     public let logger: Logger
     private let served = Mutex<Served?>(nil)
+    private let tickets = Atomic<Int>(0)
+    private let decisions = Counter(label: "adtally_mediation_decisions_total")
+    private let unreadableNumbers = Counter(label: "adtally_mediation_unreadable_numbers_total")
 
     /// A refresher; nothing is served before the first `refresh`.
     public init(store: MediationStore, engine: ReportEngine, configuration: Configuration, logger: Logger = Logger(label: "adtally.mediation")) {
@@ -121,68 +146,85 @@ public final class MediationRefresher: Sendable {
     public func lookup(app: String, placement: String?, country: String?) -> Lookup {
         served.withLock { served in
             guard let served else { return .notLoaded }
-            guard served.apps.contains(app) else { return .noPolicy }
+            guard let decisions = served.decisions[app] else { return .noPolicy }
             for scope in MediationScope.candidates(app: app, placement: placement, country: country) {
-                if let decision = served.decisions[scope] { return .served(decision) }
+                if let decision = decisions[scope] { return .served(decision) }
             }
             return .noPolicy
         }
     }
 
+    /// Whether a pass over every app has succeeded.
+    public var isLoaded: Bool { served.withLock { $0 != nil } }
+
     /// One pass over every policy (one app's, when given; `force`: recompute them even
-    /// if fresh). Throws when the policies cannot be read; the served set then stays.
-    public func refresh(app: String? = nil, force: Bool = false, now: Date = Date()) async throws {
+    /// if fresh). Throws when the database cannot be reached; the served set then
+    /// stays. A policy whose numbers fail otherwise falls back (`decide`); one whose
+    /// decision cannot be stored keeps its last. `now` is for tests (default: the
+    /// clock, read per policy).
+    public func refresh(app: String? = nil, force: Bool = false, now: Date? = nil) async throws {
+        let ticket = tickets.add(1, ordering: .relaxed).newValue
         var policies = try await store.policies(app: app)
         let apps = Dictionary(try await engine.readableApps(only: app).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         let interval = Double(configuration.interval.components.seconds)
         for index in policies.indices {
             let stored = policies[index]
+            let now = now ?? Date()
             let isFresh = stored.decision != nil && stored.decidedAt.map { decided in
                 now.timeIntervalSince(decided) < interval * 0.9 && stored.policy.updatedAt.map { $0 <= decided } ?? true
             } ?? false
             guard force || !isFresh, let reportApp = apps[stored.policy.scope.app] else { continue }
             do {
                 if let decided = try await decide(stored.policy, app: reportApp, now: now) { policies[index] = decided }
-            } catch let error as PostgresError where error.isTransient {
+            } catch let error as PostgresError where Self.isUnreachable(error) {
                 throw error
             } catch {
-                logger.warning("mediation decision failed; the last one is served", metadata: ["policy": "\(stored.policy.scope.description)", "error": "\(error)"])
+                logger.warning("mediation decision not stored; the last one is served", metadata: ["policy": "\(stored.policy.scope.description)", "error": "\(error)"])
             }
         }
-        let decisions = policies.compactMap(ServedMediation.init)
+        let byApp = Dictionary(grouping: policies.compactMap(ServedMediation.init), by: \.scope.app)
         served.withLock { served in
+            // Before the first full pass, one app's decisions alone would make every
+            // other app look as if it had no policy (404 instead of 503): stored only.
+            guard served != nil || app == nil else { return }
             var next = served ?? Served()
-            if let app {
-                next.decisions = next.decisions.filter { $0.key.app != app }
-                next.apps.remove(app)
-            } else {
-                next = Served()
-            }
-            for decision in decisions {
-                next.decisions[decision.scope] = decision
-                next.apps.insert(decision.scope.app)
+            let read = app.map { Set([$0]) } ?? Set(next.decisions.keys).union(byApp.keys)
+            for name in read where ticket > next.installedBy[name, default: 0] {
+                next.decisions[name] = byApp[name].map { Dictionary($0.map { ($0.scope, $0) }, uniquingKeysWith: { a, _ in a }) }
+                next.installedBy[name] = ticket
             }
             served = next
         }
     }
 
+    /// The database cannot be reached (as opposed to one statement failing): the
+    /// pass stops and what is served stays.
+    static func isUnreachable(_ error: PostgresError) -> Bool {
+        switch error.kind {
+        case .connectionFailed, .connectionLost, .poolClosed: true
+        default: error.sqlState?.rawValue.hasPrefix("08") ?? false
+        }
+    }
+
     /// Computes and stores a policy's decision; nil when the policy changed meanwhile.
     /// Numbers that cannot be read for a reason other than the database being
-    /// unreachable (a missing FX rate) count as no numbers: the policy falls back to
+    /// unreachable (a missing FX rate, a statement timeout, a busy report pool) count as no numbers: the policy falls back to
     /// its last choice or default, saying why, rather than serving nothing.
     func decide(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> StoredMediationPolicy? {
         var window: (stats: [MediationNetworkStats], from: Date)
         var unreadable: String?
         do {
             window = try await stats(policy, app: app, now: now)
-        } catch let error as PostgresError where error.isTransient {
+        } catch let error as PostgresError where Self.isUnreachable(error) {
             throw error
         } catch {
+            unreadableNumbers.increment()
             logger.warning("mediation numbers unreadable; falling back", metadata: ["policy": "\(policy.scope.description)", "error": "\(error)"])
             window = ([], Date(timeIntervalSince1970: Double((Int(now.timeIntervalSince1970) / 3600 - policy.windowHours) * 3600)))
             unreadable = "\(error)"
         }
         let numbers = window, why = unreadable
+        decisions.increment()
         return try await store.storeDecision(
             policy.scope, policyUpdatedAt: policy.updatedAt, actor: configuration.identity,
             decide: { incumbent in
@@ -209,9 +251,10 @@ public final class MediationRefresher: Sendable {
             ("dimensions", "hour,network"), ("metrics", "requests,impressions,revenue"), ("limit", String(ReportQuery.maxLimit)),
         ]
         if policy.rule == .automatic, !policy.networks.isEmpty { parameters.append(("network", policy.networks.joined(separator: ","))) }
-        if let placement = policy.scope.placement { parameters.append(("placement", placement)) }
-        if let country = policy.scope.country { parameters.append(("country", country)) }
-        let query = try ReportQuery.parse(parameters, readable: [app], isAdmin: true, now: now)
+        var query = try ReportQuery.parse(parameters, readable: [app], isAdmin: true, now: now)
+        // Set as they are: the parameters' syntax would split a placement at its commas.
+        if let placement = policy.scope.placement { query.filters.append((.placement, [placement])) }
+        if let country = policy.scope.country { query.filters.append((.country, [country])) }
         let page = try await engine.page(query)
         guard page.nextCursor == nil else {
             throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) hour × network rows in the window of \(policy.scope.description)")

@@ -18,6 +18,15 @@ public struct StoredMediationPolicy: Sendable, Encodable {
     enum CodingKeys: String, CodingKey {
         case policy, chosen, chosenSince = "chosen_since", decidedAt = "decided_at"
     }
+
+    /// Every field, null before the first decision.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(policy, forKey: .policy)
+        try container.encode(chosen, forKey: .chosen)
+        try container.encode(chosenSince, forKey: .chosenSince)
+        try container.encode(decidedAt, forKey: .decidedAt)
+    }
 }
 
 /// One entry of a policy's history: a policy set or deleted, or the served network switched.
@@ -105,6 +114,15 @@ public struct MediationStore: Sendable {
                     SELECT \(unsafeRaw: Self.columns) FROM mediation_policies
                     WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") FOR UPDATE
                     """).first.map(Self.decode)
+                if var same = before?.policy {
+                    // Set again as it is: nothing to record, and no decision to redo everywhere.
+                    let updatedAt = same.updatedAt
+                    same.updatedAt = nil
+                    if same == policy {
+                        same.updatedAt = updatedAt
+                        return same
+                    }
+                }
                 let row = try connection.query("""
                     INSERT INTO mediation_policies (app_id, placement, country, rule, network, weights, networks, default_network, window_hours,
                                                     min_requests, hysteresis, max_age_seconds)
