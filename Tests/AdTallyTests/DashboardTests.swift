@@ -233,6 +233,14 @@ struct DashboardTests {
         // The undefined ratio breaks the line into two pieces.
         #expect(svg.contains(#"d="M"#) && svg.components(separatedBy: "M").count - 1 >= 2)
         #expect(chart.axisMaximum(.left) == 4 && chart.axisMaximum(.right) == 0.5)
+        // A value above 0 however small beside the maximum (a new day's first minutes)
+        // is still drawn with a height; 0 is not.
+        let tiny = SVGChart(
+            id: "t", title: "t", categories: ["a", "b", "c"], categoryLabels: ["a", "b", "c"], provisional: [], leftUnit: .money("USD"), leftTitle: "USD",
+            series: [.init(name: "n", kind: .bar, colour: 0, values: [5000, 0.001, 0], labels: ["x", "y", "z"])]
+        ).svg()
+        let heights = tiny.matches(of: /data-series="n"[^>]*height="([0-9.]+)"/).map { Double($0.1)! }
+        #expect(heights.count == 3 && heights[0] > 100 && heights[1] >= 0.5 && heights[2] == 0, "\(heights)")
     }
 
     @Test("headless Chromium signs in through the form and finds every chart's marks as the report API counts them; the screenshot is saved")

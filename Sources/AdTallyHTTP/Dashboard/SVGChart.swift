@@ -105,7 +105,9 @@ struct SVGChart {
             for (index, value) in series.values.enumerated() where index < categories.count {
                 guard let value else { continue }
                 let base = isStacked ? stackBase[index] : 0
-                let y0 = scale(base, maximum), y1 = scale(base + max(value, 0), maximum)
+                // A value above 0 stays visible (half a pixel at least) however small
+                // beside the axis maximum: a new day's first minutes of revenue, say.
+                let y0 = scale(base, maximum), y1 = value > 0 ? min(scale(base + value, maximum), y0 - 0.5) : y0
                 if isStacked { stackBase[index] += max(value, 0) }
                 let x = Self.left + band * Double(index) + (band - barWidth) / 2
                 out += "<rect class=\"mark c\(series.colour)\" data-series=\"\(HTML.escape(series.name))\" data-cat=\"\(HTML.escape(categories[index]))\" data-value=\"\(value)\" x=\"\(f(x))\" y=\"\(f(y1))\" width=\"\(f(barWidth))\" height=\"\(f(max(y0 - y1, 0)))\"><title>\(HTML.escape(series.labels[index]))</title></rect>"
