@@ -98,6 +98,8 @@ public struct AdminRoutes: Sendable {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
         } catch let DecodingError.keyNotFound(key, _) {
             throw ProblemDetails(.badRequest, detail: "\(key.stringValue): is required")
+        } catch let DecodingError.valueNotFound(_, context) where !context.codingPath.isEmpty {
+            throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): is required (not null)")
         } catch let error as MediationPolicyError {
             throw ProblemDetails(.badRequest, detail: error.description)
         } catch let error as MoneyTableError {

@@ -84,14 +84,20 @@ public final class KeyAuthenticator: Sendable {
             guard allowStale, let cached, cached.key != nil, now - cached.checked < Self.staleGrace else { return nil }
             return cached
         }
-        if let stale = usableStale(), let retryAt = stale.retryAt, retryAt > now { return stale.key }
+        if var stale = usableStale() {
+            if let retryAt = stale.retryAt, retryAt > now { return stale.key }
+            // One lookup at a time for a stale key: the requests arriving meanwhile get
+            // the stale answer instead of each waiting on an unreachable database.
+            stale.retryAt = now + ttl
+            Self.remember(hash, stale, in: known, now: now, unlessNewerThan: stale.checked)
+        }
         let key: APIKey?
         do {
             key = try await store.authenticate(secret: secret)
-        } catch let error as PostgresError where error.isTransient {
-            guard var stale = usableStale() else { throw error }
-            stale.retryAt = now + ttl
-            Self.remember(hash, stale, in: known, now: now)
+        } catch let error as PostgresError where error.isUnreachable {
+            // Only when the database cannot be reached at all: a busy pool or a failed
+            // statement is no reason to trust an old answer (a revoked key stays out).
+            guard let stale = usableStale() else { throw error }
             return stale.key
         }
         let entry = Entry(key: key, expires: now + ttl, checked: now)
@@ -113,8 +119,13 @@ public final class KeyAuthenticator: Sendable {
 
     /// Caches an entry; when the cache is full, drops expired entries, and failing
     /// that an arbitrary one (in place: the map is never copied under the lock).
-    private static func remember(_ hash: String, _ entry: Entry, in cache: borrowing Mutex<[String: Entry]>, now: ContinuousClock.Instant) {
+    private static func remember(
+        _ hash: String, _ entry: Entry, in cache: borrowing Mutex<[String: Entry]>, now: ContinuousClock.Instant,
+        unlessNewerThan checked: ContinuousClock.Instant? = nil
+    ) {
         cache.withLock { cache in
+            // A stale entry must not replace one a newer lookup wrote (or removed) meanwhile.
+            if let checked, cache[hash].map({ $0.checked > checked }) ?? true { return }
             if cache[hash] == nil, cache.count >= maxCachedKeys {
                 var expired: [String] = []
                 for (key, value) in cache where value.expires <= now {

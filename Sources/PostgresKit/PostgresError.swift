@@ -96,6 +96,15 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     /// Whether the connection that produced this error can no longer be used.
     public var isConnectionBroken: Bool { kind == .connectionLost || kind == .connectionFailed }
 
+    /// Whether the database cannot be reached at all (as opposed to one statement
+    /// failing, or the pool being busy): no connection could be made or kept.
+    public var isUnreachable: Bool {
+        switch kind {
+        case .connectionFailed, .connectionLost, .poolClosed: return true
+        default: return sqlState?.errorClass == "08"
+        }
+    }
+
     /// Whether the same work may well succeed if retried shortly: the database is
     /// unreachable, busy, shutting down, read-only after a failover, out of a
     /// resource, or the statement hit a timeout or lost a deadlock. Clients get 503

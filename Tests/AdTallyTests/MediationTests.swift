@@ -213,6 +213,12 @@ struct MediationTests {
             #expect(unknownField == .badRequest && unknownText.contains("window_hour: is not a policy field"), "\(unknownText)")
             let (fraction, fractionText) = try await put(#"{"rule": "weighted", "weights": {"admob": 1.5}}"#)
             #expect(fraction == .badRequest && fractionText.contains("weights.admob: must be a whole number"), "\(fractionText)")
+            let (huge, hugeText) = try await put(#"{"rule": "pinned", "network": "x", "window_hours": -9223372036854775808}"#)
+            #expect(huge == .badRequest && hugeText.contains("window_hours: must be a whole number"), "\(hugeText)")
+            let (nullRule, nullText) = try await put(#"{"rule": null, "network": "x"}"#)
+            #expect(nullRule == .badRequest && nullText.contains("rule: is required"), "\(nullText)")
+            // What GET shows can be sent back: updated_at is ignored.
+            #expect(try await put(#"{"rule": "pinned", "network": "admob", "max_age_seconds": 120, "updated_at": "2026-01-01T00:00:00Z"}"#).0 == .ok)
             let (status, text) = try await put(#"{"rule": "pinned"}"#)
             #expect(status == .badRequest && text.contains("network: is required"), "\(text)")
             #expect(try await put(#"{"rule": "often"}"#).1.contains("rule: must be pinned, weighted or automatic"))

@@ -204,10 +204,10 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     }
 
     /// Decodes the API's flat object; absent parameters take their defaults (the app
-    /// may be left out where the path names it).
+    /// may be left out where the path names it; `updated_at`, as GET shows it, is ignored).
     public init(from decoder: any Decoder) throws {
         // A misspelt field would otherwise leave its default in place without a word.
-        for key in try decoder.container(keyedBy: AnyCodingKey.self).allKeys where CodingKeys(stringValue: key.stringValue) == nil || key.stringValue == "updated_at" {
+        for key in try decoder.container(keyedBy: AnyCodingKey.self).allKeys where CodingKeys(stringValue: key.stringValue) == nil {
             throw MediationPolicyError(key.stringValue, "is not a policy field; the fields are app, placement, country, rule, network, weights, networks, default, window_hours, min_requests, hysteresis, max_age_seconds")
         }
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -224,7 +224,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         // Whole numbers are read as numbers and then checked, so that 1.5 or 1e20 is
         // refused naming its field (the decoder's own error names none).
         func whole(_ value: Double, _ field: String) throws -> Int {
-            guard let number = Int(exactly: value), abs(number) <= 1 << 53 else { throw MediationPolicyError(field, "must be a whole number") }
+            guard abs(value) <= 9_007_199_254_740_992, let number = Int(exactly: value) else { throw MediationPolicyError(field, "must be a whole number") }
             return number
         }
         func whole(_ key: CodingKeys) throws -> Int? {

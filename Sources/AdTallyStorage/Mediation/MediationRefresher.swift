@@ -61,7 +61,7 @@ public struct ServedMediation: Sendable {
             let trimmed = Substring(tag).trimmingCharacters(in: .whitespaces)
             return Substring(trimmed.hasPrefix("W/") ? String(trimmed.dropFirst(2)) : trimmed)
         }
-        let tags = ifNoneMatch.split(separator: ",").prefix(64).map(opaque)
+        let tags = ifNoneMatch.split(separator: ",", maxSplits: 64).prefix(64).map(opaque)
         if tags.contains("*") { return variants.first }
         return variants.first { tags.contains(opaque($0.etag)) }
     }
@@ -175,8 +175,13 @@ public final class MediationRefresher: Sendable {
             } ?? false
             guard force || !isFresh, let reportApp = apps[stored.policy.scope.app] else { continue }
             do {
-                if let decided = try await decide(stored.policy, app: reportApp, now: now) { policies[index] = decided }
-            } catch let error as PostgresError where Self.isUnreachable(error) {
+                switch try await decide(stored.policy, app: reportApp, now: now) {
+                case .stored(let decided): policies[index] = decided
+                case .policyChanged: break
+                // Deleted through another server meanwhile: no longer served.
+                case .policyDeleted: policies[index].decision = nil
+                }
+            } catch let error as PostgresError where error.isUnreachable {
                 throw error
             } catch {
                 logger.warning("mediation decision not stored; the last one is served", metadata: ["policy": "\(stored.policy.scope.description)", "error": "\(error)"])
@@ -197,25 +202,16 @@ public final class MediationRefresher: Sendable {
         }
     }
 
-    /// The database cannot be reached (as opposed to one statement failing): the
-    /// pass stops and what is served stays.
-    static func isUnreachable(_ error: PostgresError) -> Bool {
-        switch error.kind {
-        case .connectionFailed, .connectionLost, .poolClosed: true
-        default: error.sqlState?.rawValue.hasPrefix("08") ?? false
-        }
-    }
-
-    /// Computes and stores a policy's decision; nil when the policy changed meanwhile.
+    /// Computes and stores a policy's decision (not when the policy changed or went away meanwhile).
     /// Numbers that cannot be read for a reason other than the database being
     /// unreachable (a missing FX rate, a statement timeout, a busy report pool) count as no numbers: the policy falls back to
     /// its last choice or default, saying why, rather than serving nothing.
-    func decide(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> StoredMediationPolicy? {
+    func decide(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> StoredDecision {
         var window: (stats: [MediationNetworkStats], from: Date)
         var unreadable: String?
         do {
             window = try await stats(policy, app: app, now: now)
-        } catch let error as PostgresError where Self.isUnreachable(error) {
+        } catch let error as PostgresError where error.isUnreachable {
             throw error
         } catch {
             unreadableNumbers.increment()

@@ -66,6 +66,16 @@ public enum MediationStoreError: Error, Sendable, CustomStringConvertible, Equat
     }
 }
 
+/// What became of a decision `MediationStore.storeDecision` was asked to store.
+public enum StoredDecision: Sendable {
+    /// Stored: the policy with it.
+    case stored(StoredMediationPolicy)
+    /// Not stored: the policy changed since its numbers were read (the next pass decides it).
+    case policyChanged
+    /// Not stored: the policy was deleted.
+    case policyDeleted
+}
+
 /// Mediation policies, their decisions and their history (Migrations/0009).
 public struct MediationStore: Sendable {
     let pool: PostgresPool
@@ -177,20 +187,20 @@ public struct MediationStore: Sendable {
     /// Stores a decision for a policy as it was when its numbers were read (`updatedAt`):
     /// under the row's lock, `decide` gets the network chosen last (other servers decide
     /// too, and hysteresis compares with theirs) and `answer` renders the choice with
-    /// the time it has been served since; a change of network is recorded. Returns
-    /// nil, storing nothing, when the policy changed or went away meanwhile.
+    /// the time it has been served since; a change of network is recorded. Stores
+    /// nothing when the policy changed or went away meanwhile.
     public func storeDecision(
         _ scope: MediationScope, policyUpdatedAt: Date?, actor: String,
         decide: @escaping @Sendable (_ incumbent: String?) -> MediationChoice,
         answer: @escaping @Sendable (_ choice: MediationChoice, _ chosenSince: Date, _ now: Date) -> String
-    ) async throws -> StoredMediationPolicy? {
+    ) async throws -> StoredDecision {
         try await pool.withTransaction { connection in
             guard let row = try connection.query("""
                 SELECT \(unsafeRaw: Self.columns), clock_timestamp() FROM mediation_policies
                 WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") FOR UPDATE
-                """).first else { return nil }
+                """).first else { return .policyDeleted }
             let current = try Self.decode(row)
-            guard current.policy.updatedAt == policyUpdatedAt else { return nil }
+            guard current.policy.updatedAt == policyUpdatedAt else { return .policyChanged }
             let now: Date = try row.decode(17)
             let choice = decide(current.chosen)
             let changed = choice.network != current.chosen
@@ -203,7 +213,7 @@ public struct MediationStore: Sendable {
             if changed {
                 try Self.record(scope, kind: "switch", from: current.chosen, to: choice.network, reason: choice.reason, actor: actor, on: connection)
             }
-            return try Self.decode(stored.first!)
+            return .stored(try Self.decode(stored.first!))
         }
     }
 
