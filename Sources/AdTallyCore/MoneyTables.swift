@@ -252,17 +252,7 @@ public struct FXRate: Sendable, Equatable, Codable {
 }
 
 /// A rate card or FX value that breaks a rule: names the field and the rule.
-public struct MoneyTableError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var field: String
-    public var rule: String
-
-    public init(_ field: String, _ rule: String) {
-        self.field = field
-        self.rule = rule
-    }
-
-    public var description: String { "\(field): \(rule)" }
-}
+public typealias MoneyTableError = FieldError
 
 extension Money {
     /// Micros as a plain decimal: the currency's decimals at least, more only when the

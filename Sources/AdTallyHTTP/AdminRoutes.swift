@@ -100,10 +100,8 @@ public struct AdminRoutes: Sendable {
             throw ProblemDetails(.badRequest, detail: "\(key.stringValue): is required")
         } catch let DecodingError.valueNotFound(_, context) where !context.codingPath.isEmpty {
             throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): is required (not null)")
-        } catch let error as MediationPolicyError {
-            throw ProblemDetails(.badRequest, detail: error.description)
-        } catch let error as MoneyTableError {
-            // A value that decoded but breaks a rule (a rate card entry's fields).
+        } catch let error as FieldError {
+            // A value that decoded but breaks a rule (a rate card entry's fields, a mediation policy).
             throw ProblemDetails(.badRequest, detail: error.description)
         } catch let DecodingError.dataCorrupted(context) where !context.codingPath.isEmpty {
             // A number that does not fit the field (1.5 or 1e20 for a whole number).

@@ -5,21 +5,9 @@ public enum ExportFormat: String, Sendable, Codable, CaseIterable {
     case csv, json
 }
 
-/// A schedule that cannot be saved: the field and the rule (a 400 / a CLI error).
-public struct ExportScheduleError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The field at fault: `name`, `cron`, `tz`, `format`, `dir`, or `query.PARAMETER`.
-    public var field: String
-    /// What it must be.
-    public var rule: String
-
-    /// An error about one field.
-    public init(_ field: String, _ rule: String) {
-        self.field = field
-        self.rule = rule
-    }
-
-    public var description: String { "\(field): \(rule)" }
-}
+/// A schedule that cannot be saved: the field (`name`, `cron`, `tz`, `format`, `dir`,
+/// or `query.PARAMETER`) and the rule (a 400 / a CLI error).
+public typealias ExportScheduleError = FieldError
 
 /// A saved report query, written as a file in a directory at the times of a cron
 /// expression in a zone (DESIGN §5).

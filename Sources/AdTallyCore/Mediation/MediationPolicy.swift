@@ -48,21 +48,8 @@ public struct MediationScope: Sendable, Hashable, Codable {
     }
 }
 
-/// A policy the server could not accept: the field and the rule it breaks.
-public struct MediationPolicyError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The field, as the API names it.
-    public var field: String
-    /// What it must be.
-    public var rule: String
-
-    /// An error about a field.
-    public init(_ field: String, _ rule: String) {
-        self.field = field
-        self.rule = rule
-    }
-
-    public var description: String { "\(field): \(rule)" }
-}
+/// A policy the server could not accept: the field, as the API names it, and the rule.
+public typealias MediationPolicyError = FieldError
 
 /// A mediation policy: the rule and its parameters for one scope.
 public struct MediationPolicy: Sendable, Equatable, Codable {
