@@ -27,7 +27,7 @@ public struct MediationRoutes: Sendable {
         router.get("v1/apps/:app/mediation") { request, context in
             let app = try context.parameters.require("app")
             _ = try await authenticator.require(anyKeyOf: app, request)
-            let scope = try Self.scope(app: app, request, allowed: ["placement", "country"])
+            let scope = try Self.scope(app: app, request)
             return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country), app: app, request)
         }
         router.get("v1/apps/:app/mediation/policies") { request, context in
@@ -49,7 +49,7 @@ public struct MediationRoutes: Sendable {
         router.delete("v1/apps/:app/mediation/policies") { request, context in
             let app = try context.parameters.require("app")
             let key = try await authenticator.require(.admin, request)
-            let scope = try Self.scope(app: app, request, allowed: ["placement", "country"])
+            let scope = try Self.scope(app: app, request)
             try await Self.mapping { try await store.delete(scope, actor: "admin key \(key.id)") }
             await refreshNow(app)
             return Response(status: .noContent)
@@ -108,27 +108,20 @@ public struct MediationRoutes: Sendable {
     }
 
     /// The placement and country of a request's query (nil: not given), checked.
-    static func scope(app: String, _ request: Request, allowed: Set<String>) throws -> MediationScope {
+    static func scope(app: String, _ request: Request) throws -> MediationScope {
         var scope = MediationScope(app: app)
         for (name, value) in request.uri.queryParameters {
-            let name = String(name), value = String(value)
             switch name {
-            case "placement":
-                guard MediationPolicy.isPlacement(value) else {
-                    throw ProblemDetails(.badRequest, detail: "placement: must be 1 to 64 characters, without NUL")
-                }
-                scope.placement = value
-            case "country":
-                let upper = value.uppercased()
-                guard upper == "ZZ" || ISOCodes.countries.contains(upper) else {
-                    throw ProblemDetails(.badRequest, detail: "country: must be an ISO 3166-1 alpha-2 code (ZZ for unknown)")
-                }
-                scope.country = upper
-            default:
-                throw ProblemDetails(.badRequest, detail: "\(name): unknown parameter; allowed: \(allowed.sorted().joined(separator: ", "))")
+            case "placement": scope.placement = String(value)
+            case "country": scope.country = String(value)
+            default: throw ProblemDetails(.badRequest, detail: "\(name): unknown parameter; allowed: country, placement")
             }
         }
-        return scope
+        do {
+            return try scope.validated()
+        } catch {
+            throw ProblemDetails(.badRequest, detail: error.description)
+        }
     }
 
     /// Maps the store's refusals onto problems.

@@ -20,7 +20,7 @@ struct MediationCommand: AsyncParsableCommand {
               adtally mediation history my-app
             Apps read GET /v1/apps/APP/mediation?placement=…&country=… with one of the app's keys.
             """,
-        subcommands: [Show.self, Set.self, Unset.self, History.self]
+        subcommands: [Show.self, SetPolicy.self, Unset.self, History.self]
     )
 
     /// The placement and country options of a scope.
@@ -92,8 +92,9 @@ struct MediationCommand: AsyncParsableCommand {
         }
     }
 
-    struct Set: AsyncParsableCommand {
+    struct SetPolicy: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "set",
             abstract: "Set (create or replace) a policy; it is decided and served at once.",
             discussion: "Running servers serve it within their refresh interval (--mediation-refresh, default 60 s)."
         )
@@ -179,16 +180,12 @@ struct MediationCommand: AsyncParsableCommand {
             if format == .json { return try printJSON(["changes": changes]) }
             guard !changes.isEmpty else { return print("no mediation history for \(app)") }
             printTable(["AT", "SCOPE", "KIND", "FROM", "TO", "WHY", "BY"], changes.map { change in
-                [
-                    isoText(change.at), [change.placement.map { "placement=\($0)" }, change.country.map { "country=\($0)" }].compactMap { $0 }.joined(separator: " ").nonEmpty ?? "*",
+                let scope = MediationScope(app: app, placement: change.placement, country: change.country).qualifiers
+                return [
+                    isoText(change.at), scope.isEmpty ? "*" : scope,
                     change.kind, change.from ?? "-", change.to ?? "-", change.reason, change.actor,
                 ]
             })
         }
     }
-}
-
-extension String {
-    /// nil when empty.
-    var nonEmpty: String? { isEmpty ? nil : self }
 }

@@ -39,13 +39,27 @@ public struct MediationScope: Sendable, Hashable, Codable {
         return scopes
     }
 
-    /// "my-app", "my-app placement=home country=JP".
-    public var description: String {
-        var text = app
-        if let placement { text += " placement=\(placement)" }
-        if let country { text += " country=\(country)" }
-        return text
+    /// The scope with its placement and country checked as events check theirs (the
+    /// country upper-cased), else the field that breaks its rule.
+    public func validated() throws(FieldError) -> MediationScope {
+        var scope = self
+        if let placement {
+            guard MediationPolicy.isPlacement(placement) else { throw FieldError("placement", "must be 1 to 64 characters, without NUL") }
+        }
+        if let country {
+            scope.country = country.uppercased()
+            guard ISOCodes.countries.contains(scope.country!) else { throw FieldError("country", "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)") }
+        }
+        return scope
     }
+
+    /// "placement=home country=JP", "" for the whole app.
+    public var qualifiers: String {
+        [placement.map { "placement=\($0)" }, country.map { "country=\($0)" }].compactMap { $0 }.joined(separator: " ")
+    }
+
+    /// "my-app", "my-app placement=home country=JP".
+    public var description: String { qualifiers.isEmpty ? app : "\(app) \(qualifiers)" }
 }
 
 /// A policy the server could not accept: the field, as the API names it, and the rule.
@@ -104,14 +118,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     /// events check them; networks named as events name them), else the first broken one.
     public func validated() throws(MediationPolicyError) -> MediationPolicy {
         var policy = self
-        if let placement = scope.placement {
-            guard Self.isPlacement(placement) else { throw .init("placement", "must be 1 to 64 characters, without NUL") }
-        }
-        if let country = scope.country {
-            let upper = country.uppercased()
-            guard upper == "ZZ" || ISOCodes.countries.contains(upper) else { throw .init("country", "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)") }
-            policy.scope.country = upper
-        }
+        policy.scope = try scope.validated()
         func checkNetwork(_ name: String, _ field: String) throws(MediationPolicyError) {
             guard EventValidator.isNetworkName(name) else { throw .init(field, "\"\(name)\" is not a network name ([a-z0-9_.-], 1 to 32 characters)") }
         }

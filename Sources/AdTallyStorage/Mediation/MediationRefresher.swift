@@ -216,7 +216,7 @@ public final class MediationRefresher: Sendable {
         } catch {
             unreadableNumbers.increment()
             logger.warning("mediation numbers unreadable; falling back", metadata: ["policy": "\(policy.scope.description)", "error": "\(error)"])
-            window = ([], Date(timeIntervalSince1970: Double((Int(now.timeIntervalSince1970) / 3600 - policy.windowHours) * 3600)))
+            window = ([], Date(timeIntervalSince1970: Double(Self.windowHours(policy, now: now).lowerBound * 3600)))
             unreadable = "\(error)"
         }
         let numbers = window, why = unreadable
@@ -235,33 +235,34 @@ public final class MediationRefresher: Sendable {
         )
     }
 
-    /// Each network's numbers in a policy's window — from the start of the UTC hour
-    /// `windowHours` hours before `now`'s to `now` — from the report engine: hour ×
-    /// network rows in UTC over the window's days, summed over the window's hours.
-    public func stats(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> (stats: [MediationNetworkStats], from: Date) {
+    /// The UTC hours (since the epoch) a policy's window spans at `now`: from the hour
+    /// `windowHours` before now's to now's own.
+    static func windowHours(_ policy: MediationPolicy, now: Date) -> ClosedRange<Int> {
         let hour = Int(now.timeIntervalSince1970.rounded(.down)) / 3600
-        let firstHour = hour - policy.windowHours
-        let hours = Set((firstHour...hour).map(Self.hourText))
+        return (hour - policy.windowHours)...hour
+    }
+
+    /// Each network's numbers in a policy's window — from the start of the UTC hour
+    /// `windowHours` hours before `now`'s to `now` — summed by the report engine: a
+    /// network report in UTC over the window's days, filtered to the window's hours.
+    public func stats(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> (stats: [MediationNetworkStats], from: Date) {
+        let hours = Self.windowHours(policy, now: now)
         var parameters = [
-            ("apps", app.id), ("tz", "UTC"), ("from", ReportQuery.formatDate(firstHour * 3600 / 86_400)), ("to", ReportQuery.formatDate(hour * 3600 / 86_400)),
-            ("dimensions", "hour,network"), ("metrics", "requests,impressions,revenue"), ("limit", String(ReportQuery.maxLimit)),
+            ("apps", app.id), ("tz", "UTC"), ("from", ReportQuery.formatDate(hours.lowerBound / 24)), ("to", ReportQuery.formatDate(hours.upperBound / 24)),
+            ("dimensions", "network"), ("metrics", "requests,impressions,revenue"), ("limit", String(ReportQuery.maxLimit)),
         ]
         if policy.rule == .automatic, !policy.networks.isEmpty { parameters.append(("network", policy.networks.joined(separator: ","))) }
         var query = try ReportQuery.parse(parameters, readable: [app], isAdmin: true, now: now)
         // Set as they are: the parameters' syntax would split a placement at its commas.
+        query.filters.append((.hour, hours.map(Self.hourText)))
         if let placement = policy.scope.placement { query.filters.append((.placement, [placement])) }
         if let country = policy.scope.country { query.filters.append((.country, [country])) }
         let page = try await engine.page(query)
         guard page.nextCursor == nil else {
-            throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) hour × network rows in the window of \(policy.scope.description)")
+            throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) networks in the window of \(policy.scope.description)")
         }
-        var counts: [String: ReportCounts] = [:]
-        for row in page.rows {
-            guard let hourText = row.dimensions[0], hours.contains(hourText), let network = row.dimensions[1] else { continue }
-            counts[network, default: ReportCounts()].add(row.counts)
-        }
-        let stats = counts.map { MediationNetworkStats(network: $0.key, counts: $0.value) }.sorted { $0.network < $1.network }
-        return (stats, Date(timeIntervalSince1970: Double(firstHour * 3600)))
+        let stats = page.rows.compactMap { row in row.dimensions[0].map { MediationNetworkStats(network: $0, counts: row.counts) } }
+        return (stats, Date(timeIntervalSince1970: Double(hours.lowerBound * 3600)))
     }
 
     /// An hour's start as the engine writes it in UTC: `2026-11-23T15:00:00+00:00`.
