@@ -64,18 +64,22 @@ public struct MediationRoutes: Sendable {
     /// Decides an app's policies at once (a change through this server serves at once;
     /// other servers pick it up within their refresh interval), then reads one back.
     func decided(_ scope: MediationScope) async throws -> StoredMediationPolicy {
-        await refreshNow(scope.app)
-        guard let stored = try await store.policies(app: scope.app).first(where: { $0.policy.scope == scope }) else {
+        var policies = await refreshNow(scope.app)
+        if policies == nil { policies = try await store.policies(app: scope.app) }
+        guard let stored = policies?.first(where: { $0.policy.scope == scope }) else {
             throw ProblemDetails(.notFound, detail: MediationStoreError.unknownPolicy(scope).description)
         }
         return stored
     }
 
-    func refreshNow(_ app: String) async {
+    /// The app's policies as decided now; nil when that failed (logged).
+    @discardableResult
+    func refreshNow(_ app: String) async -> [StoredMediationPolicy]? {
         do {
-            try await refresher.refresh(app: app, force: true)
+            return try await refresher.refresh(app: app, force: true)
         } catch {
             refresher.logger.warning("mediation refresh after a policy change failed", metadata: ["app": "\(app)", "error": "\(error)"])
+            return nil
         }
     }
 

@@ -52,7 +52,6 @@ struct MediationCommand: AsyncParsableCommand {
         func run() async throws {
             let policies = try await database.withDatabase { database, _ in
                 try await MediationCommand.refresher(database).refresh(app: app)
-                return try await MediationStore(pool: database.pool).policies(app: app)
             }
             guard !policies.isEmpty else { return print("no mediation policy for \(app) (adtally mediation set \(app) --rule …)") }
             if format == .json {
@@ -130,13 +129,15 @@ struct MediationCommand: AsyncParsableCommand {
                 let store = MediationStore(pool: database.pool)
                 do {
                     let saved = try await store.set(policy, actor: MediationCommand.actor)
+                    var policies: [StoredMediationPolicy]
                     do {
-                        try await MediationCommand.refresher(database).refresh(app: saved.scope.app, force: true)
+                        policies = try await MediationCommand.refresher(database).refresh(app: saved.scope.app, force: true)
                     } catch {
                         // The policy is stored: the servers decide it at their next refresh.
                         FileHandle.standardError.write(Data("warning: the policy is set, but deciding it now failed: \(error)\n".utf8))
+                        policies = try await store.policies(app: saved.scope.app)
                     }
-                    return try await store.policies(app: saved.scope.app).first { $0.policy.scope == saved.scope }
+                    return policies.first { $0.policy.scope == saved.scope }
                 } catch let error as MediationPolicyError {
                     throw ValidationError("--\(error.field.replacingOccurrences(of: "_", with: "-").replacingOccurrences(of: "max-age-seconds", with: "max-age")): \(error.rule)")
                 } catch let error as MediationStoreError {

@@ -161,10 +161,12 @@ public final class MediationRefresher: Sendable {
     /// if fresh). Throws when the database cannot be reached; the served set then
     /// stays. A policy whose numbers fail otherwise falls back (`decide`); one whose
     /// decision cannot be stored keeps its last. `now` is for tests (default: the
-    /// clock, read per policy).
-    public func refresh(app: String? = nil, force: Bool = false, now: Date? = nil) async throws {
+    /// clock, read per policy). Returns the policies read, with their decisions as stored.
+    @discardableResult
+    public func refresh(app: String? = nil, force: Bool = false, now: Date? = nil) async throws -> [StoredMediationPolicy] {
         let ticket = tickets.add(1, ordering: .relaxed).newValue
         var policies = try await store.policies(app: app)
+        var deleted: Set<MediationScope> = []
         let apps = Dictionary(try await engine.readableApps(only: app).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         let interval = Double(configuration.interval.components.seconds)
         for index in policies.indices {
@@ -179,7 +181,7 @@ public final class MediationRefresher: Sendable {
                 case .stored(let decided): policies[index] = decided
                 case .policyChanged: break
                 // Deleted through another server meanwhile: no longer served.
-                case .policyDeleted: policies[index].decision = nil
+                case .policyDeleted: deleted.insert(stored.policy.scope)
                 }
             } catch let error as PostgresError where error.isUnreachable {
                 throw error
@@ -187,6 +189,7 @@ public final class MediationRefresher: Sendable {
                 logger.warning("mediation decision not stored; the last one is served", metadata: ["policy": "\(stored.policy.scope.description)", "error": "\(error)"])
             }
         }
+        policies.removeAll { deleted.contains($0.policy.scope) }
         let byApp = Dictionary(grouping: policies.compactMap(ServedMediation.init), by: \.scope.app)
         served.withLock { served in
             // Before the first full pass, one app's decisions alone would make every
@@ -200,6 +203,7 @@ public final class MediationRefresher: Sendable {
             }
             served = next
         }
+        return policies
     }
 
     /// Computes and stores a policy's decision (not when the policy changed or went away meanwhile).
