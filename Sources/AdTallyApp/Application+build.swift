@@ -202,8 +202,8 @@ struct ReportSeriesService: Service {
     }
 }
 
-/// Mediation decisions: loaded at start, then refreshed a few times per interval
-/// (each pass recomputes only the decisions older than the interval, so several
+/// Mediation decisions: loaded at start, then a pass every quarter of the interval,
+/// which recomputes only the decisions older than nine tenths of it (so several
 /// servers share the work and a decision is at most about one interval old).
 struct MediationService: Service {
     let refresher: MediationRefresher
