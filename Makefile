@@ -24,7 +24,7 @@ run: build-release
 ## PostgreSQL that is started and stopped around it.
 test: deps
 	$(SWIFT) build --build-tests
-	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh $(SWIFT) test --skip-build
+	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh scripts/test-summary.sh $(SWIFT) test --skip-build
 
 ## screenshot: docs/dashboard.png, made by the dashboard's browser test (headless
 ## Chromium against a server holding demo data); `make test` writes it to .build/.

@@ -127,6 +127,9 @@ public final class PostgresPool: Sendable {
     /// Connections currently open (idle or leased), for metrics and tests.
     public var openConnections: Int { state.withLock { $0.open } }
 
+    /// Tasks waiting for a connection, for metrics and tests.
+    public var waitingTasks: Int { state.withLock { $0.waiters.count } }
+
     /// Closes idle connections and refuses new leases; leased ones close when returned.
     public func shutdown() async {
         let (idle, waiters) = state.withLock { state -> ([PostgresConnection], [Waiter]) in

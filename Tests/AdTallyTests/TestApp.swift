@@ -59,22 +59,6 @@ private func withServices(
     }
 }
 
-/// Runs blocking work (a process, a socket read, a server's shutdown) on a thread
-/// of its own and returns its result: blocking one of the few cooperative threads
-/// for seconds starves every other test's in-process server.
-func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
-    }
-}
-
-/// `onOwnThread` for work that cannot fail.
-func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(returning: body()) }
-    }
-}
-
 /// Runs a command (found on PATH) to its end, with `environment` added to this
 /// process's, on a thread of its own; its exit status and everything it printed.
 func runProcess(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String) {

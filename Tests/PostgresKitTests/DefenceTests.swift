@@ -11,9 +11,9 @@ struct DefenceTests {
         let server = try FakePostgres(mode: "silent", port: try freeLoopbackPort())
         defer { server.stop() }
         let started = ContinuousClock.now
-        #expect(throws: PostgresError.self) {
-            try PostgresConnection(connecting: server.conninfo, options: .init(connectTimeout: .seconds(2)))
-        }
+        // Two blocked seconds, on a thread of their own rather than a cooperative one.
+        let outcome = await onOwnThread { Result { try PostgresConnection(connecting: server.conninfo, options: .init(connectTimeout: .seconds(2))) } }
+        #expect(throws: PostgresError.self) { try outcome.get() }
         let elapsed = ContinuousClock.now - started
         #expect(elapsed < .seconds(10), "took \(elapsed)")
     }
@@ -37,7 +37,8 @@ struct DefenceTests {
             #expect(connection.option("keepalives_idle") == "30")
             #expect(connection.option("connect_timeout") == "10")
             #expect(connection.option("tcp_user_timeout") == "60000")
-            let error = #expect(throws: PostgresError.self) { try connection.query("SELECT pg_sleep(3)") }
+            let sleep = await onOwnThread { Result { try connection.query("SELECT pg_sleep(3)") } }
+            let error = #expect(throws: PostgresError.self) { try sleep.get() }
             #expect(error?.sqlState == .queryCanceled)
             #expect(error?.isTransient == true)
             let overridden = try PostgresConnection(connecting: conninfo + " keepalives_idle=7")
@@ -64,14 +65,18 @@ struct DefenceTests {
     @Test("a cancelled wait for a connection ends at once and leaks no slot")
     func cancelledWaiter() async throws {
         try await TestDatabase.withPool(maxConnections: 1, acquireTimeout: .seconds(30)) { pool in
-            let holder = Task { try await pool.withConnection { _ = try $0.query("SELECT pg_sleep(0.5)") } }
-            try await Task.sleep(for: .milliseconds(100))
+            // The holder keeps the only connection until the waiter has ended: a
+            // cancellation that did not end the wait would end it 30 s later with a
+            // pool timeout instead of CancellationError. No clock is read.
+            let (releaseSignal, release) = AsyncStream<Void>.makeStream()
+            let holder = Task { try await pool.withLease { _ in for await _ in releaseSignal {} } }
+            while pool.openConnections < 1 { try await Task.sleep(for: .milliseconds(10)) }
             let waiter = Task { try await pool.query("SELECT 1") }
-            try await Task.sleep(for: .milliseconds(50))
-            let started = ContinuousClock.now
+            while pool.waitingTasks < 1 { try await Task.sleep(for: .milliseconds(10)) }
             waiter.cancel()
             await #expect(throws: CancellationError.self) { try await waiter.value }
-            #expect(ContinuousClock.now - started < .seconds(5))
+            #expect(pool.waitingTasks == 0)
+            release.finish()
             try await holder.value
             // The slot is still usable, many times over.
             for _ in 0..<20 { try await pool.query("SELECT 1") }
