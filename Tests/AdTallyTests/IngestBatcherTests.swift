@@ -40,7 +40,8 @@ struct IngestBatcherTests {
         try await withServices(flags: .init(poolSize: 6)) { services in
             let batcher = IngestBatcher(
                 store: services.eventStore,
-                configuration: .init(flushers: 2, lingerBelowEvents: 100, linger: .milliseconds(500))
+                // Long enough that C, started 20 ms after B, arrives inside it on a loaded machine.
+                configuration: .init(flushers: 2, lingerBelowEvents: 100, linger: .seconds(3))
             )
             func event(_ id: UUID = UUID()) -> AppEvent {
                 AppEvent(appID: "a", event: AdEvent(
@@ -56,7 +57,13 @@ struct IngestBatcherTests {
             try blocker.query("INSERT INTO event_ids (app_id, event_id, occurred_at) VALUES ('a', \(blockedID), now())")
             let writers = Task { await batcher.run() }
             let a = Task { try await batcher.submit([event(blockedID)]) }
-            try await Task.sleep(for: .milliseconds(300))
+            // Until A's transaction waits on the blocker's lock (a minute at most).
+            let deadline = ContinuousClock.now + .seconds(60)
+            while ContinuousClock.now < deadline, try await Ingest.count(services, """
+                SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+                """) == 0 {
+                try await Task.sleep(for: .milliseconds(20))
+            }
             // B and then C, 20 ms apart: the free writer lingers instead of writing B alone.
             let b = Task { try await batcher.submit([event()]) }
             try await Task.sleep(for: .milliseconds(20))

@@ -41,8 +41,10 @@ struct MediationTests {
     }
 
     /// Waits until the server's first background pass has loaded the decisions.
+    /// The bound only says when to give up: a loaded machine may take seconds.
     static func waitUntilLoaded(_ services: AppServices) async throws {
-        for _ in 0..<500 where !services.mediationRefresher.isLoaded { try await Task.sleep(for: .milliseconds(10)) }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !services.mediationRefresher.isLoaded, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         #expect(services.mediationRefresher.isLoaded)
     }
 

@@ -95,7 +95,7 @@ struct ReplicaTests {
         }
     }
 
-    static func waitUntil(seconds: Double = 20, _ what: String, _ condition: () async throws -> Bool) async throws {
+    static func waitUntil(seconds: Double = 60, _ what: String, _ condition: () async throws -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while ContinuousClock.now < deadline {
             if try await condition() { return }
@@ -160,7 +160,7 @@ struct ReplicaTests {
             let before = try await replicaScans()
             _ = try await report()
             // Backends publish their counters about once a second.
-            try await Self.waitUntil(seconds: 10, "the replica counts the report's table scans") { try await replicaScans() > before }
+            try await Self.waitUntil(seconds: 30, "the replica counts the report's table scans") { try await replicaScans() > before }
 
             // The dashboard and the CLI read it too, and say so.
             try await Self.waitUntil("the dashboard says it read the replica") {

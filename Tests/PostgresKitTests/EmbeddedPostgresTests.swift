@@ -12,13 +12,15 @@ struct EmbeddedPostgresTests {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-embedded-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: folder) }
         let cluster = try EmbeddedPostgres(dataDirectory: folder)
-        #expect(try cluster.start() == true)
+        // initdb and pg_ctl block for seconds: on threads of their own, not the
+        // cooperative ones every other test's server needs.
+        #expect(try await onOwnThread { try cluster.start() } == true)
         defer { try? cluster.stop() }
         #expect(try cluster.isRunning())
 
         // A second user of the same folder (another CLI process, say) reuses it.
         let second = try EmbeddedPostgres(dataDirectory: folder)
-        #expect(try second.start() == false)
+        #expect(try await onOwnThread { try second.start() } == false)
 
         let pool = PostgresPool(configuration: .init(conninfo: cluster.conninfo, maxConnections: 2))
         let before = try await pool.query("SELECT current_database() AS db, pg_backend_pid() AS pid")
@@ -28,20 +30,20 @@ struct EmbeddedPostgresTests {
         #expect(try listen[0].decode("l", as: String.self) == "")
 
         // Restart the server under the pool: the pool notices and reconnects.
-        try cluster.stop()
+        try await onOwnThread { try cluster.stop() }
         #expect(try cluster.isRunning() == false)
-        #expect(try cluster.start() == true)
+        #expect(try await onOwnThread { try cluster.start() } == true)
         let after = try await pool.query("SELECT pg_backend_pid() AS pid")
         #expect(try after[0].decode("pid", as: Int32.self) != before[0].decode("pid", as: Int32.self))
         await pool.shutdown()
 
         // Whoever started it stops it, but not while another client still uses it.
         var otherClient: PostgresConnection? = try PostgresConnection(connecting: cluster.conninfo)
-        #expect(try cluster.stopIfUnused() == false)
+        #expect(try await onOwnThread { try cluster.stopIfUnused() } == false)
         #expect(try cluster.isRunning())
         _ = otherClient?.backendPID
         otherClient = nil
-        #expect(try cluster.stopIfUnused() == true)
+        #expect(try await onOwnThread { try cluster.stopIfUnused() } == true)
         #expect(try cluster.isRunning() == false)
     }
 
@@ -62,7 +64,7 @@ struct EmbeddedPostgresSecurityTests {
         defer { try? FileManager.default.removeItem(at: folder) }
         let port = try freeLoopbackPort()
         let cluster = try EmbeddedPostgres(dataDirectory: folder, tcpPort: port)
-        try cluster.start()
+        _ = try await onOwnThread { try cluster.start() }
         defer { try? cluster.stop() }
         let attributes = try FileManager.default.attributesOfItem(atPath: cluster.passwordFile.path)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
@@ -87,14 +89,16 @@ struct EmbeddedPostgresSecurityTests {
         defer { try? FileManager.default.removeItem(at: folder) }
         let port = try freeLoopbackPort()
         let cluster = try EmbeddedPostgres(dataDirectory: folder, tcpPort: port)
-        try cluster.start()
-        try cluster.stop()
+        try await onOwnThread {
+            try cluster.start()
+            try cluster.stop()
+        }
         // What an earlier version left: trust everywhere, no password file.
         let hba = folder.appendingPathComponent("pg/pg_hba.conf")
         let text = try String(contentsOf: hba, encoding: .utf8).replacingOccurrences(of: "scram-sha-256", with: "trust")
         try text.write(to: hba, atomically: false, encoding: .utf8)
         try FileManager.default.removeItem(at: cluster.passwordFile)
-        try cluster.start()
+        _ = try await onOwnThread { try cluster.start() }
         defer { try? cluster.stop() }
         #expect(throws: PostgresError.self) {
             try PostgresConnection(connecting: "host=127.0.0.1 port=\(port) user=adtally dbname=adtally passfile=/dev/null sslmode=disable")

@@ -28,14 +28,17 @@ struct PoolTests {
     @Test("waiting for a connection times out with a clear error")
     func acquireTimesOut() async throws {
         try await TestDatabase.withPool(maxConnections: 1, acquireTimeout: .milliseconds(200)) { pool in
-            async let holder: Void = pool.withConnection { _ = try $0.query("SELECT pg_sleep(1.5)") }
-            try await Task.sleep(for: .milliseconds(300))
+            // The holder keeps the only connection until the waiter has given up.
+            let (releaseSignal, release) = AsyncStream<Void>.makeStream()
+            let holder = Task { try await pool.withLease { _ in for await _ in releaseSignal {} } }
+            while pool.openConnections < 1 { try await Task.sleep(for: .milliseconds(10)) }
             let error = await #expect(throws: PostgresError.self) {
                 try await pool.query("SELECT 1")
             }
             #expect(error?.kind == .poolTimeout)
             #expect(error?.description.contains("no PostgreSQL connection became free") == true)
-            try await holder
+            release.finish()
+            try await holder.value
         }
     }
 
@@ -45,8 +48,8 @@ struct PoolTests {
             let first = try await pool.withConnection { $0.backendPID }
             // Kill the pooled connection's backend from outside the pool.
             let killer = try PostgresConnection(connecting: pool.configuration.conninfo)
-            try killer.query("SELECT pg_terminate_backend(\(first))")
-            try await Task.sleep(for: .milliseconds(200))
+            // Waits (up to 10 s) until the backend is gone, not merely signalled.
+            try killer.query("SELECT pg_terminate_backend(\(first), 10000)")
             let rows = try await pool.query("SELECT pg_backend_pid() AS pid")
             #expect(try rows[0].decode("pid", as: Int32.self) != first)
             #expect(pool.openConnections == 1)

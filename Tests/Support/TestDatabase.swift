@@ -15,18 +15,26 @@ public enum TestDatabase {
     }
 
     /// Creates an empty database, runs `body` with its conninfo, then drops it.
+    /// Creating and dropping block (for seconds when the suite starts, every test at
+    /// once), so they run on threads of their own, not on the two cooperative ones.
     public static func withDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
         let admin = try clusterURL
         let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let connection = try PostgresConnection(connecting: admin)
-        try connection.execute(unsafeSQL: "CREATE DATABASE \(name)")
+        let connection = try await onOwnThread { () throws -> PostgresConnection in
+            let connection = try PostgresConnection(connecting: admin)
+            _ = try connection.execute(unsafeSQL: "CREATE DATABASE \(name)")
+            return connection
+        }
+        func drop() async {
+            _ = await onOwnThread { _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+        }
         let conninfo = admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)")
         do {
             let value = try await body(conninfo)
-            _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            await drop()
             return value
         } catch {
-            _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            await drop()
             throw error
         }
     }
