@@ -15,3 +15,25 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async 
         Thread.detachNewThread { continuation.resume(returning: body()) }
     }
 }
+
+/// At most `limit` bodies run at once; the others wait their turn, in order,
+/// without holding a thread.
+public actor AsyncGate {
+    private var free: Int
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    public init(limit: Int) { free = limit }
+
+    /// Runs `body` once a place is free, and frees it afterwards.
+    public func run<T: Sendable>(_ body: @Sendable () async throws -> T) async rethrows -> T {
+        if free > 0 {
+            free -= 1
+        } else {
+            await withCheckedContinuation { waiting.append($0) }
+        }
+        defer {
+            if waiting.isEmpty { free += 1 } else { waiting.removeFirst().resume() }
+        }
+        return try await body()
+    }
+}

@@ -14,19 +14,29 @@ public enum TestDatabase {
         }
     }
 
+    /// Two at a time: a CREATE DATABASE copies the template through the WAL, so a
+    /// hundred at once (every test at the suite's start) slowed the whole suite to
+    /// double its time and left the streaming replica's test minutes behind.
+    static let creating = AsyncGate(limit: 2)
+
     /// Creates an empty database, runs `body` with its conninfo, then drops it.
-    /// Creating and dropping block (for seconds when the suite starts, every test at
-    /// once), so they run on threads of their own, not on the two cooperative ones.
+    /// Creating and dropping block for a while, so they run on threads of their own,
+    /// not on the two cooperative ones every test's server needs, and are paced by
+    /// `creating`.
     public static func withDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
         let admin = try clusterURL
         let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let connection = try await onOwnThread { () throws -> PostgresConnection in
-            let connection = try PostgresConnection(connecting: admin)
-            _ = try connection.execute(unsafeSQL: "CREATE DATABASE \(name)")
-            return connection
+        let connection = try await creating.run {
+            try await onOwnThread { () throws -> PostgresConnection in
+                let connection = try PostgresConnection(connecting: admin)
+                _ = try connection.execute(unsafeSQL: "CREATE DATABASE \(name)")
+                return connection
+            }
         }
         func drop() async {
-            _ = await onOwnThread { _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+            await creating.run {
+                _ = await onOwnThread { _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+            }
         }
         let conninfo = admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)")
         do {
