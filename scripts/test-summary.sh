@@ -11,7 +11,14 @@ status=${PIPESTATUS[0]}
 if [ "$status" -ne 0 ]; then
   echo
   echo "=== the failures again (whole output in $log) ==="
-  # Swift Testing's issues and their indented detail lines; XCTest's "error:" lines.
-  grep -E -A4 'recorded an issue|: error: ' "$log" | grep -v -E '^(◇|✔) ' | head -n 200
+  # Swift Testing's issues and their detail lines, XCTest's "error:" lines, and a
+  # crash (a trap or a signal), which records no issue. -a: the log may hold NULs.
+  failures=$(grep -a -E -A4 'recorded an issue|: error: |Fatal error|error: Exited with|exited with signal|Signal: ' "$log" \
+    | grep -a -v -E '^(◇|✔) ' | head -n 200)
+  if [ -n "$failures" ]; then
+    printf '%s\n' "$failures"
+  else
+    echo "(no failure line found: the test process may have died; see $log)"
+  fi
 fi
 exit "$status"

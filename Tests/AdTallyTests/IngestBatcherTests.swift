@@ -1,6 +1,7 @@
 import AdTallyApp
 import AdTallyCore
 import AdTallyStorage
+import AdTallyTestSupport
 import Foundation
 import PostgresKit
 import Testing
@@ -57,13 +58,12 @@ struct IngestBatcherTests {
             try blocker.query("INSERT INTO event_ids (app_id, event_id, occurred_at) VALUES ('a', \(blockedID), now())")
             let writers = Task { await batcher.run() }
             let a = Task { try await batcher.submit([event(blockedID)]) }
-            // Until A's transaction waits on the blocker's lock (a minute at most).
-            let deadline = ContinuousClock.now + .seconds(60)
-            while ContinuousClock.now < deadline, try await Ingest.count(services, """
-                SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-                """) == 0 {
-                try await Task.sleep(for: .milliseconds(20))
+            // Until A's transaction waits on the blocker's lock.
+            let blockerPID = blocker.backendPID
+            let blocked = try await eventually {
+                try await Ingest.count(services, "SELECT count(*)::int FROM pg_stat_activity WHERE \(blockerPID) = ANY(pg_blocking_pids(pid))") == 1
             }
+            try #require(blocked, "request A never waited on the blocking session")
             // B and then C, 20 ms apart: the free writer lingers instead of writing B alone.
             let b = Task { try await batcher.submit([event()]) }
             try await Task.sleep(for: .milliseconds(20))

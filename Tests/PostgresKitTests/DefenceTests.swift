@@ -68,19 +68,16 @@ struct DefenceTests {
     @Test("a cancelled wait for a connection ends at once and leaks no slot")
     func cancelledWaiter() async throws {
         try await TestDatabase.withPool(maxConnections: 1, acquireTimeout: .seconds(30)) { pool in
-            // The holder keeps the only connection until the waiter has ended: a
-            // cancellation that did not end the wait would end it 30 s later with a
-            // pool timeout instead of CancellationError. No clock is read.
-            let (releaseSignal, release) = AsyncStream<Void>.makeStream()
-            let holder = Task { try await pool.withLease { _ in for await _ in releaseSignal {} } }
-            while pool.openConnections < 1 { try await Task.sleep(for: .milliseconds(10)) }
-            let waiter = Task { try await pool.query("SELECT 1") }
-            while pool.waitingTasks < 1 { try await Task.sleep(for: .milliseconds(10)) }
-            waiter.cancel()
-            await #expect(throws: CancellationError.self) { try await waiter.value }
-            #expect(pool.waitingTasks == 0)
-            release.finish()
-            try await holder.value
+            // The only connection is held until the waiter has ended: a cancellation that
+            // did not end the wait would end it 30 s later with a pool timeout instead of
+            // CancellationError. No clock is read.
+            try await whileHoldingAConnection(of: pool) {
+                let waiter = Task { try await pool.query("SELECT 1") }
+                try #require(try await eventually { pool.waitingTasks == 1 }, "the waiter never queued")
+                waiter.cancel()
+                await #expect(throws: CancellationError.self) { try await waiter.value }
+                #expect(pool.waitingTasks == 0)
+            }
             // The slot is still usable, many times over.
             for _ in 0..<20 { try await pool.query("SELECT 1") }
             #expect(pool.openConnections == 1)
@@ -93,8 +90,9 @@ struct DefenceTests {
             let connection = try PostgresConnection(connecting: conninfo)
             try connection.execute(unsafeSQL: "CREATE TABLE t (x int)")
             let killer = try PostgresConnection(connecting: conninfo)
-            // Waits (up to 10 s) until the backend is gone, not merely signalled.
-            try killer.query("SELECT pg_terminate_backend(\(connection.backendPID), 10000)")
+            // Waits (up to 10 s, on a thread of its own) until the backend is gone, not merely signalled.
+            let pid = connection.backendPID
+            #expect(try await onOwnThread { try killer.query("SELECT pg_terminate_backend(\(pid), 10000)")[0].decode(0, as: Bool.self) })
             var buffer = PostgresCopyBuffer(columns: 1)
             try buffer.appendInt32(1)
             buffer.endRow()

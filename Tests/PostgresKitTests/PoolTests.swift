@@ -28,17 +28,14 @@ struct PoolTests {
     @Test("waiting for a connection times out with a clear error")
     func acquireTimesOut() async throws {
         try await TestDatabase.withPool(maxConnections: 1, acquireTimeout: .milliseconds(200)) { pool in
-            // The holder keeps the only connection until the waiter has given up.
-            let (releaseSignal, release) = AsyncStream<Void>.makeStream()
-            let holder = Task { try await pool.withLease { _ in for await _ in releaseSignal {} } }
-            while pool.openConnections < 1 { try await Task.sleep(for: .milliseconds(10)) }
-            let error = await #expect(throws: PostgresError.self) {
-                try await pool.query("SELECT 1")
+            // The only connection is held until the waiter has given up.
+            try await whileHoldingAConnection(of: pool) {
+                let error = await #expect(throws: PostgresError.self) {
+                    try await pool.query("SELECT 1")
+                }
+                #expect(error?.kind == .poolTimeout)
+                #expect(error?.description.contains("no PostgreSQL connection became free") == true)
             }
-            #expect(error?.kind == .poolTimeout)
-            #expect(error?.description.contains("no PostgreSQL connection became free") == true)
-            release.finish()
-            try await holder.value
         }
     }
 
@@ -48,8 +45,8 @@ struct PoolTests {
             let first = try await pool.withConnection { $0.backendPID }
             // Kill the pooled connection's backend from outside the pool.
             let killer = try PostgresConnection(connecting: pool.configuration.conninfo)
-            // Waits (up to 10 s) until the backend is gone, not merely signalled.
-            try killer.query("SELECT pg_terminate_backend(\(first), 10000)")
+            // Waits (up to 10 s, on a thread of its own) until the backend is gone, not merely signalled.
+            #expect(try await onOwnThread { try killer.query("SELECT pg_terminate_backend(\(first), 10000)")[0].decode(0, as: Bool.self) })
             let rows = try await pool.query("SELECT pg_backend_pid() AS pid")
             #expect(try rows[0].decode("pid", as: Int32.self) != first)
             #expect(pool.openConnections == 1)
