@@ -41,11 +41,8 @@ struct MediationTests {
     }
 
     /// Waits until the server's first background pass has loaded the decisions.
-    /// The bound only says when to give up: a loaded machine may take seconds.
     static func waitUntilLoaded(_ services: AppServices) async throws {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while !services.mediationRefresher.isLoaded, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(services.mediationRefresher.isLoaded)
+        #expect(try await eventually { services.mediationRefresher.isLoaded })
     }
 
     static let automatic = MediationPolicy(
