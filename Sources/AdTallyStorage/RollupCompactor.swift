@@ -91,9 +91,10 @@ public struct RollupCompactor: Sendable {
         let started = ContinuousClock.now
         let identity = self.identity
         let moved = try await pool.withConnection { connection in
-            let moved: Int = try connection.withTransaction { connection in
+            // nil: another process holds the compaction lock.
+            let moved: Int? = try connection.withTransaction { connection in
                 let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
-                guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return 0 }
+                guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return nil }
                 let lockedAt = try lock.decode(1, as: String.self)
                 let moved = try connection.execute(unsafeSQL: Self.moveStatement).first?.decode(0, as: Int.self) ?? 0
                 if moved > 0 {
@@ -104,19 +105,22 @@ public struct RollupCompactor: Sendable {
                 }
                 return moved
             }
+            guard let moved else { return 0 }
             if moved > 0 {
                 // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
                 // (the table takes tens of thousands of rows a second under load).
                 _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED) rollup_delta")
-                // The table keeps its emptied pages (vacuum_truncate = false, so that ingest
-                // never waits on the lock a truncation takes). After a burst — an import of
-                // history, compaction stopped for a while — that is many empty pages that
-                // every report reads (the deltas have no index). Give them back then: the
-                // lock is taken only if free, and is rare.
-                let big = try connection.query("SELECT pg_relation_size('rollup_delta') > \(Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576)")
-                if try big.first?.decode(0, as: Bool.self) == true {
-                    _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED, TRUNCATE) rollup_delta")
-                }
+            }
+            // The table keeps its emptied pages (vacuum_truncate = false, so that ingest
+            // never waits on the lock a truncation takes). After a burst — an import of
+            // history, compaction stopped for a while — that is many empty pages that
+            // every report reads (the deltas have no index). Give them back then: the
+            // lock is taken only if free, and is rare. Checked on every pass, not only one
+            // that moved rows: a pass whose vacuums were skipped (an autovacuum held the
+            // table) is made good by the next one even when no event comes meanwhile.
+            let big = try connection.query("SELECT pg_relation_size('rollup_delta') > \(Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576)")
+            if try big.first?.decode(0, as: Bool.self) == true {
+                _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED, TRUNCATE) rollup_delta")
             }
             return moved
         }
