@@ -183,7 +183,7 @@ struct ExportTests {
                 let b = Task { await second.run() }
                 try await Task.sleep(for: .milliseconds(1500))
                 // Kill the leader as a crash would: its task stops and its connection (and lock) dies.
-                try await Self.waitUntil { first.isLeader || second.isLeader }
+                try await waitUntil { first.isLeader || second.isLeader }
                 let leader = first.isLeader ? (first, a, "runner-a") : (second, b, "runner-b")
                 // Its connection (and lock) dies first, as in a crash; then its task stops, so it
                 // cannot win the lock back.
@@ -193,7 +193,7 @@ struct ExportTests {
                 leader.1.cancel()
                 // The other takes over.
                 let survivor = leader.0 === first ? second : first
-                try await Self.waitUntil { survivor.isLeader }
+                try await waitUntil { survivor.isLeader }
                 try await Task.sleep(for: .milliseconds(1500))
                 a.cancel()
                 b.cancel()
@@ -207,7 +207,7 @@ struct ExportTests {
                 let c = Task { await last.run() }
                 // Dozens of slots, each a report and a file: on a loaded machine (the suite runs
                 // schemathesis beside this) that can take longer than the default wait.
-                try await Self.waitUntil(seconds: 90) { try await services.database.pool.query("SELECT 1 FROM export_runs WHERE status <> 'succeeded'").isEmpty }
+                try await waitUntil(within: 90) { try await services.database.pool.query("SELECT 1 FROM export_runs WHERE status <> 'succeeded'").isEmpty }
                 c.cancel()
                 await c.value
                 await lastPool.shutdown()
@@ -262,7 +262,7 @@ struct ExportTests {
                     }
                 }
                 let a = Task { await first.run() }
-                try await Self.waitUntil { stuck.withLock { $0 } }
+                try await waitUntil { stuck.withLock { $0 } }
                 var files = Exports.files(directory, "daily")
                 #expect(files.data.isEmpty && files.manifests.isEmpty, "nothing under a final name mid-file: \(files)")
                 #expect(files.temporary.count == 1, "the partial file is hidden: \(files.temporary)")
@@ -280,7 +280,7 @@ struct ExportTests {
                 #expect(FileManager.default.createFile(atPath: leftover, contents: Data("half a fi".utf8)))
                 let (second, secondPool) = Exports.runner(services, conninfo, identity: "takes-over")
                 let b = Task { await second.run() }
-                try await Self.waitUntil { try await services.exports.run("daily", slot: run.slot)?.status == "succeeded" }
+                try await waitUntil { try await services.exports.run("daily", slot: run.slot)?.status == "succeeded" }
                 b.cancel()
                 await b.value
                 await secondPool.shutdown()
@@ -310,7 +310,7 @@ struct ExportTests {
                     configuration.now = { now }
                 }
                 let task = Task { await runner.run() }
-                try await Self.waitUntil(seconds: 60) {
+                try await waitUntil(within: 60) {
                     let rows = try await services.database.pool.query("SELECT status, count(*)::int FROM export_runs GROUP BY 1 ORDER BY 1")
                     let counts = try rows.map { "\(try $0.decode(0, as: String.self))=\(try $0.decode(1, as: Int.self))" }
                     // Every due slot is planned in the runner's first pass: never all done but some.
@@ -352,14 +352,14 @@ struct ExportTests {
                     configuration.maxAttempts = 3
                 }
                 let task = Task { await runner.run() }
-                try await Self.waitUntil { try await services.exports.run("weekly", slot: run.slot)?.status == "succeeded" }
+                try await waitUntil { try await services.exports.run("weekly", slot: run.slot)?.status == "succeeded" }
                 let first = try #require(try await services.exports.run("weekly", slot: run.slot))
                 #expect(first.fileStatus == "provisional")
                 let finalDue = try #require(first.finalDueAt)
                 // Late events no longer count after the window: make it an hour, and move past the due time.
                 _ = try await services.database.pool.query("UPDATE id_horizon SET max_event_age_seconds = 3600")
                 clock.withLock { $0 = finalDue.addingTimeInterval(1) }
-                try await Self.waitUntil { try await services.exports.run("weekly", slot: run.slot, pass: 2)?.status == "succeeded" }
+                try await waitUntil { try await services.exports.run("weekly", slot: run.slot, pass: 2)?.status == "succeeded" }
                 let final = try #require(try await services.exports.run("weekly", slot: run.slot, pass: 2))
                 #expect(final.fileStatus == "final" && final.trigger == "final" && final.file == "weekly/weekly-\(run.slot).final.csv")
                 let earlier = try Exports.checkManifest(directory, "weekly", "weekly-\(run.slot).csv", run: first)
@@ -370,13 +370,13 @@ struct ExportTests {
                 try FileManager.default.removeItem(atPath: directory + "/weekly")
                 _ = FileManager.default.createFile(atPath: directory + "/weekly", contents: Data("not a folder".utf8))
                 let broken = try await services.exports.requestRun("weekly", slot: nil, now: Date().addingTimeInterval(3600))
-                try await Self.waitUntil(seconds: 30) { try await services.exports.run("weekly", slot: broken.slot)?.status == "failed" }
+                try await waitUntil(within: 30) { try await services.exports.run("weekly", slot: broken.slot)?.status == "failed" }
                 let failed = try #require(try await services.exports.run("weekly", slot: broken.slot))
                 #expect(failed.attempts == 3 && (failed.error ?? "").contains("Not a directory"), "\(failed)")
                 // Started again by hand once the folder is back.
                 try FileManager.default.removeItem(atPath: directory + "/weekly")
                 _ = try await services.exports.requestRun("weekly", slot: broken.slot)
-                try await Self.waitUntil { try await services.exports.run("weekly", slot: broken.slot)?.status == "succeeded" }
+                try await waitUntil { try await services.exports.run("weekly", slot: broken.slot)?.status == "succeeded" }
                 task.cancel()
                 await task.value
                 await pool.shutdown()
@@ -404,7 +404,7 @@ struct ExportTests {
                 configuration.now = { Date().addingTimeInterval(-3600) }
             }
             let watching = Task { await watcher.run() }
-            try await Self.waitUntil { watcher.isLeader }
+            try await waitUntil { watcher.isLeader }
             let last = try #require(try await services.exports.run("slow", slot: "20260101T0600"))
             #expect(last.status == "failed" && (last.error ?? "").contains("gone"), "\(last)")
             // The other counts as attempt 1 and waits 3 s.
@@ -422,7 +422,7 @@ struct ExportTests {
                 configuration.maxAttempts = 3
             }
             let task = Task { await runner.run() }
-            try await Self.waitUntil {
+            try await waitUntil {
                 let run = try await services.exports.run("slow", slot: "20260102T0600")
                 return run?.attempts == 2 && run?.status == "retrying"
             }
@@ -430,7 +430,7 @@ struct ExportTests {
             let secondStarted = try #require(second.startedAt), secondFinished = try #require(second.finishedAt)
             #expect(secondStarted.timeIntervalSince(requeued.nextAttemptAt) > -0.1, "not before its backoff: \(second)")
             #expect(abs(second.nextAttemptAt.timeIntervalSince(secondFinished) - 6) < 0.1, "\(second)")
-            try await Self.waitUntil { try await services.exports.run("slow", slot: "20260102T0600")?.status == "failed" }
+            try await waitUntil { try await services.exports.run("slow", slot: "20260102T0600")?.status == "failed" }
             let failed = try #require(try await services.exports.run("slow", slot: "20260102T0600"))
             #expect(failed.attempts == 3 && (failed.error ?? "").contains("Not a directory"))
             #expect(try #require(failed.startedAt).timeIntervalSince(second.nextAttemptAt) > -0.1, "not before its backoff: \(failed)")
@@ -443,7 +443,7 @@ struct ExportTests {
             try await Task.sleep(for: .milliseconds(500))
             #expect(try await services.exports.run("slow", slot: "20260102T0600")?.status == "pending")
             _ = try await services.exports.setPaused("slow", false)
-            try await Self.waitUntil { try await services.exports.run("slow", slot: "20260102T0600")?.status == "succeeded" }
+            try await waitUntil { try await services.exports.run("slow", slot: "20260102T0600")?.status == "succeeded" }
             task.cancel()
             await task.value
             await pool.shutdown()
@@ -563,16 +563,5 @@ struct ExportTests {
             await database.close()
             throw error
         }
-    }
-
-    /// Polls until `condition` holds, failing after `seconds`.
-    static func waitUntil(seconds: Double = 20, _ condition: () async throws -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async throws {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try await condition() { return }
-            try await Task.sleep(for: .milliseconds(25))
-        }
-        Issue.record("condition not met within \(seconds) s", sourceLocation: sourceLocation)
-        throw CancellationError()
     }
 }

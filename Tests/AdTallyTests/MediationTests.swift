@@ -42,7 +42,7 @@ struct MediationTests {
 
     /// Waits until the server's first background pass has loaded the decisions.
     static func waitUntilLoaded(_ services: AppServices) async throws {
-        #expect(try await eventually { services.mediationRefresher.isLoaded })
+        try #require(try await eventually { services.mediationRefresher.isLoaded }, "the first mediation pass never loaded")
     }
 
     static let automatic = MediationPolicy(

@@ -100,16 +100,6 @@ struct ReplicaTests {
     /// below passes it.
     static let maxLag = 10
 
-    static func waitUntil(seconds: Double = 60, _ what: String, _ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        while ContinuousClock.now < deadline {
-            if try await condition() { return }
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        Issue.record("timed out waiting until \(what)")
-        throw TestSetupError(description: "timed out waiting until \(what)")
-    }
-
     @Test("reports, the CLI, exports and the dashboard read the replica and say its lag; a lagging, paused or stopped replica is skipped for the primary, logged")
     func readReplica() async throws {
         let replica = try await TestReplica.start()
@@ -154,7 +144,7 @@ struct ReplicaTests {
             let pricedStatus = try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers(keys.ingest), body: Ingest.body([priced])) { $0.status }
             #expect(pricedStatus == .ok)
             var body: [String: Any] = [:]
-            try await Self.waitUntil("the replica answers with all 50 events") {
+            try await waitUntil("the replica answers with all 50 events") {
                 body = try await report()
                 return Self.notes(body)["read_from"] as? String == "replica" && Self.requests(body) == 50
             }
@@ -163,10 +153,10 @@ struct ReplicaTests {
             let before = try await replicaScans()
             _ = try await report()
             // Backends publish their counters about once a second.
-            try await Self.waitUntil(seconds: 30, "the replica counts the report's table scans") { try await replicaScans() > before }
+            try await waitUntil("the replica counts the report's table scans", within: 30) { try await replicaScans() > before }
 
             // The dashboard and the CLI read it too, and say so.
-            try await Self.waitUntil("the dashboard says it read the replica") {
+            try await waitUntil("the dashboard says it read the replica") {
                 try await client.execute(uri: "/dashboard?app=rep", method: .get, headers: Reports.headers(keys.read)) { String(buffer: $0.body) }
                     .contains("Read from the replica (replay lag")
             }
@@ -184,9 +174,9 @@ struct ReplicaTests {
             let created = try await client.execute(uri: "/v1/exports", method: .post, headers: Ingest.headers(admin), body: ByteBuffer(string: schedule)) { $0.status }
             #expect(created == .created)
             // Not while a burst of the suite's WAL holds the replica past the bound.
-            try await Self.waitUntil("the replica is within the bound again") { Self.notes(try await report())["read_from"] as? String == "replica" }
+            try await waitUntil("the replica is within the bound again") { Self.notes(try await report())["read_from"] as? String == "replica" }
             let run = try await services.exports.requestRun("rep", slot: nil)
-            try await Self.waitUntil(seconds: 60, "the export ran") { try await services.exports.run("rep", slot: run.slot)?.status == "succeeded" }
+            try await waitUntil("the export ran", within: 60) { try await services.exports.run("rep", slot: run.slot)?.status == "succeeded" }
             let file = try #require(try await services.exports.run("rep", slot: run.slot)?.file)
             let manifest = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/" + file + ".manifest.json"))) as? [String: Any] ?? [:]
             #expect(manifest["read_from"] as? String == "replica" && manifest["replica_lag_seconds"] is NSNumber, "\(manifest)")
@@ -204,7 +194,7 @@ struct ReplicaTests {
             let reportQuery = try ReportQuery.parse(
                 [("apps", "rep"), ("from", today), ("to", today), ("tz", "UTC"), ("metrics", "requests")], readable: try await patient.readableApps(only: "rep"), isAdmin: false
             )
-            try await Self.waitUntil("the paused replica lags past the server's bound") {
+            try await waitUntil("the paused replica lags past the server's bound") {
                 let stale = try await patient.page(reportQuery)
                 #expect(stale.notes.readFrom.server == .replica && stale.totals.requests == 50, "\(stale.notes.readFrom) \(stale.totals.requests)")
                 return (stale.notes.readFrom.replicaLagSeconds ?? 0) > Double(Self.maxLag) + 0.5
@@ -233,11 +223,11 @@ struct ReplicaTests {
 
             // Resumed: back on the replica, caught up, logged.
             _ = try await replicaPool.query("SELECT pg_wal_replay_resume()")
-            try await Self.waitUntil("the replica has caught up again") {
+            try await waitUntil("the replica has caught up again") {
                 body = try await report()
                 return Self.notes(body)["read_from"] as? String == "replica" && Self.requests(body) == 60
             }
-            try await Self.waitUntil("the strict reader reads the replica again") { await strict.choose().readFrom.server == .replica }
+            try await waitUntil("the strict reader reads the replica again") { await strict.choose().readFrom.server == .replica }
             #expect(lines.withLock { $0 }.contains { $0.contains("reports read from the replica again") }, "\(lines.withLock { $0 })")
 
             // Stopped: reports still answer, from the primary, and say the replica could not be reached.

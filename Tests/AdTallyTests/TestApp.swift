@@ -6,6 +6,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import Logging
+import Testing
 
 /// Runs `body` against a live AdTally server on a fresh test database.
 func withTestApp(
@@ -56,6 +57,18 @@ private func withServices(
             await database.close()
             throw error
         }
+    }
+}
+
+/// Polls `condition` until it holds (`eventually`); when `seconds` pass first,
+/// records an issue saying what did not happen and throws, ending the test.
+func waitUntil(
+    _ what: String = "the condition held", within seconds: Double = 60, sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async throws {
+    guard try await eventually(within: seconds, condition) else {
+        Issue.record("timed out waiting until \(what) (\(seconds) s)", sourceLocation: sourceLocation)
+        throw TestSetupError(description: "timed out waiting until \(what)")
     }
 }
 

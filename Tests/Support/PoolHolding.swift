@@ -1,16 +1,5 @@
 import PostgresKit
 
-/// Polls `condition` every 10 ms until it holds (true) or `seconds` pass (false).
-/// The bound only says when to give up: a loaded machine may take seconds.
-public func eventually(within seconds: Double = 60, _ condition: () async throws -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + .seconds(seconds)
-    while true {
-        if try await condition() { return true }
-        if ContinuousClock.now >= deadline { return false }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-}
-
 /// Leases one of `pool`'s connections, runs `body` while it is held, then gives it
 /// back. The hold ends after 60 s at the latest, so a pool that never lets a waiter
 /// go makes a test fail rather than hang.

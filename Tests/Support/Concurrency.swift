@@ -37,3 +37,14 @@ public actor AsyncGate {
         return try await body()
     }
 }
+
+/// Polls `condition` every 10 ms until it holds (true) or `seconds` pass (false).
+/// The bound only says when to give up: a loaded machine may take seconds.
+public func eventually(within seconds: Double = 60, _ condition: () async throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while true {
+        if try await condition() { return true }
+        if ContinuousClock.now >= deadline { return false }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}
