@@ -101,8 +101,9 @@ public struct AdminRoutes: Sendable {
         } catch let DecodingError.valueNotFound(_, context) where !context.codingPath.isEmpty {
             throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): is required (not null)")
         } catch let error as FieldError {
-            // A value that decoded but breaks a rule (a rate card entry's fields, a mediation policy).
-            throw ProblemDetails(.badRequest, detail: error.description)
+            // A value that decoded but breaks a rule (a rate card entry's fields, a mediation
+            // policy): not an unreadable body; ProblemMiddleware answers it.
+            throw error
         } catch let DecodingError.dataCorrupted(context) where !context.codingPath.isEmpty {
             // A number that does not fit the field (1.5 or 1e20 for a whole number).
             throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): has the wrong type or is out of range")

@@ -108,8 +108,6 @@ public struct ExportRoutes: Sendable {
     static func mapping(_ body: () async throws -> Response) async throws -> Response {
         do {
             return try await body()
-        } catch let error as ExportScheduleError {
-            throw ProblemDetails(.badRequest, detail: error.description)
         } catch let error as ExportStoreError {
             switch error {
             case .exists, .slotTaken, .paused: throw ProblemDetails(.conflict, detail: error.description)

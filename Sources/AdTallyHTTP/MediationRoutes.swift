@@ -76,7 +76,7 @@ public struct MediationRoutes: Sendable {
     @discardableResult
     func refreshNow(_ app: String) async -> [StoredMediationPolicy]? {
         do {
-            return try await refresher.refresh(app: app, force: true)
+            return try await refresher.refresh(app: app)
         } catch {
             refresher.logger.warning("mediation refresh after a policy change failed", metadata: ["app": "\(app)", "error": "\(error)"])
             return nil
@@ -121,11 +121,7 @@ public struct MediationRoutes: Sendable {
             default: throw ProblemDetails(.badRequest, detail: "\(name): unknown parameter; allowed: country, placement")
             }
         }
-        do {
-            return try scope.validated()
-        } catch {
-            throw ProblemDetails(.badRequest, detail: error.description)
-        }
+        return try scope.validated()
     }
 
     /// Maps the store's refusals onto problems.
@@ -133,8 +129,6 @@ public struct MediationRoutes: Sendable {
     static func mapping<T>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
-        } catch let error as MediationPolicyError {
-            throw ProblemDetails(.badRequest, detail: error.description)
         } catch let error as MediationStoreError {
             throw ProblemDetails(.notFound, detail: error.description)
         }

@@ -69,17 +69,13 @@ public struct MoneyRoutes: Sendable {
         router.post("v1/rates") { request, _ in
             _ = try await authenticator.require(.admin, request)
             let entries: [RateCardEntry]
-            do {
-                if Self.isCSV(request) {
-                    entries = try RateCardEntry.parseCSV(try await Self.body(request).readableBytesView)
-                } else {
-                    let body: RatesBody = try await AdminRoutes.decode(request, upTo: Self.maxImportBytes)
-                    entries = body.rates
-                }
-                return try AdminRoutes.json(["stored": try await store.setRates(entries)])
-            } catch let error as MoneyTableError {
-                throw ProblemDetails(.badRequest, detail: error.description)
+            if Self.isCSV(request) {
+                entries = try RateCardEntry.parseCSV(try await Self.body(request).readableBytesView)
+            } else {
+                let body: RatesBody = try await AdminRoutes.decode(request, upTo: Self.maxImportBytes)
+                entries = body.rates
             }
+            return try AdminRoutes.json(["stored": try await store.setRates(entries)])
         }
         router.delete("v1/rates") { request, _ in
             _ = try await authenticator.require(.admin, request)
@@ -88,16 +84,12 @@ public struct MoneyRoutes: Sendable {
                 guard let value = parameters[Substring(name)] else { throw ProblemDetails(.badRequest, detail: "\(name): is required") }
                 return String(value)
             }
-            do {
-                let found = try await store.deleteRate(
-                    network: try required("network"), format: try required("format"),
-                    country: parameters["country"].map(String.init) ?? "*", effectiveFrom: try required("effective_from")
-                )
-                guard found else { throw ProblemDetails(.notFound, detail: "no such rate card entry") }
-                return Response(status: .noContent)
-            } catch let error as MoneyTableError {
-                throw ProblemDetails(.badRequest, detail: error.description)
-            }
+            let found = try await store.deleteRate(
+                network: try required("network"), format: try required("format"),
+                country: parameters["country"].map(String.init) ?? "*", effectiveFrom: try required("effective_from")
+            )
+            guard found else { throw ProblemDetails(.notFound, detail: "no such rate card entry") }
+            return Response(status: .noContent)
         }
         router.get("v1/fx") { request, _ in
             _ = try await authenticator.require(.read, request)
@@ -116,31 +108,27 @@ public struct MoneyRoutes: Sendable {
         router.post("v1/fx") { request, _ in
             _ = try await authenticator.require(.admin, request)
             let parameters = request.uri.queryParameters
-            do {
-                let rates: [FXRate]
-                let fillGaps: Bool
-                if Self.isCSV(request) {
-                    let base = parameters["base"].map(String.init) ?? "EUR"
-                    rates = try FXRate.parseCSV(try await Self.body(request).readableBytesView, base: base)
-                    fillGaps = parameters["fill_gaps"] == "true"
-                } else {
-                    let body: FXBody = try await AdminRoutes.decode(request, upTo: Self.maxImportBytes)
-                    let base = body.base ?? "EUR"
-                    var parsed: [FXRate] = []
-                    for (index, input) in body.rates.enumerated() {
-                        do {
-                            parsed.append(try FXRate.parse(date: input.date, base: base, currency: input.currency, rate: input.rate))
-                        } catch let error as MoneyTableError {
-                            throw MoneyTableError("rates[\(index)].\(error.field)", error.rule)
-                        }
+            let rates: [FXRate]
+            let fillGaps: Bool
+            if Self.isCSV(request) {
+                let base = parameters["base"].map(String.init) ?? "EUR"
+                rates = try FXRate.parseCSV(try await Self.body(request).readableBytesView, base: base)
+                fillGaps = parameters["fill_gaps"] == "true"
+            } else {
+                let body: FXBody = try await AdminRoutes.decode(request, upTo: Self.maxImportBytes)
+                let base = body.base ?? "EUR"
+                var parsed: [FXRate] = []
+                for (index, input) in body.rates.enumerated() {
+                    do {
+                        parsed.append(try FXRate.parse(date: input.date, base: base, currency: input.currency, rate: input.rate))
+                    } catch let error as MoneyTableError {
+                        throw MoneyTableError("rates[\(index)].\(error.field)", error.rule)
                     }
-                    rates = parsed
-                    fillGaps = body.fillGaps ?? false
                 }
-                return try AdminRoutes.json(try await store.importFX(rates, fillGaps: fillGaps))
-            } catch let error as MoneyTableError {
-                throw ProblemDetails(.badRequest, detail: error.description)
+                rates = parsed
+                fillGaps = body.fillGaps ?? false
             }
+            return try AdminRoutes.json(try await store.importFX(rates, fillGaps: fillGaps))
         }
         router.delete("v1/fx") { request, _ in
             _ = try await authenticator.require(.admin, request)
@@ -148,13 +136,9 @@ public struct MoneyRoutes: Sendable {
             guard let date = parameters["date"], let currency = parameters["currency"] else {
                 throw ProblemDetails(.badRequest, detail: "date and currency: are required (base: default EUR)")
             }
-            do {
-                let found = try await store.deleteFX(date: String(date), currency: String(currency), base: parameters["base"].map(String.init) ?? "EUR")
-                guard found else { throw ProblemDetails(.notFound, detail: "no such FX rate") }
-                return Response(status: .noContent)
-            } catch let error as MoneyTableError {
-                throw ProblemDetails(.badRequest, detail: error.description)
-            }
+            let found = try await store.deleteFX(date: String(date), currency: String(currency), base: parameters["base"].map(String.init) ?? "EUR")
+            guard found else { throw ProblemDetails(.notFound, detail: "no such FX rate") }
+            return Response(status: .noContent)
         }
     }
 

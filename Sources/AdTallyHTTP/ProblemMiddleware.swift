@@ -1,3 +1,4 @@
+import AdTallyCore
 import Foundation
 import Hummingbird
 import Logging
@@ -13,7 +14,7 @@ extension HTTPResponse.Status {
 /// Maps every error escaping a route into problem+json, once, at the HTTP boundary.
 ///
 /// Expected failures (`ProblemDetails`, Hummingbird's `HTTPError` such as 404) keep
-/// their status. Anything else is a 500 whose body says nothing internal and whose
+/// their status; a `FieldError` (a value breaking a rule, field named) is a 400. Anything else is a 500 whose body says nothing internal and whose
 /// full detail is logged at error level. A client that went away mid-request (EOF
 /// inside the body, a reset) is nobody's fault here: 499, as nginx counts it, logged
 /// at debug level, whichever route was reading.
@@ -43,6 +44,9 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                 }
             }
             return try problem.response(from: request, context: context)
+        } catch let error as FieldError {
+            // A value that breaks a rule (a rate card, an export schedule, a mediation policy).
+            return try ProblemDetails(.badRequest, detail: error.description).response(from: request, context: context)
         } catch let error as PostgresError where error.isTransient {
             // The database is down or saturated: a retry later can succeed.
             context.logger.warning("database unavailable", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])

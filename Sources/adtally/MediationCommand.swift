@@ -131,14 +131,14 @@ struct MediationCommand: AsyncParsableCommand {
                     let saved = try await store.set(policy, actor: MediationCommand.actor)
                     var policies: [StoredMediationPolicy]
                     do {
-                        policies = try await MediationCommand.refresher(database).refresh(app: saved.scope.app, force: true)
+                        policies = try await MediationCommand.refresher(database).refresh(app: saved.scope.app)
                     } catch {
                         // The policy is stored: the servers decide it at their next refresh.
                         FileHandle.standardError.write(Data("warning: the policy is set, but deciding it now failed: \(error)\n".utf8))
                         policies = try await store.policies(app: saved.scope.app)
                     }
                     return policies.first { $0.policy.scope == saved.scope }
-                } catch let error as MediationPolicyError {
+                } catch let error as FieldError {
                     throw ValidationError("--\(error.field.replacingOccurrences(of: "_", with: "-").replacingOccurrences(of: "max-age-seconds", with: "max-age")): \(error.rule)")
                 } catch let error as MediationStoreError {
                     throw ValidationError(error.description)

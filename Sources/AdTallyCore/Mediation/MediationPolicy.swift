@@ -62,9 +62,6 @@ public struct MediationScope: Sendable, Hashable, Codable {
     public var description: String { qualifiers.isEmpty ? app : "\(app) \(qualifiers)" }
 }
 
-/// A policy the server could not accept: the field, as the API names it, and the rule.
-public typealias MediationPolicyError = FieldError
-
 /// A mediation policy: the rule and its parameters for one scope.
 public struct MediationPolicy: Sendable, Equatable, Codable {
     /// Which requests it answers.
@@ -116,13 +113,13 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
 
     /// The policy if every field keeps its rule (placement and country checked as
     /// events check them; networks named as events name them), else the first broken one.
-    public func validated() throws(MediationPolicyError) -> MediationPolicy {
+    public func validated() throws(FieldError) -> MediationPolicy {
         var policy = self
         policy.scope = try scope.validated()
-        func checkNetwork(_ name: String, _ field: String) throws(MediationPolicyError) {
+        func checkNetwork(_ name: String, _ field: String) throws(FieldError) {
             guard EventValidator.isNetworkName(name) else { throw .init(field, "\"\(name)\" is not a network name ([a-z0-9_.-], 1 to 32 characters)") }
         }
-        func refuse(_ present: Bool, _ field: String, _ rules: String) throws(MediationPolicyError) {
+        func refuse(_ present: Bool, _ field: String, _ rules: String) throws(FieldError) {
             if present { throw .init(field, "only for rule \(rules)") }
         }
         switch rule {
@@ -202,7 +199,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     public init(from decoder: any Decoder) throws {
         // A misspelt field would otherwise leave its default in place without a word.
         for key in try decoder.container(keyedBy: AnyCodingKey.self).allKeys where CodingKeys(stringValue: key.stringValue) == nil {
-            throw MediationPolicyError(key.stringValue, "is not a policy field; the fields are app, placement, country, rule, network, weights, networks, default, window_hours, min_requests, hysteresis, max_age_seconds")
+            throw FieldError(key.stringValue, "is not a policy field; the fields are app, placement, country, rule, network, weights, networks, default, window_hours, min_requests, hysteresis, max_age_seconds")
         }
         let container = try decoder.container(keyedBy: CodingKeys.self)
         scope = MediationScope(
@@ -211,14 +208,14 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         )
         let ruleText = try container.decode(String.self, forKey: .rule)
         guard let rule = MediationRule(rawValue: ruleText) else {
-            throw MediationPolicyError("rule", "must be pinned, weighted or automatic")
+            throw FieldError("rule", "must be pinned, weighted or automatic")
         }
         self.rule = rule
         network = try container.decodeIfPresent(String.self, forKey: .network)
         // Whole numbers are read as numbers and then checked, so that 1.5 or 1e20 is
         // refused naming its field (the decoder's own error names none).
         func whole(_ value: Double, _ field: String) throws -> Int {
-            guard abs(value) <= 9_007_199_254_740_992, let number = Int(exactly: value) else { throw MediationPolicyError(field, "must be a whole number") }
+            guard abs(value) <= 9_007_199_254_740_992, let number = Int(exactly: value) else { throw FieldError(field, "must be a whole number") }
             return number
         }
         func whole(_ key: CodingKeys) throws -> Int? {
