@@ -79,8 +79,10 @@ public struct EventValidator: Sendable {
         var event = AdEvent(id: id, type: type, occurredAtMicros: occurredAt, network: network, format: format)
 
         if let placement = try optionalString(raw.placement, "placement") {
-            guard (1...64).contains(Self.characterCount(placement, atMost: 64)) else { throw Rejection(field: "placement", rule: "must be 1 to 64 characters") }
-            try Self.refuseNUL(placement, "placement")
+            guard Self.isPlacement(placement) else {
+                try Self.refuseNUL(placement, "placement")
+                throw Rejection(field: "placement", rule: "must be 1 to 64 characters")
+            }
             event.placement = placement
         }
         if let size = try optionalString(raw.size, "size") {
@@ -88,11 +90,10 @@ public struct EventValidator: Sendable {
             event.size = size
         }
         if let country = try optionalString(raw.country, "country") {
-            let upper = Self.isUpperASCII(country) ? country : country.uppercased()
-            guard upper.utf8.count == 2, ISOCodes.countries.contains(upper) else {
+            guard let code = Self.countryCode(country) else {
                 throw Rejection(field: "country", rule: "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)")
             }
-            event.country = upper
+            event.country = code
         }
         if let platform = try optionalString(raw.platform, "platform") {
             guard let value = Platform(rawValue: platform) else {
@@ -179,6 +180,18 @@ public struct EventValidator: Sendable {
     static func characterCount(_ text: String, atMost limit: Int) -> Int {
         let bytes = text.utf8.count
         return bytes <= limit ? bytes : text.count
+    }
+
+    /// A placement as events name it (and mediation policies): 1 to 64 characters, no NUL.
+    public static func isPlacement(_ text: String) -> Bool {
+        (1...64).contains(characterCount(text, atMost: 64)) && !text.utf8.contains(0)
+    }
+
+    /// A country as events name it (and mediation policies): the ISO 3166-1 alpha-2
+    /// code upper-cased, nil when it is none.
+    public static func countryCode(_ text: String) -> String? {
+        let upper = isUpperASCII(text) ? text : text.uppercased()
+        return upper.utf8.count == 2 && ISOCodes.countries.contains(upper) ? upper : nil
     }
 
     static func isUpperASCII(_ text: String) -> Bool {

@@ -39,7 +39,7 @@ public enum MediationBasis: String, Sendable, Codable {
 }
 
 /// A policy's decision: the network to show, the split, and why.
-public struct MediationChoice: Sendable, Equatable {
+public struct MediationChoice: Sendable {
     /// The network `enable_advertising` names (a weighted policy's heaviest network
     /// here; each answer draws its own).
     public var network: String
@@ -49,11 +49,6 @@ public struct MediationChoice: Sendable, Equatable {
     public var basis: MediationBasis
     /// Why, in a sentence with the numbers.
     public var reason: String
-
-    public static func == (a: MediationChoice, b: MediationChoice) -> Bool {
-        a.network == b.network && a.basis == b.basis && a.reason == b.reason
-            && a.weights.map(\.network) == b.weights.map(\.network) && a.weights.map(\.share) == b.weights.map(\.share)
-    }
 }
 
 /// The decision rules of DESIGN §9, with no I/O: given a policy, each network's

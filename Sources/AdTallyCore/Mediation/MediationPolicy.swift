@@ -12,7 +12,7 @@ public enum MediationRule: String, Sendable, Codable, CaseIterable {
 
 /// Which requests a policy answers: an app, and optionally one placement and/or one
 /// country of it (nil: every one). The most specific policy that matches wins.
-public struct MediationScope: Sendable, Hashable, Codable {
+public struct MediationScope: Sendable, Hashable {
     /// The app.
     public var app: String
     /// One placement, or nil for every placement.
@@ -44,11 +44,11 @@ public struct MediationScope: Sendable, Hashable, Codable {
     public func validated() throws(FieldError) -> MediationScope {
         var scope = self
         if let placement {
-            guard MediationPolicy.isPlacement(placement) else { throw FieldError("placement", "must be 1 to 64 characters, without NUL") }
+            guard EventValidator.isPlacement(placement) else { throw FieldError("placement", "must be 1 to 64 characters, without NUL") }
         }
         if let country {
-            scope.country = country.uppercased()
-            guard ISOCodes.countries.contains(scope.country!) else { throw FieldError("country", "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)") }
+            guard let code = EventValidator.countryCode(country) else { throw FieldError("country", "must be an ISO 3166-1 alpha-2 code (ZZ for unknown)") }
+            scope.country = code
         }
         return scope
     }
@@ -150,13 +150,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         guard (1...1_000_000_000).contains(minRequests) else { throw .init("min_requests", "must be a whole number from 1 to 1000000000") }
         guard hysteresis.isFinite, (0...10).contains(hysteresis) else { throw .init("hysteresis", "must be a fraction from 0 to 10 (0.1: a challenger must be 10% better)") }
         guard (0...86_400).contains(maxAgeSeconds) else { throw .init("max_age_seconds", "must be a whole number from 0 to 86400") }
-        policy.networks = networks
         return policy
-    }
-
-    /// A placement as events may name it: 1 to 64 characters, no NUL.
-    public static func isPlacement(_ text: String) -> Bool {
-        (1...64).contains(EventValidator.characterCount(text, atMost: 64)) && !text.utf8.contains(0)
     }
 
     /// The networks a weighted policy draws from, with their share (weight / sum), by name.
