@@ -65,6 +65,7 @@ let package = Package(
                 "AdTallyCore", "PostgresKit", "TextFormats",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict

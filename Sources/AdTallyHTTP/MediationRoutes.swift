@@ -106,7 +106,7 @@ public struct MediationRoutes: Sendable {
             let variant = decision.draw(using: &generator)
             return Response(
                 status: .ok, headers: [.contentType: "application/json", .eTag: variant.etag, .cacheControl: cacheControl],
-                body: .init(byteBuffer: ByteBuffer(bytes: variant.body))
+                body: .init(byteBuffer: variant.body)
             )
         }
     }

@@ -138,7 +138,7 @@ struct MediationTests {
                     return ("", [:])
                 }
                 #expect(decision.variants.count == 1)
-                let body = try #require(try JSONSerialization.jsonObject(with: Data(decision.variants[0].body)) as? [String: Any])
+                let body = try #require(try JSONSerialization.jsonObject(with: Data(decision.variants[0].body.readableBytesView)) as? [String: Any])
                 return (body["enable_advertising"] as? String ?? "", body)
             }
             // Window 05:00–11:30: admob 90% against iad 50%.

@@ -2,6 +2,7 @@ import AdTallyCore
 import Foundation
 import Logging
 import Metrics
+import NIOCore
 import PostgresKit
 import Synchronization
 import TextFormats
@@ -14,8 +15,8 @@ public struct ServedMediation: Sendable {
         public var network: String
         /// Its share of answers (1 but for a weighted policy).
         public var share: Double
-        /// The body.
-        public var body: [UInt8]
+        /// The body, built once per refresh: a response shares it, nothing is copied per request.
+        public var body: ByteBuffer
         /// Its entity tag, quoted.
         public var etag: String
     }
@@ -48,7 +49,7 @@ public struct ServedMediation: Sendable {
             + split.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
         variants = shares.map { network, share in
             Variant(
-                network: network, share: share, body: MediationAnswer.body(network: network, answer: decision),
+                network: network, share: share, body: ByteBuffer(bytes: MediationAnswer.body(network: network, answer: decision)),
                 etag: "W/\"" + String(SHA256.hex("\(network) \(version)").prefix(32)) + "\""
             )
         }
