@@ -168,7 +168,8 @@ public final class MediationRefresher: Sendable {
         let ticket = tickets.add(1, ordering: .relaxed).newValue
         var policies = try await store.policies(app: app)
         var deleted: Set<MediationScope> = []
-        let apps = Dictionary(try await engine.readableApps(only: app).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        // The apps' zones and currencies, read once a pass and only when a decision is due.
+        var apps: [String: ReportApp]?
         let interval = Double(configuration.interval.components.seconds)
         for index in policies.indices {
             let stored = policies[index]
@@ -176,7 +177,11 @@ public final class MediationRefresher: Sendable {
             let isFresh = stored.decision != nil && stored.decidedAt.map { decided in
                 now.timeIntervalSince(decided) < interval * 0.9 && stored.policy.updatedAt.map { $0 <= decided } ?? true
             } ?? false
-            guard force || !isFresh, let reportApp = apps[stored.policy.scope.app] else { continue }
+            guard force || !isFresh else { continue }
+            if apps == nil {
+                apps = Dictionary(try await engine.readableApps(only: app).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            }
+            guard let reportApp = apps?[stored.policy.scope.app] else { continue }
             do {
                 switch try await decide(stored.policy, app: reportApp, now: now) {
                 case .stored(let decided): policies[index] = decided
