@@ -14,9 +14,10 @@ public enum TestDatabase {
         }
     }
 
-    /// Two at a time: a CREATE DATABASE copies the template through the WAL, so a
-    /// hundred at once (every test at the suite's start) slowed the whole suite to
-    /// double its time and left the streaming replica's test minutes behind.
+    /// Two at a time: a CREATE DATABASE copies the template through the WAL, and a
+    /// hundred at once (every test at the suite's start) on a loaded machine kept the
+    /// streaming replica's test from starting its replica in time (once with a core
+    /// busy; three runs so, paced, passed).
     static let creating = AsyncGate(limit: 2)
 
     /// Creates an empty database, runs `body` with its conninfo, then drops it.
