@@ -188,8 +188,11 @@ struct ServerDefenceTests {
             let results = try await withThrowingTaskGroup(of: (valid: Bool, status: HTTPResponse.Status).self) { group in
                 var results: [(valid: Bool, status: HTTPResponse.Status)] = []
                 for index in 0..<1200 {
-                    // 64 requests in flight at a time.
-                    if index >= 64, let result = try await group.next() { results.append(result) }
+                    // The test client pipelines every request on one connection, which the
+                    // server answers in order, and each request's 20 s read timeout runs from
+                    // when it was sent: 64 queued timed out once on a loaded machine (64
+                    // answers at 0.3 s). 8 queued give the server the same stream of requests.
+                    if index >= 8, let result = try await group.next() { results.append(result) }
                     group.addTask {
                         let valid = index % 40 == 0
                         let secret = valid ? keys.ingest : "atk_" + AppStoreKeys.randomHex(24)
