@@ -8,17 +8,21 @@ import HummingbirdTesting
 import Logging
 import Testing
 
-/// Runs `body` against a live AdTally server on a fresh test database.
+/// Runs `body` against a live AdTally server on a fresh test database. The client
+/// (`.live`) sends every request down one connection, which the server answers in
+/// order; `.ahc()` opens a connection per request in flight, for requests that must
+/// really run at once.
 func withTestApp(
     migrate: Bool = true,
     flags: Settings.Flags = .init(),
     batcher: IngestBatcher.Configuration? = nil,
     readURL: (String) -> String? = { _ in nil },
+    client setup: TestingSetup = .live,
     _ body: @escaping @Sendable (AppServices, any TestClientProtocol) async throws -> Void
 ) async throws {
     try await withServices(migrate: migrate, flags: flags, batcher: batcher, readURL: readURL) { services, settings, logger in
         let app = buildApplication(settings: settings, services: services, logger: logger)
-        try await app.test(.live) { client in
+        try await app.test(setup) { client in
             try await body(services, client)
         }
     }
