@@ -59,16 +59,18 @@ public struct AppServices: Sendable {
         self.exports = ExportStore(pool: database.pool)
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
-        self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: reports, logger: Logger(label: "adtally.exports"))
+        // The server's own reports run on pools HTTP readers never take (Database.backgroundReads).
+        let background = database.backgroundReportEngine(logger: logger)
+        self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: background, logger: Logger(label: "adtally.exports"))
         // The series are rewritten by whichever server refreshes an app first, newest
         // last: read on the primary, so a lagging replica cannot write older numbers
         // over newer ones.
         self.reportSeries = ReportSeriesWriter(
-            engine: ReportEngine(pool: database.reportPool, logger: logger), pool: database.pool, configuration: .init(maxEventAgeDays: settings.maxEventAgeDays)
+            engine: ReportEngine(pool: database.backgroundReads.primary, logger: logger), pool: database.pool, configuration: .init(maxEventAgeDays: settings.maxEventAgeDays)
         )
         self.mediation = MediationStore(pool: database.pool)
         self.mediationRefresher = MediationRefresher(
-            store: mediation, engine: reports,
+            store: mediation, engine: background,
             configuration: .init(interval: .seconds(settings.mediationRefreshSeconds), identity: Self.identity(settings))
         )
     }
@@ -104,11 +106,13 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))
     IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: routes)
     AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: routes)
-    ReportRoutes(engine: services.reports, authenticator: authenticator).register(on: routes)
+    // One key or client address runs at most half the report connections at once.
+    let shares = ReportShares(poolConnections: Database.reportConnections)
+    ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares).register(on: routes)
     MoneyRoutes(store: MoneyStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
-    DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore).register(on: routes)
+    DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(
         router: router,
@@ -116,7 +120,9 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
         // body chunk or (kept alive) no new request for that long: slow-header clients
         // included, as the head only counts once it is whole.
         server: .http1(configuration: .init(
-            additionalChannelHandlers: [makeParserErrorHandler()], idleTimeout: .seconds(Int64(settings.httpIdleTimeoutSeconds))
+            // A response that makes no progress for the same time (the client stopped reading) loses its connection too.
+            additionalChannelHandlers: [makeParserErrorHandler(), makeWriteStallHandler(timeout: .seconds(Int64(settings.httpIdleTimeoutSeconds)))],
+            idleTimeout: .seconds(Int64(settings.httpIdleTimeoutSeconds))
         )),
         configuration: .init(
             address: .hostname(settings.host, port: settings.port), serverName: "adtally",

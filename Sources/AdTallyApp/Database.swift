@@ -22,6 +22,12 @@ public final class Database: Sendable {
     public let readPool: PostgresPool?
     /// Where reports read: the replica while close enough behind, else `reportPool`.
     public let reads: ReportReads
+    /// Where the server's own reports read (scheduled exports, mediation decisions, the
+    /// Grafana series): pools of their own, so that HTTP readers, however many or slow,
+    /// never leave them waiting for a connection.
+    public let backgroundReads: ReportReads
+    /// Connections of each background report pool.
+    public static let backgroundReportConnections = 2
     /// One connection of its own for the export runner: it holds the runner lock while
     /// this process leads, and every claim and finish goes through it.
     public let leaderPool: PostgresPool
@@ -33,14 +39,15 @@ public final class Database: Sendable {
     private let logger: Logger
 
     private init(
-        pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, readPool: PostgresPool?, reads: ReportReads, leaderPool: PostgresPool,
-        migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
+        pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, readPool: PostgresPool?, reads: ReportReads, backgroundReads: ReportReads,
+        leaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
     ) {
         self.pool = pool
         self.authPool = authPool
         self.reportPool = reportPool
         self.readPool = readPool
         self.reads = reads
+        self.backgroundReads = backgroundReads
         self.leaderPool = leaderPool
         self.migrator = migrator
         self.embedded = embedded
@@ -93,15 +100,35 @@ public final class Database: Sendable {
         let reads = ReportReads(
             primary: reportPool, replica: readPool, maxLag: .seconds(settings.readMaxLagSeconds), primaryProbe: pool, logger: Logger(label: "adtally.reports")
         )
+        let backgroundPool = PostgresPool(
+            configuration: .init(conninfo: conninfo, maxConnections: backgroundReportConnections, acquireTimeout: .seconds(60), options: settings.databaseOptions),
+            logger: logger
+        )
+        let backgroundReadPool = settings.databaseReadURL.map { url in
+            PostgresPool(
+                configuration: .init(conninfo: url, maxConnections: backgroundReportConnections, acquireTimeout: .seconds(5), options: settings.databaseOptions),
+                logger: logger
+            )
+        }
+        let backgroundReads = ReportReads(
+            primary: backgroundPool, replica: backgroundReadPool, maxLag: .seconds(settings.readMaxLagSeconds), primaryProbe: pool,
+            logger: Logger(label: "adtally.reports")
+        )
         return Database(
-            pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, leaderPool: leaderPool, migrator: migrator,
-            embedded: embedded, startedEmbedded: started, logger: logger
+            pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, backgroundReads: backgroundReads, leaderPool: leaderPool,
+            migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger
         )
     }
 
     /// The report engine over this database's report reads (replica or primary).
     public func reportEngine(logger: Logger = Logger(label: "adtally.reports")) -> ReportEngine {
         ReportEngine(reads: reads, logger: logger)
+    }
+
+    /// The report engine of the server's own work (exports, mediation, series), on pools
+    /// HTTP readers never take.
+    public func backgroundReportEngine(logger: Logger = Logger(label: "adtally.reports")) -> ReportEngine {
+        ReportEngine(reads: backgroundReads, logger: logger)
     }
 
     /// Applies pending migrations.
@@ -116,6 +143,8 @@ public final class Database: Sendable {
         await authPool.shutdown()
         await reportPool.shutdown()
         await readPool?.shutdown()
+        await backgroundReads.primary.shutdown()
+        await backgroundReads.replica?.shutdown()
         await leaderPool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }
@@ -127,22 +156,36 @@ public final class Database: Sendable {
     }
 }
 
-/// Ready when the database answers, every migration is applied unchanged, and
-/// rollup compaction has not been failing for over a minute.
+/// Ready when the database answers, every migration is applied unchanged, rollup
+/// compaction has not been failing for over a minute, and reports can be served (no
+/// report waited in vain for a connection in the last `reportGrace`).
 struct DatabaseReadiness: ReadinessProbe {
     let database: Database
     let compaction: CompactionHealth
     var compactionGrace: Duration = .seconds(60)
+    var reportGrace: Duration = .seconds(30)
 
     func notReadyReason() async -> String? {
         do {
             let status = try await database.migrator.status(database.pool)
             guard status.isCurrent else { return "migrations pending: \(status.pending.joined(separator: ", "))" }
-            return compaction.problem(grace: compactionGrace)
+            if let problem = compaction.problem(grace: compactionGrace) { return problem }
+            return reportProblem()
         } catch let error as PostgresError {
             return "database unreachable: \(error.message)"
         } catch {
             return "database not ready: \(error)"
         }
+    }
+
+    /// Why reports cannot be served now: every report connection (of the replica too,
+    /// when one is configured) was busy for a whole wait within the last `reportGrace`.
+    func reportProblem() -> String? {
+        let pools = [database.reportPool] + (database.readPool.map { [$0] } ?? [])
+        let since = pools.map { $0.sinceLastTimeout }
+        guard since.allSatisfy({ $0.map { $0 < reportGrace } ?? false }), let last = since.compactMap({ $0 }).min() else { return nil }
+        let seconds = last.components.seconds
+        return "reports cannot be served: a report waited \(database.reportPool.configuration.acquireTimeout) in vain for one of the "
+            + "\(database.reportPool.configuration.maxConnections) report connections \(seconds) s ago (all busy with other reports)"
     }
 }

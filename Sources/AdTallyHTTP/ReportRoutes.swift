@@ -11,17 +11,20 @@ import NIOCore
 public struct ReportRoutes: Sendable {
     let engine: ReportEngine
     let authenticator: KeyAuthenticator
+    let shares: ReportShares
 
-    /// Creates the routes.
-    public init(engine: ReportEngine, authenticator: KeyAuthenticator) {
+    /// Creates the routes; `shares` keeps one key or address to its part of the report pool.
+    public init(engine: ReportEngine, authenticator: KeyAuthenticator, shares: ReportShares) {
         self.engine = engine
         self.authenticator = authenticator
+        self.shares = shares
     }
 
     /// Adds the routes to a router.
     public func register(on router: Routes) {
-        router.get("v1/reports") { request, _ in
+        router.get("v1/reports") { request, context in
             let key = try await authenticator.require(.read, request)
+            let place = try shares.enter(keyID: key.id, channel: context.channel)
             let readable = try await engine.readableApps(only: key.app)
             let parameters = request.uri.queryParameters.map { (String($0.key), String($0.value)) }
             let acceptsCSV = request.headers[.accept].map(Self.prefersCSV) ?? false
@@ -35,6 +38,7 @@ public struct ReportRoutes: Sendable {
                 switch query.format {
                 case .json:
                     let document = try await engine.page(query)
+                    withExtendedLifetime(place) {}
                     return Response(
                         status: .ok, headers: [.contentType: "application/json"],
                         body: .init(byteBuffer: ByteBuffer(bytes: document.json()))
@@ -43,7 +47,7 @@ public struct ReportRoutes: Sendable {
                     // Refusals (422, a zone PostgreSQL does not know) must come before the
                     // 200 and the first byte: checked here, in a short transaction of its own.
                     try await engine.check(query)
-                    return Response(status: .ok, headers: Self.csvHeaders(query), body: Self.csvBody(query, engine: engine))
+                    return Response(status: .ok, headers: Self.csvHeaders(query), body: Self.csvBody(query, engine: engine, holding: place))
                 }
             } catch let error as ReportQueryError {
                 throw Self.problem(error)
@@ -54,7 +58,11 @@ public struct ReportRoutes: Sendable {
     }
 
     static func problem(_ error: ReportQueryError) -> ProblemDetails {
-        ProblemDetails(error.kind == .forbidden ? .forbidden : .badRequest, detail: error.description)
+        switch error.kind {
+        case .forbidden: ProblemDetails(.forbidden, detail: error.description)
+        case .tooLarge: ProblemDetails(.unprocessableContent, title: "Report too large", detail: error.description)
+        case .invalid: ProblemDetails(.badRequest, detail: error.description)
+        }
     }
 
     /// Whether an Accept header ranks text/csv above JSON.
@@ -75,9 +83,12 @@ public struct ReportRoutes: Sendable {
         return [.contentType: "text/csv; charset=utf-8; header=present", .contentDisposition: "attachment; filename=\"\(name)\""]
     }
 
-    /// The CSV, written as the engine fetches it: the header, then one chunk of rows at a time.
-    static func csvBody(_ query: ReportQuery, engine: ReportEngine) -> ResponseBody {
+    /// The CSV, written as the engine fetches it: the header, then one chunk of rows at a
+    /// time. `place` (the request's share of the report pool) is held until the body has
+    /// been written, or dropped unwritten.
+    static func csvBody(_ query: ReportQuery, engine: ReportEngine, holding place: ReportShares.Place) -> ResponseBody {
         ResponseBody { writer in
+            defer { withExtendedLifetime(place) {} }
             let layout = ReportLayout(query: query)
             var out: [UInt8] = []
             out.reserveCapacity(1 << 16)

@@ -97,7 +97,12 @@ public struct ReportEngine: Sendable {
             try await pool.withTransaction { connection in
             try Self.prepare(plan, on: connection)
             try Self.checkFX(plan, on: connection)
-            if let compared = query.comparedQuery { try Self.checkFX(ReportPlan(compared.query), on: connection) }
+            if let compared = query.comparedQuery {
+                let earlier = ReportPlan(compared.query)
+                try Self.checkFX(earlier, on: connection)
+                let rows = try connection.query("SELECT count(*) FROM (SELECT 1 FROM (\n\(earlier.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)) AS c")
+                if try rows.first?.decode(0, as: Int.self) ?? 0 > Self.maxComparedRows { throw Self.comparisonTooLarge(query) }
+            }
             }
         }
     }
@@ -276,12 +281,28 @@ public struct ReportEngine: Sendable {
         }
     }
 
+    /// The most rows of the compared period a comparison holds: they are kept in memory
+    /// (keyed by their shifted dimensions) while this period's rows stream past them,
+    /// a few hundred bytes each, so at most ~10 MB a report.
+    public static let maxComparedRows = 20_000
+
+    static func comparisonTooLarge(_ query: ReportQuery) -> ReportQueryError {
+        ReportQueryError(
+            "compare",
+            "the compared period has more than \(maxComparedRows) rows for these dimensions, more than a comparison holds; "
+                + "compare with fewer dimensions, a filter or a shorter range",
+            kind: .tooLarge
+        )
+    }
+
     /// Every row and the totals of the compared period, keyed by their dimensions
-    /// shifted onto this period's.
+    /// shifted onto this period's; more than `maxComparedRows` rows are refused (422).
     static func compared(_ compared: (query: ReportQuery, shiftDays: Int, shiftMonths: Int), on connection: PostgresConnection) throws -> (rows: [String: ReportCounts], totals: ReportCounts) {
         let plan = ReportPlan(compared.query)
         var rows: [String: ReportCounts] = [:]
-        for row in try connection.query(plan.grouped()) {
+        let grouped = try connection.query("SELECT * FROM (\n\(plan.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)")
+        guard grouped.count <= Self.maxComparedRows else { throw comparisonTooLarge(compared.query) }
+        for row in grouped {
             let decoded = try plan.decodeRow(row)
             rows[ReportPlan.comparisonKey(decoded.dimensions, compared.query.dimensions, shift: compared), default: ReportCounts()].add(decoded.counts)
         }

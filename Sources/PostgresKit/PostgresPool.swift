@@ -58,6 +58,8 @@ public final class PostgresPool: Sendable {
         var waiters: [Waiter] = []
         var nextWaiterID: UInt64 = 0
         var isClosed = false
+        /// When a waiter last gave up for want of a connection.
+        var lastTimeout: ContinuousClock.Instant?
     }
 
     /// The configuration the pool was made with.
@@ -129,6 +131,10 @@ public final class PostgresPool: Sendable {
 
     /// Tasks waiting for a connection, for metrics and tests.
     public var waitingTasks: Int { state.withLock { $0.waiters.count } }
+
+    /// How long ago a task last waited `acquireTimeout` in vain for a connection, if
+    /// one ever did: readiness says from it that the pool's work cannot be served.
+    public var sinceLastTimeout: Duration? { state.withLock { $0.lastTimeout.map { ContinuousClock.now - $0 } } }
 
     /// Closes idle connections and refuses new leases; leased ones close when returned.
     public func shutdown() async {
@@ -216,8 +222,13 @@ public final class PostgresPool: Sendable {
             try await withCheckedThrowingContinuation { continuation in
                 let timer = Task { [weak self] in
                     try? await Task.sleep(for: timeout)
-                    guard !Task.isCancelled else { return }
-                    self?.removeWaiter(id)?.continuation.resume(throwing: PostgresError(
+                    guard !Task.isCancelled, let self else { return }
+                    let waiter = self.state.withLock { state -> Waiter? in
+                        guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                        state.lastTimeout = ContinuousClock.now
+                        return state.waiters.remove(at: index)
+                    }
+                    waiter?.continuation.resume(throwing: PostgresError(
                         kind: .poolTimeout,
                         message: "no PostgreSQL connection became free within \(timeout) (pool of \(maxConnections))"
                     ))

@@ -65,6 +65,8 @@ struct ReportCommand: AsyncParsableCommand {
                 }
             } catch let error as ReportCurrencyError {
                 throw ValidationError(error.description)
+            } catch let error as ReportQueryError {
+                throw ValidationError(ReportOptions.describe(error))
             }
             try sink.close()
         }

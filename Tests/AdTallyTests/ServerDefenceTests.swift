@@ -14,8 +14,23 @@ import Testing
 final class RawConnection: @unchecked Sendable {
     let fd: Int32
 
-    init(port: Int) throws {
+    /// Connects from `source` (another loopback address is another client to the
+    /// server); `receiveBuffer` bytes, when given, keep the kernel from buffering much
+    /// of a response this client never reads.
+    init(port: Int, from source: String? = nil, receiveBuffer: Int32? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        if var size = receiveBuffer {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else { throw TestSetupError(description: "cannot bind to \(source)") }
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -45,11 +60,11 @@ final class RawConnection: @unchecked Sendable {
     /// connection. The wait happens on a thread of its own: blocking one of the few
     /// cooperative threads for seconds starves the in-process servers (this test's own
     /// included), which then answer late under a loaded suite.
-    func read(timeout: Duration) async -> (text: String, closed: Bool) {
-        await onOwnThread { self.readBlocking(timeout: timeout) }
+    func read(timeout: Duration, until marker: String? = nil) async -> (text: String, closed: Bool) {
+        await onOwnThread { self.readBlocking(timeout: timeout, until: marker.map { Array($0.utf8) }) }
     }
 
-    private func readBlocking(timeout: Duration) -> (text: String, closed: Bool) {
+    private func readBlocking(timeout: Duration, until marker: [UInt8]?) -> (text: String, closed: Bool) {
         var received: [UInt8] = []
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
@@ -61,6 +76,9 @@ final class RawConnection: @unchecked Sendable {
             let count = recv(fd, &chunk, chunk.count, 0)
             if count <= 0 { return (String(decoding: received, as: UTF8.self), true) }
             received += chunk[0..<count]
+            if let marker, received.count >= marker.count, (0...(received.count - marker.count)).contains(where: { received[$0..<($0 + marker.count)].elementsEqual(marker) }) {
+                return (String(decoding: received, as: UTF8.self), false)
+            }
         }
         return (String(decoding: received, as: UTF8.self), false)
     }

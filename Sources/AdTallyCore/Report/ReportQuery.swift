@@ -10,13 +10,15 @@ public struct ReportQueryError: Error, Sendable, Equatable, CustomStringConverti
         case invalid
         /// Data the key may not read: 403.
         case forbidden
+        /// Well formed, but more than the server holds for it (a comparison of too many rows): 422.
+        case tooLarge
     }
 
     /// The parameter, as the API names it.
     public var parameter: String
     /// What is wrong and what is allowed.
     public var message: String
-    /// 400 or 403.
+    /// 400, 403 or 422.
     public var kind: Kind
 
     /// An error about one parameter.

@@ -15,6 +15,7 @@ public struct DashboardRoutes: Sendable {
     let engine: ReportEngine
     let authenticator: KeyAuthenticator
     let sessions: DashboardSessions
+    let shares: ReportShares
 
     /// The longest range the page draws.
     static let maxDays = 366
@@ -24,19 +25,22 @@ public struct DashboardRoutes: Sendable {
     static let maxNetworks = 8
 
     /// Creates the routes; sessions are signed with a secret kept in `store`'s database.
-    public init(engine: ReportEngine, authenticator: KeyAuthenticator, store: AppStore) {
+    public init(engine: ReportEngine, authenticator: KeyAuthenticator, store: AppStore, shares: ReportShares) {
         self.engine = engine
+        self.shares = shares
         self.authenticator = authenticator
         self.sessions = DashboardSessions(store: store)
     }
 
     /// Adds the routes to a router.
     public func register(on router: Routes) {
-        router.get("dashboard") { request, _ in
+        router.get("dashboard") { request, context in
             guard let key = try await signedInKey(request) else {
                 let next = request.uri.query.flatMap(Self.safeNext)
                 return Self.html(DashboardPage.login(message: nil, next: next), status: .ok, headers: Self.clearingCookie(request))
             }
+            let place = try shares.enter(keyID: key.id, channel: context.channel)
+            defer { withExtendedLifetime(place) {} }
             return try await page(request, key: key)
         }
         router.post("dashboard/login") { request, _ in
@@ -66,10 +70,11 @@ public struct DashboardRoutes: Sendable {
             headers[.setCookie] = Self.cookie("", maxAge: 0, request)
             return Response(status: .seeOther, headers: headers)
         }
-        router.get("dashboard/report.csv") { request, _ in
+        router.get("dashboard/report.csv") { request, context in
             guard let key = try await signedInKey(request) else {
                 throw ProblemDetails(.unauthorized, detail: "sign in at /dashboard, or send \"Authorization: Bearer <read key>\"")
             }
+            let place = try shares.enter(keyID: key.id, channel: context.channel)
             let selection = try await select(request, key: key)
             if let problem = selection.problem { throw ProblemDetails(.badRequest, detail: problem) }
             let query = try Self.tableQuery(selection, format: .csv)
@@ -80,7 +85,7 @@ public struct DashboardRoutes: Sendable {
             }
             var headers = ReportRoutes.csvHeaders(query)
             headers[.cacheControl] = "no-store"
-            return Response(status: .ok, headers: headers, body: ReportRoutes.csvBody(query, engine: engine))
+            return Response(status: .ok, headers: headers, body: ReportRoutes.csvBody(query, engine: engine, holding: place))
         }
         router.get("dashboard/assets/dashboard.css") { _, _ in
             Self.asset(DashboardPage.styleSheet, type: "text/css; charset=utf-8")

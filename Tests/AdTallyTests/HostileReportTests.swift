@@ -1,0 +1,165 @@
+@testable import AdTallyApp
+import AdTallyCore
+import AdTallyHTTP
+import AdTallyStorage
+import AdTallyTestSupport
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import PostgresKit
+import Testing
+
+/// Hostile report, dashboard, money, export and mediation requests (issue 22): what a
+/// read key, or the ingest key inside an app, can try against every app's service.
+extension HostileInputTests {
+    static let allDimensions = "app,date,hour,week,month,network,placement,format,size,country,platform,os_version,app_version,error_code"
+
+    /// `count` requests for app `victim` on 2025-11-03, each its own report row of about
+    /// 250 CSV bytes (a placement and versions of their own): a CSV of megabytes.
+    static func manyRows(_ services: AppServices, app: String, count: Int) async throws {
+        let start = Reports.micros("2025-11-03T00:00:00Z")
+        let events = (0..<count).map { index in
+            Reports.event(.request, at: start + Int64(index) * 1_000_000) { event in
+                event.placement = "placement-\(index)-" + String(repeating: "x", count: 40)
+                event.osVersion = "os-\(index)-" + String(repeating: "y", count: 20)
+                event.appVersion = "app-\(index)-" + String(repeating: "z", count: 20)
+                event.size = "320x50"
+            }
+        }
+        try await Reports.store(services, app: app, events)
+    }
+
+    static func csvRequest(_ secret: String, query: String = "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=\(allDimensions)&format=csv") -> String {
+        "GET /v1/reports?\(query) HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer \(secret)\r\n\r\n"
+    }
+
+    /// The status line a raw connection gets first (reading only the head's first bytes).
+    static func status(of connection: RawConnection) async -> String {
+        let (text, _) = await connection.read(timeout: .seconds(20), until: "\r\n")
+        return String(text.prefix { $0 != "\r" })
+    }
+
+    @Test("CSV readers that stall hold at most their share of the report pool: other apps, exports and mediation go on")
+    func stalledReadersKeepTheirShare() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let port = try #require(client.port)
+            let victim = try await Ingest.keys(services, app: "victim")
+            _ = try await services.appStore.createApp(id: "other", name: nil)
+            let otherRead = try await services.appStore.createKey(app: "other", scope: .read).secret
+            try await Self.manyRows(services, app: "victim", count: 30_000)
+            try await Reports.store(services, app: "other", [Reports.event(.request, at: Reports.micros("2025-11-03T05:00:00Z"))])
+
+            // 4× the report pool, one key, one address, none of them reading.
+            var stalled: [RawConnection] = []
+            for _ in 0..<(4 * Database.reportConnections) {
+                let connection = try RawConnection(port: port, from: "127.0.0.2", receiveBuffer: 4096)
+                connection.send(Self.csvRequest(victim.read))
+                stalled.append(connection)
+            }
+            defer { stalled.forEach { $0.close() } }
+            try await Task.sleep(for: .milliseconds(500))
+
+            // Another app's report, from another address, is answered at once (before: a 503 after 10 s).
+            let rows = try await Reports.rows(client, otherRead, "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&metrics=requests")
+            #expect(Reports.map(rows) == ["2025-11-03": 1])
+            // A dashboard page too.
+            let dashboard = try await client.execute(uri: "/dashboard?app=other", method: .get, headers: Reports.headers(otherRead)) { $0.status }
+            #expect(dashboard == .ok)
+            // The server's own reports run beside them: an export's and mediation's.
+            let background = services.database.backgroundReportEngine()
+            let apps = try await background.readableApps(only: "other")
+            let query = try ReportQuery.parse([("from", "2025-11-03"), ("to", "2025-11-03"), ("dimensions", "network")], readable: apps, isAdmin: false)
+            #expect(try await background.page(query).rows.count == 1)
+            _ = try await services.mediation.set(MediationPolicy(scope: .init(app: "other"), rule: .pinned, network: "admob"), actor: "test")
+            let decided = try await services.mediationRefresher.refresh(app: "other", force: true)
+            #expect(decided.count == 1)
+
+            // The same key from the same address asks once more: refused at once, with the reason.
+            let more = try RawConnection(port: port, from: "127.0.0.2")
+            more.send(Self.csvRequest(victim.read))
+            let (refusal, _) = await more.read(timeout: .seconds(20), until: "its share")
+            #expect(refusal.hasPrefix("HTTP/1.1 429"), "\(refusal.prefix(300))")
+            #expect(refusal.contains("its share of the report connections") && refusal.lowercased().contains("retry-after: 1"))
+        }
+    }
+
+    @Test("a response the client stops reading loses its connection after the idle timeout, and its report connection with it")
+    func stalledResponseIsCut() async throws {
+        var flags = Reports.flags
+        flags.httpIdleTimeoutSeconds = 2
+        try await withTestApp(flags: flags) { services, client in
+            let port = try #require(client.port)
+            let keys = try await Ingest.keys(services, app: "victim")
+            try await Self.manyRows(services, app: "victim", count: 30_000)
+            let shares = ReportShares(poolConnections: Database.reportConnections).perHolder
+            var stalled: [RawConnection] = []
+            for _ in 0..<shares {
+                let connection = try RawConnection(port: port, from: "127.0.0.3", receiveBuffer: 4096)
+                connection.send(Self.csvRequest(keys.read))
+                stalled.append(connection)
+            }
+            defer { stalled.forEach { $0.close() } }
+            // While they stream, the key's share is full...
+            try await Task.sleep(for: .milliseconds(300))
+            let refused = try RawConnection(port: port, from: "127.0.0.3")
+            refused.send(Self.csvRequest(keys.read, query: "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&format=csv"))
+            #expect(await Self.status(of: refused).hasPrefix("HTTP/1.1 429"))
+            // ...until the server has cut the stalled responses (2 s without progress): their
+            // report connections and places are free again, though the sockets are still open.
+            try await waitUntil("the stalled readers' share came back", within: 30) {
+                let again = try RawConnection(port: port, from: "127.0.0.3")
+                again.send(Self.csvRequest(keys.read, query: "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&format=csv"))
+                return await Self.status(of: again).hasPrefix("HTTP/1.1 200")
+            }
+            try await waitUntil("no report transaction is left open", within: 30) {
+                let open = try await services.database.pool.query(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'"
+                )
+                return try open.first?.decode(0, as: Int.self) == 0
+            }
+        }
+    }
+
+    @Test("readiness says when reports cannot be served: every report connection busy for a whole wait")
+    func readinessSeesAFullReportPool() async throws {
+        try await withServices { services in
+            let readiness = DatabaseReadiness(database: services.database, compaction: services.compactor.health)
+            #expect(await readiness.notReadyReason() == nil)
+            let pool = services.database.reportPool
+            func holdAll(_ left: Int) async throws {
+                guard left > 0 else {
+                    await #expect(throws: PostgresError.self) { try await pool.query("SELECT 1") }
+                    return
+                }
+                try await whileHoldingAConnection(of: pool) { try await holdAll(left - 1) }
+            }
+            try await holdAll(Database.reportConnections)
+            let reason = await readiness.notReadyReason()
+            #expect(reason?.contains("reports cannot be served") == true, "\(reason ?? "ready")")
+        }
+    }
+
+    @Test("compare= never holds an unbounded earlier period: past the bound it is a 422 naming compare")
+    func comparisonIsBounded() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "victim")
+            // The earlier period (2025-11-02) has more rows than a comparison holds.
+            let earlier = Reports.micros("2025-11-02T00:00:00Z")
+            let events = (0...ReportEngine.maxComparedRows).map { index in
+                Reports.event(.request, at: earlier + Int64(index) * 1_000_000) { $0.placement = "p\(index)" }
+            }
+            try await Reports.store(services, app: "victim", events)
+            for format in ["json", "csv"] {
+                let query = "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=placement&compare=previous_period&format=\(format)"
+                let (status, body) = try await client.execute(uri: "/v1/reports?" + query, method: .get, headers: Reports.headers(keys.read)) {
+                    ($0.status, String(buffer: $0.body))
+                }
+                #expect(status == .unprocessableContent, "\(format): \(body.prefix(300))")
+                #expect(body.contains("compare: the compared period has more than \(ReportEngine.maxComparedRows) rows"))
+            }
+            // Fewer dimensions compare as before.
+            let (status, _) = try await Reports.get(client, keys.read, "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&compare=previous_period")
+            #expect(status == .ok)
+        }
+    }
+}
