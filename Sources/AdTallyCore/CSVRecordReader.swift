@@ -10,6 +10,9 @@ public struct CSVRecordReader: Sendable {
     /// 1-based line on which the record being read started.
     private var recordLine = 1
     private var line = 1
+    /// Bytes of a leading UTF-8 byte-order mark seen so far (Excel's "CSV UTF-8" starts
+    /// with one); nil once the first byte that is not part of one has been read.
+    private var byteOrderMark: Int? = 0
 
     /// A reader at the start of a file.
     public init() {}
@@ -26,6 +29,16 @@ public struct CSVRecordReader: Sendable {
     public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Record] {
         var records: [Record] = []
         for byte in bytes {
+            if let seen = byteOrderMark {
+                if seen < 3, byte == Self.byteOrderMarkBytes[seen] {
+                    byteOrderMark = seen + 1 == 3 ? nil : seen + 1
+                    continue
+                }
+                // Not a mark after all (invalid UTF-8 either way): keep its bytes.
+                byteOrderMark = nil
+                field.append(contentsOf: Self.byteOrderMarkBytes[0..<seen])
+                if seen > 0 { fieldStarted = true }
+            }
             if inQuotes {
                 if byte == UInt8(ascii: "\"") {
                     inQuotes = false
@@ -63,6 +76,8 @@ public struct CSVRecordReader: Sendable {
         }
         return records
     }
+
+    static let byteOrderMarkBytes: [UInt8] = [0xEF, 0xBB, 0xBF]
 
     /// Every record of a whole file that has a non-blank field (blank lines dropped).
     public static func records(of bytes: some Sequence<UInt8>) -> [Record] {

@@ -23,6 +23,7 @@ public enum EventBatchReader {
             var scanner = JSONScanner(buffer)
             var slots: [Slot] = []
             var sawEvents = false
+            scanner.skipByteOrderMark()
             scanner.skipWhitespace()
             try scanner.expect(UInt8(ascii: "{"), "the body must be a JSON object {\"events\": [...]}")
             scanner.skipWhitespace()
@@ -105,6 +106,7 @@ public enum EventBatchReader {
     /// Reads one NDJSON line; nil for a blank line.
     public static func readLine(_ line: UnsafeBufferPointer<UInt8>, number: Int) -> Slot? {
         var scanner = JSONScanner(line)
+        if number == 1 { scanner.skipByteOrderMark() }
         scanner.skipWhitespace()
         if scanner.atEnd { return nil }
         do throws(BodyError) {
@@ -148,6 +150,11 @@ struct JSONScanner {
     var atEnd: Bool { index >= bytes.count }
 
     func peek() -> UInt8? { index < bytes.count ? bytes[index] : nil }
+
+    /// Skips a UTF-8 byte-order mark at the very start (editors on Windows write one).
+    mutating func skipByteOrderMark() {
+        if index == 0, bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF { index = 3 }
+    }
 
     mutating func skipWhitespace() {
         while index < bytes.count {

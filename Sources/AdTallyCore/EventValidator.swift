@@ -115,7 +115,7 @@ public struct EventValidator: Sendable {
             guard (0...Self.maxRevenueMicros).contains(micros) else {
                 throw Rejection(field: "revenue_micros", rule: "must be an integer from 0 to \(Self.maxRevenueMicros)")
             }
-            guard ISOCodes.isCurrency(code) else { throw Rejection(field: "currency", rule: "must be an ISO 4217 currency code, e.g. USD") }
+            guard let code = ISOCodes.currency(code) else { throw Rejection(field: "currency", rule: "must be an ISO 4217 currency code, e.g. USD") }
             guard type == .impression || type == .tap else {
                 throw Rejection(field: "revenue_micros", rule: "is allowed only on impression and tap events")
             }
@@ -187,15 +187,11 @@ public struct EventValidator: Sendable {
         (1...64).contains(characterCount(text, atMost: 64)) && !text.utf8.contains(0)
     }
 
-    /// A country as events name it (and mediation policies): the ISO 3166-1 alpha-2
-    /// code upper-cased, nil when it is none.
+    /// A country as events name it (and mediation policies, rate cards): the ISO
+    /// 3166-1 alpha-2 code in ASCII letters of either case, upper-cased; nil when it is none.
     public static func countryCode(_ text: String) -> String? {
-        let upper = isUpperASCII(text) ? text : text.uppercased()
-        return upper.utf8.count == 2 && ISOCodes.countries.contains(upper) ? upper : nil
-    }
-
-    static func isUpperASCII(_ text: String) -> Bool {
-        text.utf8.allSatisfy { (0x41...0x5A).contains($0) }
+        guard text.utf8.count == 2, let upper = ISOCodes.asciiUppercased(text), ISOCodes.countries.contains(upper) else { return nil }
+        return upper
     }
 
     /// PostgreSQL text cannot hold U+0000; refusing it here keeps one event from

@@ -31,4 +31,26 @@ public enum ISOCodes {
 
     /// Whether `code` is an active ISO 4217 currency.
     public static func isCurrency(_ code: String) -> Bool { currencyDigits[code] != nil }
+
+    /// The active ISO 4217 code `text` names in either case (`usd`, as spreadsheets
+    /// and hand-written files have it), or nil.
+    public static func currency(_ text: String) -> String? {
+        guard let upper = asciiUppercased(text), isCurrency(upper) else { return nil }
+        return upper
+    }
+
+    /// `text` in upper case when it is ASCII letters only, else nil: the codes are ASCII,
+    /// and Unicode case mapping would make `ın` (a dotless i) or `ﬁ` into codes.
+    public static func asciiUppercased(_ text: String) -> String? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count)
+        for byte in text.utf8 {
+            switch byte {
+            case 0x41...0x5A: bytes.append(byte)
+            case 0x61...0x7A: bytes.append(byte - 0x20)
+            default: return nil
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
 }

@@ -78,10 +78,10 @@ public struct RateCardEntry: Sendable, Equatable, Codable {
             throw MoneyTableError("network", "must match [a-z0-9_.-]{1,32}")
         }
         guard AdFormat(rawValue: format) != nil else { throw MoneyTableError("format", "must be banner, interstitial, native or rewarded") }
-        guard country == "*" || ISOCodes.countries.contains(country) else {
+        guard let country = country == "*" ? "*" : EventValidator.countryCode(country) else {
             throw MoneyTableError("country", "must be an ISO 3166-1 alpha-2 code (US, JP) or * for any country")
         }
-        guard ISOCodes.isCurrency(currency) else { throw MoneyTableError("currency", "must be an ISO 4217 code (USD, EUR, JPY)") }
+        guard let currency = ISOCodes.currency(currency) else { throw MoneyTableError("currency", "must be an ISO 4217 code (USD, EUR, JPY)") }
         guard let cpmMicros = Money.parseMicros(cpm) else { throw MoneyTableError("cpm", Money.decimalRule) }
         guard let cptMicros = Money.parseMicros(cpt) else { throw MoneyTableError("cpt", Money.decimalRule) }
         guard let day = ReportQuery.parseDate(effectiveFrom) else { throw MoneyTableError("effective_from", "must be a date, YYYY-MM-DD") }
@@ -166,8 +166,8 @@ public struct FXRate: Sendable, Equatable, Codable {
     /// A rate from text fields, validated.
     public static func parse(date: String, base: String, currency: String, rate: String) throws(MoneyTableError) -> FXRate {
         guard let day = ReportQuery.parseDate(date) else { throw MoneyTableError("date", "must be a date, YYYY-MM-DD") }
-        guard ISOCodes.isCurrency(base) else { throw MoneyTableError("base", "must be an ISO 4217 code (EUR, USD)") }
-        guard ISOCodes.isCurrency(currency) else { throw MoneyTableError("currency", "must be an ISO 4217 code (USD, JPY)") }
+        guard let base = ISOCodes.currency(base) else { throw MoneyTableError("base", "must be an ISO 4217 code (EUR, USD)") }
+        guard let currency = ISOCodes.currency(currency) else { throw MoneyTableError("currency", "must be an ISO 4217 code (USD, JPY)") }
         guard currency != base else { throw MoneyTableError("currency", "must differ from the base (\(base) is 1 by definition)") }
         guard let normalized = normalizedRate(rate) else {
             throw MoneyTableError("rate", "must be a positive decimal number (units of \(currency) per 1 \(base)), at most \(maxDigits) digits before and after the point")
@@ -211,7 +211,7 @@ public struct FXRate: Sendable, Equatable, Codable {
     /// longer ISO 4217 codes (CYP, HRK, …: the history file keeps them), which no event can
     /// carry, so their rates are not needed.
     public static func parseCSV(_ bytes: some Sequence<UInt8>, base: String, skipped: inout Set<String>) throws(MoneyTableError) -> [FXRate] {
-        guard ISOCodes.isCurrency(base) else { throw MoneyTableError("base", "must be an ISO 4217 code (EUR, USD)") }
+        guard let base = ISOCodes.currency(base) else { throw MoneyTableError("base", "must be an ISO 4217 code (EUR, USD)") }
         let records = CSVRecordReader.records(of: bytes)
         guard let header = records.first else { throw MoneyTableError("file", "is empty; the header is date,currency,rate (or the ECB's Date,USD,JPY,…)") }
         let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces) }
@@ -229,7 +229,7 @@ public struct FXRate: Sendable, Equatable, Codable {
             }
         } else if lower.first == "date" {
             // The ECB's shape: a column per currency (a trailing empty header cell is common).
-            for name in names.dropFirst() where !name.isEmpty && !ISOCodes.isCurrency(name) && name.count == 3 {
+            for name in names.dropFirst() where !name.isEmpty && ISOCodes.currency(name) == nil && name.count == 3 {
                 skipped.insert(name)
             }
             for record in records.dropFirst() {

@@ -232,8 +232,8 @@ public enum ReportText {
     }
 
     /// Appends a cell as an RFC 4180 field: numbers bare, text quoted when it must be,
-    /// and text a spreadsheet would run as a formula (`= + - @` first, also after
-    /// leading spaces or tabs) neutralised with a leading `'`.
+    /// and text a spreadsheet would run as a formula (`startsLikeFormula`) neutralised
+    /// with a leading `'`.
     public static func appendCSV(_ cell: ReportCell, to out: inout [UInt8]) {
         switch cell {
         case .null: break
@@ -247,8 +247,7 @@ public enum ReportText {
     /// Appends text as a CSV field (see `appendCSV`).
     public static func appendCSVText(_ text: String, to out: inout [UInt8]) {
         let utf8 = text.utf8
-        let first = utf8.first { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
-        let isFormula = first.map { [UInt8(ascii: "="), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "@")].contains($0) } ?? false
+        let isFormula = startsLikeFormula(text)
         let needsQuotes = isFormula || utf8.contains { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 0x0A || $0 == 0x0D }
         if !needsQuotes {
             out.append(contentsOf: utf8)
@@ -261,6 +260,35 @@ public enum ReportText {
             out.append(byte)
         }
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether a spreadsheet could run the cell as a formula (OWASP's CSV injection
+    /// list, widened to what spreadsheets also skip or fold): it starts with a tab, CR
+    /// or LF, or its first character after any blank (ASCII or Unicode spaces, line
+    /// breaks, a byte-order mark) is `= + - @` or their full-width or small forms.
+    public static func startsLikeFormula(_ text: String) -> Bool {
+        var scalars = text.unicodeScalars.makeIterator()
+        guard var scalar = scalars.next() else { return false }
+        if scalar == "\t" || scalar == "\r" || scalar == "\n" { return true }
+        while isBlank(scalar) {
+            guard let next = scalars.next() else { return false }
+            scalar = next
+        }
+        switch scalar.value {
+        case 0x3D, 0x2B, 0x2D, 0x40: return true  // = + - @
+        case 0xFF1D, 0xFF0B, 0xFF0D, 0xFF20: return true  // full-width ＝ ＋ － ＠
+        case 0xFE66, 0xFE62, 0xFE63, 0xFE6B: return true  // small ﹦ ﹢ ﹣ ﹫
+        case 0x2212: return true  // minus sign
+        default: return false
+        }
+    }
+
+    /// Characters a spreadsheet may skip before a formula's sign.
+    static func isBlank(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x09...0x0D, 0x20, 0x85, 0xA0, 0x1680, 0x180E, 0x2000...0x200B, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF: true
+        default: false
+        }
     }
 
     /// Appends a CSV record and its CRLF.
