@@ -50,7 +50,9 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as PostgresError where error.isTransient {
             // The database is down or saturated: a retry later can succeed.
             context.logger.warning("database unavailable", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
-            return try ProblemDetails(.serviceUnavailable, detail: "the database is unavailable; retry shortly", headers: [.retryAfter: "1"])
+            // Say which: a busy pool or a long query is not a database that is down.
+            let retry = error.sqlState == .queryCanceled ? "30" : error.kind == .poolTimeout ? "5" : "1"
+            return try ProblemDetails(.serviceUnavailable, detail: error.transientReason + "; retry shortly", headers: [.retryAfter: retry])
                 .response(from: request, context: context)
         } catch let error as PostgresError where error.kind == .invalidParameter {
             // A value PostgreSQL cannot take as text (a NUL byte) reached a query: the

@@ -94,6 +94,11 @@ public struct AppStore: Sendable {
         } catch {
             throw AppStoreError.invalid(field: error.field, rule: error.rule)
         }
+        do {
+            try await DatabaseTimeZones.check(timezone, field: "timezone", pool: pool)
+        } catch let error as FieldError {
+            throw AppStoreError.invalid(field: error.field, rule: error.rule)
+        }
         let name = name ?? id
         do {
             let rows = try await pool.query("""

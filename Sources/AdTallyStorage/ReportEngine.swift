@@ -82,6 +82,9 @@ public struct ReportEngine: Sendable {
 
     /// The apps a key may read (`app` nil: every app), as report parsing needs them.
     public func readableApps(only app: String?) async throws -> [ReportApp] {
+        // Every path that parses a query comes here first: cursors are signed with the
+        // key all servers share from then on.
+        if !ReportCursor.hasKey { ReportCursor.useKey(try await AppStore(pool: reads.primary).sharedSecret(named: "report_cursor")) }
         // From the primary: an app created a moment ago must not be unknown to its reports.
         let rows = try await reads.primary.query("""
             SELECT app_id, timezone, currency::text FROM apps WHERE \(app)::text IS NULL OR app_id = \(app)::text ORDER BY app_id

@@ -105,6 +105,18 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         }
     }
 
+    /// What a client is told of a transient error: the cause in a few words, without the
+    /// server's detail (a pool waited in vain, a statement ran past its timeout, the
+    /// database could not be reached, or was busy or shutting down).
+    public var transientReason: String {
+        if kind == .poolTimeout { return "the server is busy: every database connection for this work stayed in use for the whole wait (\(message))" }
+        if sqlState == .queryCanceled { return "the query ran longer than the database's statement timeout and was cancelled" }
+        if isUnreachable { return "the database is unavailable" }
+        if sqlState?.errorClass == "40" { return "the transaction conflicted with another one" }
+        if sqlState?.errorClass == "53" { return "the database is out of a resource (connections, memory or disk)" }
+        return "the database is unavailable"
+    }
+
     /// Whether the same work may well succeed if retried shortly: the database is
     /// unreachable, busy, shutting down, read-only after a failover, out of a
     /// resource, or the statement hit a timeout or lost a deadlock. Clients get 503

@@ -120,15 +120,19 @@ extension HostileInputTests {
         }
     }
 
-    @Test("readiness says when reports cannot be served: every report connection busy for a whole wait")
-    func readinessSeesAFullReportPool() async throws {
-        try await withServices { services in
+    @Test("a full report pool is a 503 that says the server is busy (not that the database is down), and readiness says reports cannot be served")
+    func fullReportPool() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "victim")
             let readiness = DatabaseReadiness(database: services.database, compaction: services.compactor.health)
             #expect(await readiness.notReadyReason() == nil)
             let pool = services.database.reportPool
             func holdAll(_ left: Int) async throws {
                 guard left > 0 else {
-                    await #expect(throws: PostgresError.self) { try await pool.query("SELECT 1") }
+                    let (status, body, retry) = try await client.execute(uri: "/v1/reports?days=1", method: .get, headers: Reports.headers(keys.read)) {
+                        ($0.status, String(buffer: $0.body), $0.headers[.retryAfter])
+                    }
+                    #expect(status == .serviceUnavailable && body.contains("the server is busy") && retry == "5", "\(status) \(body)")
                     return
                 }
                 try await whileHoldingAConnection(of: pool) { try await holdAll(left - 1) }
@@ -136,6 +140,57 @@ extension HostileInputTests {
             try await holdAll(Database.reportConnections)
             let reason = await readiness.notReadyReason()
             #expect(reason?.contains("reports cannot be served") == true, "\(reason ?? "ready")")
+        }
+    }
+
+    @Test("zones are the database's own: a zone Foundation knows and PostgreSQL does not is refused for apps and exports, naming the field")
+    func zonesPostgreSQLKnows() async throws {
+        // Still in ICU's aliases; gone from the tz database PostgreSQL reads.
+        let zone = "US/Pacific-New"
+        try #require(TimeZone(identifier: zone) != nil && ReportQuery.isZone(zone))
+        try await withServices(flags: Reports.flags) { services in
+            await #expect(throws: AppStoreError.invalid(field: "timezone", rule: "\"\(zone)\" is not a time zone this database knows (pg_timezone_names), e.g. Europe/Berlin, America/New_York, UTC")) {
+                _ = try await services.appStore.createApp(id: "pacific", name: nil, timezone: zone)
+            }
+            _ = try await services.appStore.createApp(id: "exp", name: nil, timezone: "America/Los_Angeles")
+            let apps = try await services.reports.readableApps(only: nil)
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-zones-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            for (schedule, field) in [
+                (ExportSchedule(name: "a", query: ["apps": "exp", "days": "1", "tz": zone], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory), "query.tz"),
+                (ExportSchedule(name: "b", query: ["apps": "exp", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: zone, directory: directory), "tz"),
+            ] {
+                do {
+                    _ = try await services.exports.create(schedule, readable: apps)
+                    Issue.record("\(field): accepted")
+                } catch let error as FieldError {
+                    #expect(error.field == field && error.rule.contains("pg_timezone_names"), "\(error)")
+                }
+            }
+            #expect(try await services.exports.list().isEmpty)
+        }
+    }
+
+    @Test("sort takes one sign at most, and a cursor cannot be minted: it is signed with the servers' shared key")
+    func sortSignsAndSignedCursors() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "victim")
+            try await Self.manyRows(services, app: "victim", count: 30)
+            let base = "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=placement&metrics=requests"
+            for sort in ["--requests", "+-requests", "-+requests", "++placement"] {
+                let (status, body) = try await Reports.get(client, keys.read, base + "&sort=\(sort)")
+                #expect(status == .badRequest && (body["detail"] as? String ?? "").hasPrefix("sort:"), "\(sort): \(body)")
+            }
+            let (_, first) = try await Reports.get(client, keys.read, base + "&limit=10")
+            let next = try #require(first["next_cursor"] as? String)
+            #expect(try await Reports.get(client, keys.read, base + "&limit=10&cursor=\(next)").status == .ok)
+            // The same signature with another offset, the unsigned shape of old, and a signature of another query.
+            let parts = next.split(separator: ".")
+            for forged in ["c2.k.\(parts[2])", "c1.k.\(parts[2].prefix(16))", "c2.\(parts[1]).\(String(repeating: "0", count: 32))"] {
+                let (status, body) = try await Reports.get(client, keys.read, base + "&limit=10&cursor=\(forged)")
+                #expect(status == .badRequest && (body["detail"] as? String ?? "").hasPrefix("cursor:"), "\(forged): \(body)")
+            }
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TextFormats
 
 /// A report parameter that is malformed, unknown or not allowed: a 400 (or 403)
@@ -317,8 +318,9 @@ public struct ReportQuery: Sendable {
         var sort: [ReportSortKey] = []
         if let text = values["sort"], !text.isEmpty {
             for item in try list(text, "sort") {
+                // One sign at most: "--revenue" is a typo, not a sort.
                 let isDescending = item.hasPrefix("-")
-                let name = String(item.drop { $0 == "-" || $0 == "+" })
+                let name = String(item.hasPrefix("-") || item.hasPrefix("+") ? item.dropFirst() : item[...])
                 let field: ReportSortKey.Field
                 if let dimension = ReportDimension(rawValue: name), dimensions.contains(dimension) {
                     field = .dimension(dimension)
@@ -473,26 +475,53 @@ public struct ReportQuery: Sendable {
 }
 
 /// An opaque cursor: the next row's position, bound to the query it came from (a
-/// cursor used with another query is refused, not silently applied to it).
+/// cursor used with another query is refused, not silently applied to it) and signed
+/// with a key every server of the database shares (`useKey`), so a client cannot mint
+/// a cursor for an offset it was never given.
 public enum ReportCursor {
-    /// The cursor that continues `query` at `offset`.
-    public static func make(offset: Int, for query: ReportQuery) -> String {
-        "c1." + String(offset, radix: 36) + "." + binding(query)
+    private static let key = Mutex<[UInt8]?>(nil)
+    /// Until `useKey` is called (a process that never reads the database's key): a
+    /// random key of this process, so cursors are still unforgeable, if only here.
+    private static let processKey: [UInt8] = (0..<32).map { _ in UInt8.random(in: 0...255) }
+
+    /// Whether the shared key has been given.
+    public static var hasKey: Bool { key.withLock { $0 != nil } }
+
+    /// Signs and checks cursors with `secret` from now on (the database's shared secret).
+    public static func useKey(_ secret: [UInt8]) {
+        key.withLock { $0 = secret }
     }
 
-    /// The offset a cursor stands for; a 400 when it is malformed or from another query.
+    /// The cursor that continues `query` at `offset`.
+    public static func make(offset: Int, for query: ReportQuery) -> String {
+        let position = String(offset, radix: 36)
+        return "c2." + position + "." + signature(position, query)
+    }
+
+    /// The offset a cursor stands for; a 400 when it is malformed, forged or from another query.
     static func offset(_ cursor: String, for query: ReportQuery) throws(ReportQueryError) -> Int {
         let parts = cursor.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == "c1", let offset = Int(parts[1], radix: 36), offset >= 0, offset <= 1_000_000_000 else {
+        guard parts.count == 3, parts[0] == "c2", let offset = Int(parts[1], radix: 36), offset >= 0, offset <= 1_000_000_000 else {
             throw ReportQueryError("cursor", "not a cursor this server made; use next_cursor from a previous page as it is")
         }
-        guard parts[2] == binding(query) else {
-            throw ReportQueryError("cursor", "belongs to another query; a cursor continues only the query that returned it")
+        guard constantTimeEqual(Array(parts[2].utf8), Array(signature(String(parts[1]), query).utf8)) else {
+            throw ReportQueryError("cursor", "belongs to another query, or was not made by this service; a cursor continues only the query that returned it")
         }
         return offset
     }
 
-    static func binding(_ query: ReportQuery) -> String {
-        String(SHA256.hex(query.canonicalText).prefix(16))
+    /// HMAC-SHA256 of the position and the query, 128 bits in hex.
+    static func signature(_ position: String, _ query: ReportQuery) -> String {
+        let secret = key.withLock { $0 } ?? processKey
+        let mac = SHA256.hmac(key: secret, message: Array(("report cursor\n" + position + "\n" + query.canonicalText).utf8))
+        return SHA256.hex(mac.prefix(16))
+    }
+
+    /// Whether two byte strings are equal, in a time that does not depend on where they differ.
+    public static func constantTimeEqual(_ given: [UInt8], _ expected: [UInt8]) -> Bool {
+        guard given.count == expected.count else { return false }
+        var difference: UInt8 = 0
+        for index in expected.indices { difference |= given[index] ^ expected[index] }
+        return difference == 0
     }
 }

@@ -125,6 +125,9 @@ public struct ExportStore: Sendable {
     /// first one due after now.
     public func create(_ schedule: ExportSchedule, readable: [ReportApp], now: Date = Date()) async throws -> ExportSchedule {
         try schedule.validate(readable: readable, now: now)
+        // The zones PostgreSQL will compute the slots' report days in must be its own.
+        try await DatabaseTimeZones.check(schedule.timezone, field: "tz", pool: pool)
+        if let zone = schedule.query["tz"] { try await DatabaseTimeZones.check(zone, field: "query.tz", pool: pool) }
         // Blocking file calls (and an fsync) off the cooperative threads.
         try await NIOThreadPool.singleton.runIfActive { try ExportFile.checkWritable(directory: schedule.directory, schedule: schedule.name) }
         return try await insert(schedule)
