@@ -27,8 +27,8 @@ public enum AppRules {
             throw .init(field: "app", rule: "\"\(id)\" must match [a-z0-9][a-z0-9_.-]{0,63}")
         }
         if let name {
-            guard (1...maxNameLength).contains(EventValidator.characterCount(name, atMost: maxNameLength)) else {
-                throw .init(field: "name", rule: "must be 1 to \(maxNameLength) characters")
+            guard !name.isEmpty, TextRule.appName.allows(name) else {
+                throw .init(field: "name", rule: "must be 1 to \(maxNameLength) characters (at most \(TextRule.appName.bytes) bytes of UTF-8)")
             }
             guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
                 throw .init(field: "name", rule: "must not contain control characters (such as NUL or line breaks)")

@@ -81,7 +81,7 @@ public struct EventValidator: Sendable {
         if let placement = try optionalString(raw.placement, "placement") {
             guard Self.isPlacement(placement) else {
                 try Self.refuseNUL(placement, "placement")
-                throw Rejection(field: "placement", rule: "must be 1 to 64 characters")
+                throw Rejection(field: "placement", rule: Self.placementRule)
             }
             event.placement = placement
         }
@@ -101,9 +101,9 @@ public struct EventValidator: Sendable {
             }
             event.platform = value
         }
-        event.osVersion = try boundedString(raw.osVersion, "os_version", max: 32)
-        event.appVersion = try boundedString(raw.appVersion, "app_version", max: 32)
-        event.device = try boundedString(raw.device, "device", max: 64)
+        event.osVersion = try boundedString(raw.osVersion, "os_version", .version)
+        event.appVersion = try boundedString(raw.appVersion, "app_version", .version)
+        event.device = try boundedString(raw.device, "device", .device)
 
         let revenue = try optionalInteger(raw.revenueMicros, "revenue_micros")
         let currency = try optionalString(raw.currency, "currency")
@@ -166,25 +166,25 @@ public struct EventValidator: Sendable {
         return text
     }
 
-    private func boundedString(_ value: RawValue?, _ field: String, max: Int) throws(Rejection) -> String? {
+    private func boundedString(_ value: RawValue?, _ field: String, _ rule: TextRule) throws(Rejection) -> String? {
         guard let text = try optionalString(value, field) else { return nil }
-        guard Self.characterCount(text, atMost: max) <= max else { throw Rejection(field: field, rule: "must be at most \(max) characters") }
+        guard rule.allows(text) else { throw Rejection(field: field, rule: "must be " + rule.limitText) }
         try Self.refuseNUL(text, field)
         return text
     }
 
-    /// A count that is within `limit` exactly when the character count is, and zero
-    /// exactly when the text is empty: the UTF-8 length when that is within the limit
-    /// already (a string never has more characters than bytes), else the character
-    /// count. Counting grapheme clusters is then only needed for long non-ASCII text.
-    static func characterCount(_ text: String, atMost limit: Int) -> Int {
-        let bytes = text.utf8.count
-        return bytes <= limit ? bytes : text.count
+    /// A placement as events name it (and report filters, mediation policies): 1 to 64
+    /// characters within `TextRule.placement`, no NUL.
+    public static func isPlacement(_ text: String) -> Bool {
+        !text.isEmpty && TextRule.placement.allows(text) && !text.utf8.contains(0)
     }
 
-    /// A placement as events name it (and mediation policies): 1 to 64 characters, no NUL.
-    public static func isPlacement(_ text: String) -> Bool {
-        (1...64).contains(characterCount(text, atMost: 64)) && !text.utf8.contains(0)
+    /// What `isPlacement` requires, as a rejection says it.
+    public static let placementRule = "must be 1 to 64 characters (at most 256 bytes of UTF-8)"
+
+    /// Whether `text` is a version as events give it (`os_version`, `app_version`), no NUL.
+    public static func isVersion(_ text: String) -> Bool {
+        TextRule.version.allows(text) && !text.utf8.contains(0)
     }
 
     /// A country as events name it (and mediation policies, rate cards): the ISO

@@ -53,16 +53,16 @@ struct EventValidatorTests {
         (["network": .string(String(repeating: "a", count: 33))], [], "network: must match"),
         (["network": .number("1")], [], "network: must be a string"),
         (["format": .string("video")], [], "format: must be one of banner, interstitial, native, rewarded"),
-        (["placement": .string("")], [], "placement: must be 1 to 64 characters"),
-        (["placement": .string(String(repeating: "p", count: 65))], [], "placement: must be 1 to 64 characters"),
+        (["placement": .string("")], [], "placement: must be 1 to 64 characters (at most 256 bytes of UTF-8)"),
+        (["placement": .string(String(repeating: "p", count: 65))], [], "placement: must be 1 to 64 characters (at most 256 bytes of UTF-8)"),
         (["size": .string("320X50")], [], "size: must be WIDTHxHEIGHT"),
         (["size": .string("x50")], [], "size: must be WIDTHxHEIGHT"),
         (["country": .string("XX")], [], "country: must be an ISO 3166-1 alpha-2 code"),
         (["country": .string("USA")], [], "country: must be an ISO 3166-1 alpha-2 code"),
         (["platform": .string("windows")], [], "platform: must be one of ios, ipados, android, other"),
-        (["os_version": .string(String(repeating: "1", count: 33))], [], "os_version: must be at most 32 characters"),
-        (["app_version": .string(String(repeating: "1", count: 33))], [], "app_version: must be at most 32 characters"),
-        (["device": .string(String(repeating: "d", count: 65))], [], "device: must be at most 64 characters"),
+        (["os_version": .string(String(repeating: "1", count: 33))], [], "os_version: must be at most 32 characters (128 bytes of UTF-8)"),
+        (["app_version": .string(String(repeating: "1", count: 33))], [], "app_version: must be at most 32 characters (128 bytes of UTF-8)"),
+        (["device": .string(String(repeating: "d", count: 65))], [], "device: must be at most 64 characters (256 bytes of UTF-8)"),
         (["type": .string("impression"), "revenue_micros": .number("10")], [], "currency: is required with revenue_micros"),
         (["type": .string("impression"), "currency": .string("USD")], [], "revenue_micros: is required with currency"),
         (["type": .string("impression"), "revenue_micros": .number("-1"), "currency": .string("USD")], [], "revenue_micros: must be an integer from 0 to 1000000000000000"),
@@ -110,8 +110,8 @@ struct EventValidatorTests {
             "placement": .string(String(repeating: "日", count: 64)), "os_version": .string(String(repeating: "é", count: 32)),
         ]), nowMicros: Self.now)
         #expect(event.placement.count == 64)
-        #expect(rejection(["placement": .string(String(repeating: "日", count: 65))]) == "placement: must be 1 to 64 characters")
-        #expect(rejection(["os_version": .string(String(repeating: "é", count: 33))]) == "os_version: must be at most 32 characters")
+        #expect(rejection(["placement": .string(String(repeating: "日", count: 65))]) == "placement: must be 1 to 64 characters (at most 256 bytes of UTF-8)")
+        #expect(rejection(["os_version": .string(String(repeating: "é", count: 33))]) == "os_version: must be at most 32 characters (128 bytes of UTF-8)")
     }
 
     @Test("CSV text values parse as numbers and booleans, and empty cells are absent")

@@ -82,3 +82,33 @@ extension HostileInputTests {
         }
     }
 }
+
+extension HostileInputTests {
+    @Test("one length rule in characters and UTF-8 bytes for every text field: at ingest, in report filters and in mediation policies")
+    func textLengthsInBytesAndCharacters() async throws {
+        // One letter and 500,000 combining marks: one character, 1 MB.
+        let zalgo = "a" + String(repeating: "\u{301}", count: 500_000)
+        let japanese = String(repeating: "日", count: 22)  // 66 bytes
+        #expect(!EventValidator.isPlacement(zalgo) && !EventValidator.isPlacement("a" + String(repeating: "\u{301}", count: 200)))
+        #expect(EventValidator.isPlacement(japanese) && EventValidator.isPlacement(String(repeating: "日", count: 64)))
+        #expect(throws: EventValidator.Rejection(field: "placement", rule: EventValidator.placementRule)) {
+            try Self.validator.validate(try Self.raw(Ingest.event(extra: #","placement":"\#(zalgo)""#)), nowMicros: Self.now)
+        }
+        #expect(throws: EventValidator.Rejection(field: "device", rule: "must be at most 64 characters (256 bytes of UTF-8)")) {
+            try Self.validator.validate(try Self.raw(Ingest.event(extra: #","device":"\#(zalgo.prefix(1000))""#)), nowMicros: Self.now)
+        }
+        #expect(throws: FieldError.self) {
+            try MediationPolicy(scope: .init(app: "demo", placement: String(zalgo.prefix(20_000))), rule: .pinned, network: "admob").validated()
+        }
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services)
+            try await Reports.store(services, app: "demo", [Reports.event(.request, at: Reports.micros("2025-11-03T05:00:00Z")) { $0.placement = japanese }])
+            let encoded = try #require(japanese.addingPercentEncoding(withAllowedCharacters: .alphanumerics))
+            let rows = try await Reports.rows(client, keys.read, "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=placement&metrics=requests&placement=\(encoded)")
+            #expect(Reports.map(rows) == [japanese: 1])
+            let long = try #require(("a" + String(repeating: "\u{301}", count: 130)).addingPercentEncoding(withAllowedCharacters: .alphanumerics))
+            let (status, body) = try await Reports.get(client, keys.read, "from=2025-11-03&to=2025-11-03&tz=UTC&placement=\(long)")
+            #expect(status == .badRequest && (body["detail"] as? String ?? "").hasPrefix("placement:"), "\(body)")
+        }
+    }
+}

@@ -289,7 +289,8 @@ struct MediationTests {
             try await Reports.store(services, app: "med", Self.traffic(network: "iad", hours: 0..<2, requests: 5, impressions: 5))
             _ = try await services.mediation.set(Self.automatic, actor: "test")
             try await services.mediationRefresher.refresh(app: "med", force: true)
-            let reports = services.reports.reads.reportCount
+            // Mediation reads on the background report pools (Database.backgroundReads).
+            let reports = services.database.backgroundReads.reportCount
             #expect(reports >= 1)
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<16 {
@@ -305,7 +306,7 @@ struct MediationTests {
                 for try await ok in group { answered += ok }
                 #expect(answered == 2000)
             }
-            #expect(services.reports.reads.reportCount == reports)
+            #expect(services.database.backgroundReads.reportCount == reports)
         }
     }
 

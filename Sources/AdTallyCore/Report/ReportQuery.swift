@@ -381,10 +381,16 @@ public struct ReportQuery: Sendable {
 
     static func checkFilterValue(_ value: String, _ dimension: ReportDimension) throws(ReportQueryError) {
         let name = dimension.rawValue
-        guard value.utf8.count <= 64, !value.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
-            throw ReportQueryError(name, "a filter value is at most 64 characters, without control characters")
+        // A filter value obeys the rule its field has at ingest: any value an event can
+        // carry can be asked for, and nothing longer is ever read.
+        guard TextRule.placement.allows(value), !value.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
+            throw ReportQueryError(name, "a filter value is \(TextRule.placement.limitText), without control characters")
         }
         switch dimension {
+        case .placement:
+            guard EventValidator.isPlacement(value) else { throw ReportQueryError(name, "\"\(value)\": a placement " + EventValidator.placementRule.dropFirst(5)) }
+        case .osVersion, .appVersion:
+            guard EventValidator.isVersion(value) else { throw ReportQueryError(name, "a filter value is \(TextRule.version.limitText)") }
         case .date:
             guard parseDate(value) != nil else { throw ReportQueryError(name, "\"\(value)\" is not a date YYYY-MM-DD") }
         case .week:
