@@ -17,10 +17,14 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libpq5 zlib1g ca-certificates tzdata curl \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --create-home --home-dir /var/lib/adtally adtally
+ && useradd --system --create-home --home-dir /var/lib/adtally adtally \
+ && install -d -o adtally -g adtally /var/lib/adtally/exports
 COPY --from=build /usr/local/bin/adtally /usr/local/bin/adtally
 COPY Migrations /usr/share/adtally/migrations
+# The server runs as the unprivileged adtally user, and writes exports only inside
+# ADTALLY_EXPORTS_ROOT (mount a volume there to keep them).
 ENV ADTALLY_MIGRATIONS_DIR=/usr/share/adtally/migrations \
+    ADTALLY_EXPORTS_ROOT=/var/lib/adtally/exports \
     ADTALLY_HOST=0.0.0.0 \
     ADTALLY_PORT=8080
 USER adtally

@@ -25,6 +25,8 @@ public struct AppServices: Sendable {
     public let reports: ReportEngine
     /// Export schedules and runs.
     public let exports: ExportStore
+    /// The folder every export destination lies in.
+    public let exportsRoot: String
     /// Runs due export slots while this server leads.
     public let exportRunner: ExportRunner
     /// Writes the report engine's recent numbers where Grafana reads them.
@@ -57,8 +59,10 @@ public struct AppServices: Sendable {
         self.compactor = RollupCompactor(store: eventStore, identity: Self.identity(settings), logger: logger)
         self.reports = database.reportEngine(logger: logger)
         self.exports = ExportStore(pool: database.pool)
+        self.exportsRoot = settings.exportsRoot
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
+        runner.exportsRoot = settings.exportsRoot
         // The server's own reports run on pools HTTP readers never take (Database.backgroundReads).
         let background = database.backgroundReportEngine(logger: logger)
         self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: background, logger: Logger(label: "adtally.exports"))
@@ -110,7 +114,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     let shares = ReportShares(poolConnections: Database.reportConnections)
     ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares).register(on: routes)
     MoneyRoutes(store: MoneyStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
-    ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator).register(on: routes)
+    ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator, exportsRoot: services.exportsRoot).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
     DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares).register(on: routes)
     OpenAPIDocument.register(on: routes)

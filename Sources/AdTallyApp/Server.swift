@@ -14,6 +14,11 @@ public enum Server {
     /// up). Whatever ends the run — a signal, a port already taken — the pool closes
     /// and an embedded cluster this process started is stopped before it returns.
     public static func run(settings: Settings, logger: Logger) async throws {
+        // The exports root: made when it is the default (or named and missing), so a fresh
+        // install can take schedules; its parent must exist.
+        try? FileManager.default.createDirectory(atPath: settings.exportsRoot, withIntermediateDirectories: settings.exportsRoot.hasPrefix(
+            URL(fileURLWithPath: settings.dataDirectory).standardizedFileURL.path
+        ))
         let database = try await Database.open(settings, logger: logger)
         do {
             let applied = try await database.migrate()

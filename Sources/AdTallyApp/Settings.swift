@@ -53,6 +53,10 @@ public struct Settings: Sendable {
     public var exportCatchUpDays: Int = 7
     /// Seconds after which a mediation decision is computed again (`--mediation-refresh`).
     public var mediationRefreshSeconds: Int = 60
+    /// The folder every export destination must lie in (`--exports-root`; default the
+    /// data directory's `exports`): the exports API takes folders from the network, and
+    /// must not write wherever the server's user can.
+    public var exportsRoot: String = ""
     /// A folder whose files are served as they are under `/static/` (`--static-dir`): a
     /// hand-written switch file, say, served beside the computed one.
     public var staticDirectory: String?
@@ -132,6 +136,8 @@ public struct Settings: Sendable {
         public var mediationRefreshSeconds: Int?
         /// `--static-dir` / `ADTALLY_STATIC_DIR`.
         public var staticDirectory: String?
+        /// `--exports-root` / `ADTALLY_EXPORTS_ROOT`.
+        public var exportsRoot: String?
 
         /// Flags as given; nil means not given.
         public init(
@@ -213,6 +219,8 @@ public struct Settings: Sendable {
         settings.exportCatchUpDays = try number(flags.exportCatchUpDays, "ADTALLY_EXPORT_CATCH_UP_DAYS", range: 1...366) ?? defaults.exportCatchUpDays
         settings.mediationRefreshSeconds = try number(flags.mediationRefreshSeconds, "ADTALLY_MEDIATION_REFRESH_SECONDS", range: 1...3600)
             ?? defaults.mediationRefreshSeconds
+        settings.exportsRoot = URL(fileURLWithPath: text(flags.exportsRoot, "ADTALLY_EXPORTS_ROOT") ?? settings.dataDirectory + "/exports")
+            .standardizedFileURL.path
         settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
         if let folder = settings.staticDirectory {
             var isFolder: ObjCBool = false

@@ -17,9 +17,11 @@ public struct ExportRoutes: Sendable {
     let store: ExportStore
     let engine: ReportEngine
     let authenticator: KeyAuthenticator
+    let exportsRoot: String
 
     /// Creates the routes.
-    public init(store: ExportStore, engine: ReportEngine, authenticator: KeyAuthenticator) {
+    public init(store: ExportStore, engine: ReportEngine, authenticator: KeyAuthenticator, exportsRoot: String) {
+        self.exportsRoot = exportsRoot
         self.store = store
         self.engine = engine
         self.authenticator = authenticator
@@ -54,7 +56,7 @@ public struct ExportRoutes: Sendable {
                 name: body.name, query: body.query ?? [:], format: format, cron: body.cron, timezone: body.tz ?? "UTC", directory: body.dir
             )
             return try await Self.mapping {
-                try AdminRoutes.json(try await store.create(schedule, readable: try await engine.readableApps(only: nil)), status: .created)
+                try AdminRoutes.json(try await store.create(schedule, readable: try await engine.readableApps(only: nil), exportsRoot: exportsRoot), status: .created)
             }
         }
         router.get("v1/exports/runs") { request, _ in

@@ -30,6 +30,9 @@ struct DatabaseOptions: ParsableArguments {
     @Option(name: .customLong("data-dir"), help: "Folder of the embedded cluster (env ADTALLY_DATA_DIR; default .adtally).")
     var dataDirectory: String?
 
+    @Option(name: .customLong("exports-root"), help: "The folder every export destination must lie in (env ADTALLY_EXPORTS_ROOT; default DATA_DIR/exports).")
+    var exportsRoot: String?
+
     @Option(name: .customLong("embedded-tcp-port"), help: "Let the embedded cluster also listen on 127.0.0.1:PORT (env ADTALLY_EMBEDDED_TCP_PORT).")
     var embeddedTCPPort: Int?
 
@@ -67,6 +70,7 @@ struct DatabaseOptions: ParsableArguments {
         flags.dbConnectTimeoutSeconds = connectTimeout
         flags.databaseReadURL = databaseReadURL
         flags.readMaxLagSeconds = readMaxLag
+        flags.exportsRoot = exportsRoot
         return flags
     }
 }

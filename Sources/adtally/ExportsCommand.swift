@@ -43,10 +43,11 @@ struct ExportsCommand: AsyncParsableCommand {
                 name: name, query: Dictionary(parameters, uniquingKeysWith: { $1 }), format: format, cron: cron, timezone: tz,
                 directory: URL(fileURLWithPath: dir).standardizedFileURL.path
             )
+            let exportsRoot = try Settings.resolve(flags: database.flags).exportsRoot
             let saved = try await database.withDatabase { database, _ in
                 let engine = database.reportEngine()
                 do {
-                    return try await ExportStore(pool: database.pool).create(schedule, readable: try await engine.readableApps(only: nil))
+                    return try await ExportStore(pool: database.pool).create(schedule, readable: try await engine.readableApps(only: nil), exportsRoot: exportsRoot)
                 } catch let error as ExportScheduleError {
                     throw ValidationError(ExportsCommand.describe(error))
                 } catch let error as ExportStoreError {

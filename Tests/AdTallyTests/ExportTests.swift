@@ -41,6 +41,7 @@ enum Exports {
         var configuration = ExportRunner.Configuration(identity: identity)
         configuration.tick = .milliseconds(20)
         configuration.retryBase = .milliseconds(10)
+        configuration.exportsRoot = services.exportsRoot
         tune(&configuration)
         var logger = Logger(label: "adtally.exports")
         logger.logLevel = .critical
@@ -171,7 +172,7 @@ struct ExportTests {
                 // Final days (fixed dates long past): no second pass muddles the count.
                 let created = try await services.exports.create(
                     ExportSchedule(name: "every-minute", query: ["apps": "exp", "from": "2020-01-01", "to": "2020-01-03", "dimensions": "date,network"], format: .csv, cron: "* * * * *", timezone: "Europe/Berlin", directory: directory),
-                    readable: readable
+                    readable: readable, exportsRoot: services.exportsRoot
                 )
                 #expect(created.name == "every-minute")
                 // A clock 600 times as fast: ten minutes (slots) per second.
@@ -233,7 +234,7 @@ struct ExportTests {
         try await Self.withSeededDatabase { _, services, directory in
             _ = try await services.exports.create(
                 ExportSchedule(name: "gone", query: ["apps": "exp", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory),
-                readable: try await services.reports.readableApps(only: nil)
+                readable: try await services.reports.readableApps(only: nil), exportsRoot: services.exportsRoot
             )
             // The schedule disappears between requestRun's read and its insert, every time.
             try await services.database.pool.query("""
@@ -250,7 +251,7 @@ struct ExportTests {
         try await Self.withSeededDatabase { conninfo, services, directory in
                 _ = try await services.exports.create(
                     ExportSchedule(name: "daily", query: ["apps": "exp", "days": "7", "dimensions": "date,network"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory),
-                    readable: try await services.reports.readableApps(only: nil)
+                    readable: try await services.reports.readableApps(only: nil), exportsRoot: services.exportsRoot
                 )
                 let run = try await services.exports.requestRun("daily", slot: nil)
                 // The first runner writes the header and first rows, then hangs there.
@@ -300,7 +301,7 @@ struct ExportTests {
         try await Self.withSeededDatabase { conninfo, services, directory in
                 _ = try await services.exports.create(
                     ExportSchedule(name: "hourly", query: ["apps": "exp", "from": "2020-01-01", "to": "2020-01-01"], format: .json, cron: "0 * * * *", timezone: "Asia/Kolkata", directory: directory),
-                    readable: try await services.reports.readableApps(only: nil)
+                    readable: try await services.reports.readableApps(only: nil), exportsRoot: services.exportsRoot
                 )
                 // Every server was down for 30 hours.
                 let since = try await services.database.pool.query("UPDATE export_schedules SET planned_through = now() - interval '30 hours' RETURNING planned_through")[0].decode(0, as: Date.self)
@@ -343,7 +344,7 @@ struct ExportTests {
                 let readable = try await services.reports.readableApps(only: nil)
                 _ = try await services.exports.create(
                     ExportSchedule(name: "weekly", query: ["apps": "exp", "days": "3", "dimensions": "network"], format: .csv, cron: "0 6 * * 1", timezone: "UTC", directory: directory),
-                    readable: readable
+                    readable: readable, exportsRoot: services.exportsRoot
                 )
                 let run = try await services.exports.requestRun("weekly", slot: nil)
                 let clock = Locked(Date())
@@ -388,7 +389,7 @@ struct ExportTests {
         try await Self.withSeededDatabase { conninfo, services, directory in
             _ = try await services.exports.create(
                 ExportSchedule(name: "slow", query: ["apps": "exp", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory),
-                readable: try await services.reports.readableApps(only: nil)
+                readable: try await services.reports.readableApps(only: nil), exportsRoot: services.exportsRoot
             )
             // Rows a dead leader left running: one on its last attempt, one on its first.
             _ = try await services.database.pool.query("""
@@ -551,6 +552,7 @@ struct ExportTests {
         flags.databaseURL = conninfo
         flags.port = 0
         flags.poolSize = 4
+        flags.exportsRoot = FileManager.default.temporaryDirectory.path
         let settings = try Settings.resolve(flags: flags, environment: [:])
         var logger = Logger(label: "adtally.test")
         logger.logLevel = .critical

@@ -162,7 +162,7 @@ extension HostileInputTests {
                 (ExportSchedule(name: "b", query: ["apps": "exp", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: zone, directory: directory), "tz"),
             ] {
                 do {
-                    _ = try await services.exports.create(schedule, readable: apps)
+                    _ = try await services.exports.create(schedule, readable: apps, exportsRoot: services.exportsRoot)
                     Issue.record("\(field): accepted")
                 } catch let error as FieldError {
                     #expect(error.field == field && error.rule.contains("pg_timezone_names"), "\(error)")
@@ -215,6 +215,48 @@ extension HostileInputTests {
             // Fewer dimensions compare as before.
             let (status, _) = try await Reports.get(client, keys.read, "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&compare=previous_period")
             #expect(status == .ok)
+        }
+    }
+}
+
+extension HostileInputTests {
+    @Test("exports are written only inside the exports root: /etc, .. and symlinks out are refused, at creation and again at every run")
+    func exportsStayInTheirRoot() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-root-\(UUID().uuidString)").path
+        let outside = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-outside-\(UUID().uuidString)").path
+        defer {
+            try? FileManager.default.removeItem(atPath: root)
+            try? FileManager.default.removeItem(atPath: outside)
+        }
+        try FileManager.default.createDirectory(atPath: root + "/finance", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: root + "/escape", withDestinationPath: outside)
+        var flags = Reports.flags
+        flags.exportsRoot = root
+        try await withTestApp(flags: flags) { services, client in
+            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            _ = try await services.appStore.createApp(id: "exp", name: nil)
+            func create(_ name: String, _ directory: String) async throws -> (HTTPResponse.Status, String) {
+                let body = #"{"name":"\#(name)","cron":"0 6 * * *","tz":"UTC","format":"csv","dir":"\#(directory)","query":{"apps":"exp","days":"1"}}"#
+                return try await client.execute(uri: "/v1/exports", method: .post, headers: [.authorization: "Bearer \(admin)", .contentType: "application/json"], body: ByteBuffer(string: body)) {
+                    ($0.status, String(buffer: $0.body))
+                }
+            }
+            for (name, directory) in [("etc", "/etc"), ("dev", "/dev"), ("up", root + "/finance/../.."), ("link", root + "/escape")] {
+                let (status, text) = try await create(name, directory)
+                #expect(status == .badRequest && text.contains("outside the exports root"), "\(directory): \(status) \(text)")
+            }
+            #expect(try await create("fin", root + "/finance").0 == .created)
+            #expect(try await create("top", root).0 == .created)
+            // The folder becomes a symlink out after the schedule was made: the run refuses it.
+            try FileManager.default.removeItem(atPath: root + "/finance")
+            try FileManager.default.createSymbolicLink(atPath: root + "/finance", withDestinationPath: outside)
+            let schedule = try await services.exports.schedule("fin")
+            #expect(throws: FieldError.self) { try ExportFile.resolve(directory: schedule.directory, root: services.exportsRoot) }
+            // A schedule's own folder planted as a symlink inside the root is refused too.
+            try FileManager.default.createSymbolicLink(atPath: root + "/top", withDestinationPath: outside)
+            #expect(throws: ExportFileError.self) { _ = try ExportFile(path: root + "/top/top-20251103T0600.csv") }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
         }
     }
 }

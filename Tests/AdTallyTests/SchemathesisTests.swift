@@ -31,7 +31,7 @@ struct SchemathesisTests {
                 for name in ["fuzz-daily", "fuzz-doomed"] {
                     _ = try await ExportStore(pool: database.pool).create(
                         ExportSchedule(name: name, query: ["apps": "fuzz", "days": "1"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: folder.path),
-                        readable: try await ReportEngine(pool: database.pool).readableApps(only: nil)
+                        readable: try await ReportEngine(pool: database.pool).readableApps(only: nil), exportsRoot: folder.path
                     )
                 }
                 // A policy, so that the switch file answers 200 (the fuzzer may delete or replace it).

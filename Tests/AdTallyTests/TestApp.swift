@@ -49,6 +49,8 @@ private func withServices(
         flags.databaseReadURL = readURL(conninfo)
         flags.port = 0
         flags.poolSize = flags.poolSize ?? 4
+        // The tests' export folders are temporary ones.
+        flags.exportsRoot = flags.exportsRoot ?? FileManager.default.temporaryDirectory.path
         let settings = try Settings.resolve(flags: flags, environment: [:])
         var logger = Logger(label: "adtally.test")
         logger.logLevel = .warning

@@ -56,7 +56,7 @@ public final class ExportFile: @unchecked Sendable {
             unlink(folder + "/" + leftover)
         }
         temporaryPath = "\(folder)/\(Self.temporaryPrefix(name))\(getpid())-\(UInt32.random(in: .min ... .max))"
-        descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { throw ExportFileError(temporaryPath, "open") }
     }
 
@@ -129,15 +129,39 @@ public final class ExportFile: @unchecked Sendable {
 
     /// Makes the schedule's folder inside the destination directory, which must exist:
     /// a shared mount that is missing on this server fails the run rather than filling
-    /// the mount point on the local disk.
+    /// the mount point on the local disk. A symlink in its place is refused (it could
+    /// lead out of the exports root).
     static func makeFolder(_ folder: String) throws {
         if mkdir(folder, 0o755) != 0, errno != EEXIST {
             let code = errno
             throw ExportFileError(folder, code == ENOENT ? "mkdir (the destination directory does not exist)" : "mkdir", errno: code)
         }
         var status = stat()
-        guard stat(folder, &status) == 0 else { throw ExportFileError(folder, "stat") }
+        guard lstat(folder, &status) == 0 else { throw ExportFileError(folder, "stat") }
+        guard status.st_mode & S_IFMT != S_IFLNK else { throw ExportFileError(folder, "mkdir (a symbolic link stands where the schedule's folder goes)", errno: ELOOP) }
         guard status.st_mode & S_IFMT == S_IFDIR else { throw ExportFileError(folder, "mkdir", errno: ENOTDIR) }
+    }
+
+    /// `directory` with every symlink and `..` resolved, when it lies inside `root` (also
+    /// resolved): where an export may be written. Checked when a schedule is made and
+    /// again before every run, so a folder swapped for a symlink later is caught too.
+    public static func resolve(directory: String, root: String) throws(ExportScheduleError) -> String {
+        guard let realRoot = realPath(root) else {
+            throw ExportScheduleError("dir", "the exports root \(root) cannot be used (\(String(cString: strerror(errno)))); set --exports-root or ADTALLY_EXPORTS_ROOT to an existing folder")
+        }
+        guard let real = realPath(directory) else {
+            throw ExportScheduleError("dir", "\(directory) cannot be used (\(String(cString: strerror(errno)))); the directory must exist inside the exports root \(realRoot)")
+        }
+        guard realRoot == "/" || real == realRoot || real.hasPrefix(realRoot + "/") else {
+            throw ExportScheduleError("dir", "\(directory) is outside the exports root \(realRoot) (symbolic links and .. resolved); exports are written only inside it (--exports-root, ADTALLY_EXPORTS_ROOT)")
+        }
+        return real
+    }
+
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     static func syncFolder(_ folder: String) throws {

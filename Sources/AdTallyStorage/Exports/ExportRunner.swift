@@ -43,6 +43,9 @@ public final class ExportRunner: Sendable {
         public var retryCap: Duration = .seconds(3600)
         /// Most slots one schedule plans in one pass (a per-minute schedule after a week down).
         public var maxSlotsPerPass = 10_000
+        /// The folder every destination must resolve inside (`Settings.exportsRoot`); nil
+        /// refuses every run.
+        public var exportsRoot: String?
         /// The time (tests run a faster clock).
         public var now: @Sendable () -> Date = { Date() }
         /// Test hook: awaited after each chunk of rows is written (to stop a run mid-file).
@@ -268,8 +271,11 @@ public final class ExportRunner: Sendable {
             let query = try schedule.reportQuery(at: claim.dueAt, readable: try await engine.readableApps(only: nil))
             // File work (open, write, fsync) blocks: it runs on NIO's blocking pool, never on
             // the cooperative threads HTTP and ingest run on.
-            let path = schedule.directory + "/" + relative
-            let file = try await NIOThreadPool.singleton.runIfActive { try ExportFile(path: path) }
+            guard let root = configuration.exportsRoot else { throw ExportScheduleError("dir", "this server has no exports root, and writes no export") }
+            let directory = schedule.directory
+            let file = try await NIOThreadPool.singleton.runIfActive {
+                try ExportFile(path: try ExportFile.resolve(directory: directory, root: root) + "/" + relative)
+            }
             @Sendable func write(_ bytes: [UInt8]) async throws { try await NIOThreadPool.singleton.runIfActive { try file.write(bytes) } }
             let layout = ReportLayout(query: query)
             var summary: ReportSummary?

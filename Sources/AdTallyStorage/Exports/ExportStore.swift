@@ -123,8 +123,10 @@ public struct ExportStore: Sendable {
     /// Checks a new schedule — name, cron, zone, the query against every app (`readable`),
     /// and that its folder can be written here — then saves it. Its first slot is the
     /// first one due after now.
-    public func create(_ schedule: ExportSchedule, readable: [ReportApp], now: Date = Date()) async throws -> ExportSchedule {
+    public func create(_ schedule: ExportSchedule, readable: [ReportApp], exportsRoot: String, now: Date = Date()) async throws -> ExportSchedule {
         try schedule.validate(readable: readable, now: now)
+        let directory = schedule.directory
+        _ = try await NIOThreadPool.singleton.runIfActive { try ExportFile.resolve(directory: directory, root: exportsRoot) }
         // The zones PostgreSQL will compute the slots' report days in must be its own.
         try await DatabaseTimeZones.check(schedule.timezone, field: "tz", pool: pool)
         if let zone = schedule.query["tz"] { try await DatabaseTimeZones.check(zone, field: "query.tz", pool: pool) }
