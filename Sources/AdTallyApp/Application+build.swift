@@ -89,6 +89,7 @@ public struct AppServices: Sendable {
         [
             MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher),
             ExportService(runner: exportRunner), ReportSeriesService(writer: reportSeries), MediationService(refresher: mediationRefresher),
+            MemoryTrimService(),
         ]
     }
 }
@@ -113,7 +114,10 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     // One key or client address runs at most half the report connections at once.
     let shares = ReportShares(poolConnections: Database.reportConnections)
     ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares).register(on: routes)
-    MoneyRoutes(store: MoneyStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
+    MoneyRoutes(
+        store: MoneyStore(pool: services.database.pool), reads: MoneyStore(pool: services.database.reportPool),
+        imports: MoneyStore(pool: services.database.adminPool), authenticator: authenticator
+    ).register(on: routes)
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator, exportsRoot: services.exportsRoot).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
     DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares).register(on: routes)

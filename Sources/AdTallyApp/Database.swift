@@ -28,6 +28,9 @@ public final class Database: Sendable {
     public let backgroundReads: ReportReads
     /// Connections of each background report pool.
     public static let backgroundReportConnections = 2
+    /// One connection for an admin's bulk loads (FX imports): they hold a transaction for
+    /// seconds, and must not take the connections ingest commits with.
+    public let adminPool: PostgresPool
     /// One connection of its own for the export runner: it holds the runner lock while
     /// this process leads, and every claim and finish goes through it.
     public let leaderPool: PostgresPool
@@ -40,7 +43,7 @@ public final class Database: Sendable {
 
     private init(
         pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, readPool: PostgresPool?, reads: ReportReads, backgroundReads: ReportReads,
-        leaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
+        adminPool: PostgresPool, leaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
     ) {
         self.pool = pool
         self.authPool = authPool
@@ -48,6 +51,7 @@ public final class Database: Sendable {
         self.readPool = readPool
         self.reads = reads
         self.backgroundReads = backgroundReads
+        self.adminPool = adminPool
         self.leaderPool = leaderPool
         self.migrator = migrator
         self.embedded = embedded
@@ -114,8 +118,12 @@ public final class Database: Sendable {
             primary: backgroundPool, replica: backgroundReadPool, maxLag: .seconds(settings.readMaxLagSeconds), primaryProbe: pool,
             logger: Logger(label: "adtally.reports")
         )
+        let adminPool = PostgresPool(
+            configuration: .init(conninfo: conninfo, maxConnections: 1, acquireTimeout: .seconds(30), options: settings.databaseOptions), logger: logger
+        )
         return Database(
-            pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, backgroundReads: backgroundReads, leaderPool: leaderPool,
+            pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, backgroundReads: backgroundReads,
+            adminPool: adminPool, leaderPool: leaderPool,
             migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger
         )
     }
@@ -145,6 +153,7 @@ public final class Database: Sendable {
         await readPool?.shutdown()
         await backgroundReads.primary.shutdown()
         await backgroundReads.replica?.shutdown()
+        await adminPool.shutdown()
         await leaderPool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }

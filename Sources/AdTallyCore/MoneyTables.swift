@@ -211,43 +211,104 @@ public struct FXRate: Sendable, Equatable, Codable {
     /// longer ISO 4217 codes (CYP, HRK, …: the history file keeps them), which no event can
     /// carry, so their rates are not needed.
     public static func parseCSV(_ bytes: some Sequence<UInt8>, base: String, skipped: inout Set<String>) throws(MoneyTableError) -> [FXRate] {
+        var reader = try FXCSVReader(base: base)
+        var rates = try reader.feed(bytes).map(\.rate)
+        rates += try reader.finish().map(\.rate)
+        skipped.formUnion(reader.skipped)
+        return rates
+    }
+}
+
+/// Reads an FX CSV (`FXRate.parseCSV`'s shapes) as it arrives, a chunk at a time:
+/// the rates of the lines each chunk completes, each with its line, so an import of
+/// years of rates never holds more than a chunk's records.
+public struct FXCSVReader: Sendable {
+    private enum Shape: Sendable {
+        /// `date,currency,rate` in any column order: their positions.
+        case long(date: Int, currency: Int, rate: Int)
+        /// The ECB's: the header's names, upper-cased where they are currencies.
+        case ecb([String])
+    }
+
+    /// What the rates are per one unit of.
+    public let base: String
+    /// ECB columns of currencies no longer in ISO 4217, left out.
+    public private(set) var skipped = Set<String>()
+    private var records = CSVRecordReader()
+    private var shape: Shape?
+
+    /// A reader of rates per one `base`.
+    public init(base: String) throws(MoneyTableError) {
         guard let base = ISOCodes.currency(base) else { throw MoneyTableError("base", "must be an ISO 4217 code (EUR, USD)") }
-        let records = CSVRecordReader.records(of: bytes)
-        guard let header = records.first else { throw MoneyTableError("file", "is empty; the header is date,currency,rate (or the ECB's Date,USD,JPY,…)") }
-        let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces) }
-        var rates: [FXRate] = []
-        func wrap<T>(_ line: Int, _ body: () throws(MoneyTableError) -> T) throws(MoneyTableError) -> T {
-            do { return try body() } catch { throw MoneyTableError("line \(line): \(error.field)", error.rule) }
-        }
-        let lower = names.map { $0.lowercased() }
-        if let date = lower.firstIndex(of: "date"), let currency = lower.firstIndex(of: "currency"), let rate = lower.firstIndex(of: "rate") {
-            for record in records.dropFirst() {
-                func field(_ position: Int) -> String { position < record.fields.count ? record.fields[position].trimmingCharacters(in: .whitespaces) : "" }
-                rates.append(try wrap(record.line) { () throws(MoneyTableError) in
-                    try parse(date: field(date), base: base, currency: field(currency), rate: field(rate))
-                })
+        self.base = base
+    }
+
+    /// The rates (with their lines) of the records `bytes` completes.
+    public mutating func feed(_ bytes: some Sequence<UInt8>) throws(MoneyTableError) -> [(line: Int, rate: FXRate)] {
+        try rates(of: records.feed(bytes))
+    }
+
+    /// The rates of the last record; a file without a header is an error.
+    public mutating func finish() throws(MoneyTableError) -> [(line: Int, rate: FXRate)] {
+        let rates = try rates(of: records.finish().map { [$0] } ?? [])
+        guard shape != nil else { throw MoneyTableError("file", "is empty; the header is date,currency,rate (or the ECB's Date,USD,JPY,…)") }
+        return rates
+    }
+
+    private mutating func rates(of records: [CSVRecordReader.Record]) throws(MoneyTableError) -> [(line: Int, rate: FXRate)] {
+        var rates: [(line: Int, rate: FXRate)] = []
+        for record in records {
+            // Blank lines are no records.
+            guard record.fields.contains(where: { !$0.allSatisfy { $0 == " " || $0 == "\t" } }) else { continue }
+            guard let shape else {
+                self.shape = try Self.shape(ofHeader: record.fields, skipped: &skipped)
+                continue
             }
-        } else if lower.first == "date" {
-            // The ECB's shape: a column per currency (a trailing empty header cell is common).
-            for name in names.dropFirst() where !name.isEmpty && ISOCodes.currency(name) == nil && name.count == 3 {
-                skipped.insert(name)
+            func wrap(_ body: () throws(MoneyTableError) -> FXRate) throws(MoneyTableError) -> FXRate {
+                do { return try body() } catch { throw MoneyTableError("line \(record.line): \(error.field)", error.rule) }
             }
-            for record in records.dropFirst() {
+            func field(_ position: Int) -> String { position < record.fields.count ? record.fields[position].trimmingCharacters(in: .whitespaces) : "" }
+            switch shape {
+            case let .long(date, currency, rate):
+                rates.append((record.line, try wrap { () throws(MoneyTableError) in
+                    try FXRate.parse(date: field(date), base: base, currency: field(currency), rate: field(rate))
+                }))
+            case let .ecb(names):
                 // The daily file writes "22 November 2024", the history file 2024-11-22.
-                let written = record.fields.first?.trimmingCharacters(in: .whitespaces) ?? ""
-                let date = ecbDate(written) ?? written
+                let written = field(0)
+                let date = FXRate.ecbDate(written) ?? written
                 for (position, name) in names.enumerated().dropFirst() where !name.isEmpty && !skipped.contains(name) {
-                    let value = position < record.fields.count ? record.fields[position].trimmingCharacters(in: .whitespaces) : ""
+                    let value = field(position)
                     if value.isEmpty || value.uppercased() == "N/A" { continue }
-                    rates.append(try wrap(record.line) { () throws(MoneyTableError) in
-                        try parse(date: date, base: base, currency: name, rate: value)
-                    })
+                    rates.append((record.line, try wrap { () throws(MoneyTableError) in
+                        try FXRate.parse(date: date, base: base, currency: name, rate: value)
+                    }))
                 }
             }
-        } else {
-            throw MoneyTableError("header", "must be date,currency,rate or the ECB's Date,USD,JPY,…")
         }
         return rates
+    }
+
+    private static func shape(ofHeader fields: [String], skipped: inout Set<String>) throws(MoneyTableError) -> Shape {
+        let names = fields.map { $0.trimmingCharacters(in: .whitespaces) }
+        let lower = names.map { $0.lowercased() }
+        if let date = lower.firstIndex(of: "date"), let currency = lower.firstIndex(of: "currency"), let rate = lower.firstIndex(of: "rate") {
+            return .long(date: date, currency: currency, rate: rate)
+        }
+        guard lower.first == "date" else { throw MoneyTableError("header", "must be date,currency,rate or the ECB's Date,USD,JPY,…") }
+        // The ECB's shape: a column per currency (a trailing empty header cell is common).
+        var columns = [names[0]]
+        var seen = Set<String>()
+        for name in names.dropFirst() {
+            let code = ISOCodes.asciiUppercased(name) ?? name
+            if !code.isEmpty {
+                // A currency twice would multiply every row's rates.
+                guard seen.insert(code).inserted else { throw MoneyTableError("header", "names \(code) twice") }
+                if !ISOCodes.isCurrency(code) && code.count == 3 { skipped.insert(code) }
+            }
+            columns.append(code)
+        }
+        return .ecb(columns)
     }
 }
 

@@ -8,20 +8,35 @@ import NIOCore
 ///
 /// - `GET /v1/rates[?network=]`; `POST /v1/rates` with `{"rates": [...]}` or a rate card
 ///   CSV (`Content-Type: text/csv`); `DELETE /v1/rates?network=&format=&country=&effective_from=`.
-/// - `GET /v1/fx[?currency=&base=&from=&to=]`; `POST /v1/fx` with `{"base", "rates":
-///   [{"date", "currency", "rate"}], "fill_gaps"}` or an FX CSV (`?base=EUR&fill_gaps=true`);
-///   `DELETE /v1/fx?date=&currency=&base=`.
+/// - `GET /v1/fx[?currency=&base=&from=&to=&limit=&cursor=]`, a page at a time (default
+///   the last 31 days); `POST /v1/fx` with `{"base", "rates": [{"date", "currency",
+///   "rate"}], "fill_gaps"}` (up to 1 MiB) or an FX CSV (`?base=EUR&fill_gaps=true`, up to
+///   16 MiB, loaded as it is parsed); `DELETE /v1/fx?date=&currency=&base=`.
 ///
 /// Changes need an admin key; any read key may look (its reports are priced with them).
 public struct MoneyRoutes: Sendable {
     let store: MoneyStore
+    /// Where the lists read: the report pool, not the connections ingest commits with.
+    let reads: MoneyStore
+    /// Where imports run: a connection of their own, off the ingest connections.
+    let imports: MoneyStore
     let authenticator: KeyAuthenticator
 
-    /// Creates the routes.
-    public init(store: MoneyStore, authenticator: KeyAuthenticator) {
+    /// Creates the routes: changes through `store`, lists through `reads`, bulk imports through `imports`.
+    public init(store: MoneyStore, reads: MoneyStore, imports: MoneyStore, authenticator: KeyAuthenticator) {
         self.store = store
+        self.reads = reads
+        self.imports = imports
         self.authenticator = authenticator
     }
+
+    /// Most FX rates one `GET /v1/fx` page holds, and the default.
+    static let maxFXPage = 10_000
+    static let defaultFXPage = 1_000
+    /// Days `GET /v1/fx` lists when no range is given: the last 31.
+    static let defaultFXDays = 31
+    /// Most bytes of a JSON FX body: the JSON is decoded whole, so bulk loads come as CSV.
+    static let maxFXJSONBytes = 1 << 20
 
     struct RatesBody: Decodable {
         var rates: [RateCardEntry]
@@ -94,41 +109,72 @@ public struct MoneyRoutes: Sendable {
         router.get("v1/fx") { request, _ in
             _ = try await authenticator.require(.read, request)
             let parameters = request.uri.queryParameters
-            for name in ["from", "to"] {
-                if let value = parameters[Substring(name)], ReportQuery.parseDate(String(value)) == nil {
-                    throw ProblemDetails(.badRequest, detail: "\(name): must be a date, YYYY-MM-DD")
+            func date(_ name: String) throws -> Int? {
+                guard let value = parameters[Substring(name)] else { return nil }
+                guard let day = ReportQuery.parseDate(String(value)) else { throw ProblemDetails(.badRequest, detail: "\(name): must be a date, YYYY-MM-DD") }
+                return day
+            }
+            func code(_ name: String) throws -> String? {
+                guard let value = parameters[Substring(name)] else { return nil }
+                guard let code = ISOCodes.currency(String(value)) else { throw ProblemDetails(.badRequest, detail: "\(name): must be an ISO 4217 code (USD, EUR)") }
+                return code
+            }
+            let today = Int((Date().timeIntervalSince1970 / 86_400).rounded(.down))
+            let to = try date("to") ?? (try date("from")).map { $0 + Self.defaultFXDays - 1 } ?? today
+            let from = try date("from") ?? to - Self.defaultFXDays + 1
+            guard from <= to else { throw ProblemDetails(.badRequest, detail: "from: must not be after to") }
+            var limit = Self.defaultFXPage
+            if let text = parameters["limit"] {
+                guard let value = Int(text), (1...Self.maxFXPage).contains(value) else {
+                    throw ProblemDetails(.badRequest, detail: "limit: must be a whole number from 1 to \(Self.maxFXPage)")
+                }
+                limit = value
+            }
+            let after = try parameters["cursor"].map { try Self.fxCursor(String($0)) }
+            let (rates, next) = try await reads.fxRates(
+                currency: try code("currency"), base: try code("base"), from: ReportQuery.formatDate(from), to: ReportQuery.formatDate(to),
+                limit: limit, after: after
+            )
+            struct Page: Encodable {
+                var rates: [FXRate]
+                var from: String
+                var to: String
+                var nextCursor: String?
+                enum CodingKeys: String, CodingKey {
+                    case rates, from, to
+                    case nextCursor = "next_cursor"
+                }
+                func encode(to encoder: any Encoder) throws {
+                    var container = encoder.container(keyedBy: CodingKeys.self)
+                    try container.encode(rates, forKey: .rates)
+                    try container.encode(from, forKey: .from)
+                    try container.encode(to, forKey: .to)
+                    try container.encode(nextCursor, forKey: .nextCursor)
                 }
             }
-            let rates = try await store.fxRates(
-                currency: parameters["currency"].map(String.init), base: parameters["base"].map(String.init),
-                from: parameters["from"].map(String.init), to: parameters["to"].map(String.init)
-            )
-            return try AdminRoutes.json(["rates": rates])
+            let cursor = next.map { "\($0.date).\($0.currency).\($0.base)" }
+            return try AdminRoutes.json(Page(rates: rates, from: ReportQuery.formatDate(from), to: ReportQuery.formatDate(to), nextCursor: cursor))
         }
         router.post("v1/fx") { request, _ in
             _ = try await authenticator.require(.admin, request)
             let parameters = request.uri.queryParameters
-            let rates: [FXRate]
-            let fillGaps: Bool
             if Self.isCSV(request) {
                 let base = parameters["base"].map(String.init) ?? "EUR"
-                rates = try FXRate.parseCSV(try await Self.body(request).readableBytesView, base: base)
-                fillGaps = parameters["fill_gaps"] == "true"
-            } else {
-                let body: FXBody = try await AdminRoutes.decode(request, upTo: Self.maxImportBytes)
-                let base = body.base ?? "EUR"
-                var parsed: [FXRate] = []
-                for (index, input) in body.rates.enumerated() {
-                    do {
-                        parsed.append(try FXRate.parse(date: input.date, base: base, currency: input.currency, rate: input.rate))
-                    } catch let error as MoneyTableError {
-                        throw MoneyTableError("rates[\(index)].\(error.field)", error.rule)
-                    }
-                }
-                rates = parsed
-                fillGaps = body.fillGaps ?? false
+                let body = try await Self.body(request)
+                let (result, _) = try await imports.importFX(csv: Array(body.readableBytesView), base: base, fillGaps: parameters["fill_gaps"] == "true")
+                return try AdminRoutes.json(result)
             }
-            return try AdminRoutes.json(try await store.importFX(rates, fillGaps: fillGaps))
+            let body: FXBody = try await AdminRoutes.decode(request, upTo: Self.maxFXJSONBytes)
+            let base = body.base ?? "EUR"
+            var rates: [FXRate] = []
+            for (index, input) in body.rates.enumerated() {
+                do {
+                    rates.append(try FXRate.parse(date: input.date, base: base, currency: input.currency, rate: input.rate))
+                } catch let error as MoneyTableError {
+                    throw MoneyTableError("rates[\(index)].\(error.field)", error.rule)
+                }
+            }
+            return try AdminRoutes.json(try await imports.importFX(rates, fillGaps: body.fillGaps ?? false))
         }
         router.delete("v1/fx") { request, _ in
             _ = try await authenticator.require(.admin, request)
@@ -140,6 +186,15 @@ public struct MoneyRoutes: Sendable {
             guard found else { throw ProblemDetails(.notFound, detail: "no such FX rate") }
             return Response(status: .noContent)
         }
+    }
+
+    /// The key after which a `GET /v1/fx` page starts: `DAY.CURRENCY.BASE` of the previous page's last rate.
+    static func fxCursor(_ text: String) throws -> (day: String, currency: String, base: String) {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 3, let day = ReportQuery.parseDate(parts[0]), ISOCodes.isCurrency(parts[1]), ISOCodes.isCurrency(parts[2]) else {
+            throw ProblemDetails(.badRequest, detail: "cursor: not a cursor this server made; use next_cursor from the previous page as it is")
+        }
+        return (ReportQuery.formatDate(day), parts[1], parts[2])
     }
 
     static func isCSV(_ request: Request) -> Bool {

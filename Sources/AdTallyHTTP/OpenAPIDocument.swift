@@ -33,7 +33,7 @@ paths:
         "200": {description: Up, content: {application/json: {schema: {$ref: "#/components/schemas/Status"}}}}
   /readyz:
     get:
-      summary: The database is reachable and rollups keep up.
+      summary: The database is reachable, rollups keep up, and reports find a connection.
       security: []
       responses:
         "200": {description: Ready, content: {application/json: {schema: {$ref: "#/components/schemas/Status"}}}}
@@ -219,6 +219,7 @@ paths:
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "422": {$ref: "#/components/responses/Problem"}
+        "429": {$ref: "#/components/responses/Problem"}
         "503": {$ref: "#/components/responses/Problem"}
   /v1/rates:
     get:
@@ -276,22 +277,27 @@ paths:
         "404": {$ref: "#/components/responses/Problem"}
   /v1/fx:
     get:
-      summary: Daily FX rates (any read key).
+      summary: Daily FX rates (any read key), a page at a time in the order of day, currency and base.
       parameters:
-        - {name: currency, in: query, schema: {type: string}}
-        - {name: base, in: query, schema: {type: string}}
-        - {name: from, in: query, schema: {type: string, format: date}}
-        - {name: to, in: query, schema: {type: string, format: date}}
+        - {name: currency, in: query, schema: {type: string}, description: "An ISO 4217 code, either case."}
+        - {name: base, in: query, schema: {type: string}, description: "An ISO 4217 code, either case."}
+        - {name: from, in: query, schema: {type: string, format: date}, description: "Default: 30 days before to."}
+        - {name: to, in: query, schema: {type: string, format: date}, description: "Default: 30 days after from, or today (UTC)."}
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000, default: 1000}}
+        - {name: cursor, in: query, schema: {type: string}, description: "next_cursor of the previous page."}
       responses:
         "200":
-          description: Rates by date, base and currency.
+          description: Rates by date, currency and base; next_cursor continues them, null after the last page.
           content:
             application/json:
               schema:
                 type: object
-                required: [rates]
+                required: [rates, from, to, next_cursor]
                 properties:
                   rates: {type: array, items: {$ref: "#/components/schemas/FXRate"}}
+                  from: {type: string, format: date}
+                  to: {type: string, format: date}
+                  next_cursor: {type: [string, "null"]}
         "400": {$ref: "#/components/responses/Problem"}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
@@ -326,7 +332,7 @@ paths:
           description: Imported.
           content:
             application/json:
-              schema: {type: object, required: [stored, carried], properties: {stored: {type: integer}, carried: {type: integer}}}
+              schema: {type: object, required: [stored, carried], properties: {stored: {type: integer}, carried: {type: integer}, first_day: {type: [string, "null"], format: date}, last_day: {type: [string, "null"], format: date}}}
         "400": {$ref: "#/components/responses/Problem"}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
@@ -623,6 +629,7 @@ paths:
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
         "422": {$ref: "#/components/responses/HTML"}
+        "429": {$ref: "#/components/responses/Problem"}
   /dashboard/login:
     post:
       summary: Exchanges a read or admin key (form field `key`) for a signed session cookie.
@@ -660,6 +667,7 @@ paths:
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
         "422": {$ref: "#/components/responses/Problem"}
+        "429": {$ref: "#/components/responses/Problem"}
 components:
   securitySchemes:
     bearer: {type: http, scheme: bearer}

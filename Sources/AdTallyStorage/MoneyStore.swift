@@ -75,6 +75,23 @@ public struct MoneyStore: Sendable {
         public var stored: Int
         /// Days filled by carrying the last earlier rate over a gap.
         public var carried: Int
+        /// The first and last day of the rates given (nil for none).
+        public var firstDay: String?
+        public var lastDay: String?
+
+        /// What an import did.
+        public init(stored: Int, carried: Int, firstDay: String? = nil, lastDay: String? = nil) {
+            self.stored = stored
+            self.carried = carried
+            self.firstDay = firstDay
+            self.lastDay = lastDay
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case stored, carried
+            case firstDay = "first_day"
+            case lastDay = "last_day"
+        }
     }
 
     /// Stores rates (each base also at 1 for its days, so conversions through it work);
@@ -82,43 +99,133 @@ public struct MoneyStore: Sendable {
     /// `maxCarriedDays` in a row) get the earlier day's, marked as carried. A rate given
     /// for a day replaces a carried one.
     public func importFX(_ rates: [FXRate], fillGaps: Bool = false) async throws -> FXImport {
-        try FXRate.checkUnique(rates)
-        // The same rate twice (a file imported with an overlap) is one row.
-        var seen = Set<String>()
-        let rates = rates.filter { seen.insert("\($0.date) \($0.base) \($0.currency)").inserted }
-        return try await pool.withTransaction { connection in
+        try await pool.withTransaction { connection in
+            try Self.createStaging(connection)
             var start = 0
             while start < rates.count {
                 let part = rates[start..<min(start + Self.chunk, rates.count)]
-                try connection.query("""
-                    INSERT INTO fx_rates AS r (day, base, currency, rate)
-                    SELECT day, base, currency, rate FROM unnest(\(array: part.map(\.date))::date[], \(array: part.map(\.base))::text[],
-                                                                 \(array: part.map(\.currency))::text[], \(array: part.map(\.rate))::numeric[]) AS u (day, base, currency, rate)
-                    UNION
-                    SELECT DISTINCT day, base, base, 1::numeric FROM unnest(\(array: part.map(\.date))::date[], \(array: part.map(\.base))::text[]) AS b (day, base)
-                    ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = NULL, updated_at = now()
-                    """)
+                try Self.stage(part.enumerated().map { (line: start + $0.offset + 1, rate: $0.element) }, on: connection)
                 start += Self.chunk
             }
-            var carried = 0
-            if fillGaps, !rates.isEmpty {
-                let bases = Array(Set(rates.map(\.base)))
-                carried = try connection.query("""
-                    WITH published AS (
-                        SELECT day, base, currency, rate, lead(day) OVER (PARTITION BY base, currency ORDER BY day) AS next
-                        FROM fx_rates WHERE carried_from IS NULL AND base = ANY(\(array: bases)::text[])
-                    )
-                    INSERT INTO fx_rates AS r (day, base, currency, rate, carried_from)
-                    SELECT g::date, p.base, p.currency, p.rate, p.day
-                    FROM published p, generate_series(p.day + 1, p.next - 1, interval '1 day') AS g
-                    WHERE p.next - p.day BETWEEN 2 AND \(Self.maxCarriedDays + 1)
-                    ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = excluded.carried_from, updated_at = now()
-                    WHERE r.carried_from IS NOT NULL
-                    RETURNING 1
-                    """).count
-            }
-            return FXImport(stored: rates.count, carried: carried)
+            return try Self.merge(fillGaps: fillGaps, on: connection)
         }
+    }
+
+    /// Imports an FX CSV (`FXCSVReader`'s shapes) as it is read: parsed a slice at a time
+    /// on a pool thread and copied into a staging table in batches, then merged in one
+    /// statement, so memory holds the file's bytes and one batch, never every rate
+    /// parsed (years of ECB rates are a few MB of text and millions of rates). Also
+    /// returns the columns of retired currencies left out.
+    public func importFX(csv bytes: [UInt8], base: String, fillGaps: Bool = false) async throws -> (FXImport, skipped: Set<String>) {
+        let fresh = try FXCSVReader(base: base)
+        return try await pool.withTransaction { connection in
+            var reader = fresh
+            try Self.createStaging(connection)
+            var pending: [(line: Int, rate: FXRate)] = []
+            var start = 0
+            while start < bytes.count {
+                pending += try reader.feed(bytes[start..<min(start + (1 << 16), bytes.count)])
+                if pending.count >= Self.chunk {
+                    try Self.stage(pending, on: connection)
+                    pending.removeAll(keepingCapacity: true)
+                }
+                start += 1 << 16
+            }
+            pending += try reader.finish()
+            try Self.stage(pending, on: connection)
+            return (try Self.merge(fillGaps: fillGaps, on: connection), reader.skipped)
+        }
+    }
+
+    /// A staging table for one import's rates, dropped with its transaction.
+    static func createStaging(_ connection: PostgresConnection) throws {
+        try connection.execute(unsafeSQL: """
+            CREATE TEMPORARY TABLE fx_staging (line bigint, day text, base text, currency text, rate text) ON COMMIT DROP
+            """)
+    }
+
+    /// Copies rates into the staging table.
+    static func stage(_ rates: [(line: Int, rate: FXRate)], on connection: PostgresConnection) throws {
+        guard !rates.isEmpty else { return }
+        var buffer = PostgresCopyBuffer(columns: 5, capacity: rates.count * 48)
+        for (line, rate) in rates {
+            buffer.append(Int64(line))
+            try buffer.append(rate.date)
+            try buffer.append(rate.base)
+            try buffer.append(rate.currency)
+            try buffer.append(rate.rate)
+            buffer.endRow()
+        }
+        try connection.copyIn(unsafeSQL: "COPY fx_staging (line, day, base, currency, rate) FROM STDIN (FORMAT binary)", data: buffer)
+    }
+
+    /// Moves the staged rates into `fx_rates`: refused whole when a day, base and currency
+    /// has two different rates; the same rate twice (a file imported with an overlap) is one row.
+    static func merge(fillGaps: Bool, on connection: PostgresConnection) throws -> FXImport {
+        if let twice = try connection.query("""
+            SELECT day, base, currency, min(line), max(line), min(rate::numeric)::text, max(rate::numeric)::text FROM fx_staging
+            GROUP BY day, base, currency HAVING count(DISTINCT rate::numeric) > 1 ORDER BY min(line) LIMIT 1
+            """).first {
+            let (day, base, currency): (String, String, String) = (try twice.decode(0), try twice.decode(1), try twice.decode(2))
+            throw MoneyTableError(
+                "rates", "\(currency) per \(base) on \(day) is given twice (\(try twice.decode(5, as: String.self)) and \(try twice.decode(6, as: String.self)), lines \(try twice.decode(3, as: Int.self)) and \(try twice.decode(4, as: Int.self)))"
+            )
+        }
+        let stored = try connection.query("""
+            INSERT INTO fx_rates AS r (day, base, currency, rate)
+            SELECT DISTINCT day::date, base, currency, rate::numeric FROM fx_staging
+            UNION
+            SELECT DISTINCT day::date, base, base, 1::numeric FROM fx_staging
+            ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = NULL, updated_at = now()
+            RETURNING r.currency <> r.base
+            """).filter { (try? $0.decode(0, as: Bool.self)) == true }.count
+        var carried = 0
+        if fillGaps {
+            // Only around the imported days, and only rows that change: a carried day is
+            // counted once, when it is made or its rate moves, not on every later import.
+            // The bases' own 1s are carried too (conversions go through them), not counted.
+            carried = try connection.query("""
+                WITH span AS (
+                    SELECT base, min(day::date) - \(Self.maxCarriedDays + 1)::int AS first, max(day::date) + \(Self.maxCarriedDays + 1)::int AS last
+                    FROM fx_staging GROUP BY base
+                ), published AS (
+                    SELECT f.day, f.base, f.currency, f.rate, lead(f.day) OVER (PARTITION BY f.base, f.currency ORDER BY f.day) AS next
+                    FROM fx_rates f JOIN span s ON s.base = f.base AND f.day BETWEEN s.first AND s.last
+                    WHERE f.carried_from IS NULL
+                )
+                INSERT INTO fx_rates AS r (day, base, currency, rate, carried_from)
+                SELECT g::date, p.base, p.currency, p.rate, p.day
+                FROM published p, generate_series(p.day + 1, p.next - 1, interval '1 day') AS g
+                WHERE p.next - p.day BETWEEN 2 AND \(Self.maxCarriedDays + 1)
+                ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = excluded.carried_from, updated_at = now()
+                WHERE r.carried_from IS NOT NULL AND (r.rate, r.carried_from) IS DISTINCT FROM (excluded.rate, excluded.carried_from)
+                RETURNING r.currency <> r.base
+                """).filter { (try? $0.decode(0, as: Bool.self)) == true }.count
+        }
+        let span = try connection.query("SELECT min(day::date)::text, max(day::date)::text FROM fx_staging").first
+        return FXImport(stored: stored, carried: carried, firstDay: try span?.decode(0), lastDay: try span?.decode(1))
+    }
+
+    /// One page of FX rates (not the bases' own 1s), in the order of their key (day,
+    /// currency, base), after `after` (the key of the previous page's last rate).
+    public func fxRates(
+        currency: String?, base: String?, from: String, to: String, limit: Int, after: (day: String, currency: String, base: String)?
+    ) async throws -> (rates: [FXRate], next: FXRate?) {
+        let rows = try await pool.query("""
+            SELECT day::text, base, currency, rate::text, carried_from::text FROM fx_rates
+            WHERE currency <> base AND (\(currency)::text IS NULL OR currency = \(currency)::text)
+              AND (\(base)::text IS NULL OR base = \(base)::text)
+              AND day BETWEEN \(from)::date AND \(to)::date
+              AND (\(after?.day)::date IS NULL OR (day, currency, base) > (\(after?.day)::date, \(after?.currency)::text, \(after?.base)::text))
+            ORDER BY day, currency, base
+            LIMIT \(limit + 1)
+            """)
+        var rates = try rows.map { row in
+            FXRate(date: try row.decode(0), base: try row.decode(1), currency: try row.decode(2), rate: try row.decode(3), carriedFrom: try row.decode(4))
+        }
+        guard rates.count > limit else { return (rates, nil) }
+        rates.removeLast()
+        return (rates, rates.last)
     }
 
     /// FX rates (not the bases' own 1s), by date and currency, within the filters.

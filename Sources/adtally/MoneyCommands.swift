@@ -112,15 +112,14 @@ struct FXCommand: AsyncParsableCommand {
         var fillGaps = false
 
         func run() async throws {
-            var skipped = Swift.Set<String>()
-            let rates = try FXRate.parseCSV(try readFile(file), base: base, skipped: &skipped)
+            let bytes = try readFile(file)
+            let (result, skipped) = try await database.withDatabase { database, _ in
+                try await MoneyStore(pool: database.pool).importFX(csv: bytes, base: base, fillGaps: fillGaps)
+            }
             if !skipped.isEmpty {
                 print("skipped the columns of currencies no longer in ISO 4217 (no event can carry them): \(skipped.sorted().joined(separator: ", "))")
             }
-            let result = try await database.withDatabase { database, _ in
-                try await MoneyStore(pool: database.pool).importFX(rates, fillGaps: fillGaps)
-            }
-            let days = Swift.Set(rates.map(\.date)).sorted()
+            let days = [result.firstDay, result.lastDay].compactMap { $0 }
             print("\(result.stored) FX rates per \(base) imported from \(file)"
                 + (days.isEmpty ? "" : " (\(days.first!) to \(days.last!))")
                 + (fillGaps ? "; \(result.carried) days without a rate filled from the day before" : ""))

@@ -50,11 +50,16 @@ final class ServerProcess: @unchecked Sendable {
     }
 
     /// Peak resident memory so far (VmHWM), in bytes.
-    func peakRSS() throws -> Int {
+    func peakRSS() throws -> Int { try memory("VmHWM:") }
+
+    /// Resident memory now (VmRSS), in bytes.
+    func rss() throws -> Int { try memory("VmRSS:") }
+
+    private func memory(_ field: String) throws -> Int {
         let status = try String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field) }),
               let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else {
-            throw TestSetupError(description: "no VmHWM in /proc/\(process.processIdentifier)/status")
+            throw TestSetupError(description: "no \(field) in /proc/\(process.processIdentifier)/status")
         }
         return kib * 1024
     }

@@ -6,6 +6,9 @@ import AdTallyTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import AsyncHTTPClient
+import NIOCore
+import NIOHTTP1
 import PostgresKit
 import Testing
 
@@ -257,6 +260,106 @@ extension HostileInputTests {
             try FileManager.default.createSymbolicLink(atPath: root + "/top", withDestinationPath: outside)
             #expect(throws: ExportFileError.self) { _ = try ExportFile(path: root + "/top/top-20251103T0600.csv") }
             #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
+        }
+    }
+}
+
+extension HostileInputTests {
+    /// An ECB-shaped FX file of `days` days back from yesterday, with `currencies` columns.
+    static func ecbFile(days: Int, currencies: [String]) -> String {
+        let today = Int(Date().timeIntervalSince1970 / 86_400)
+        var text = "Date," + currencies.joined(separator: ",") + ",\n"
+        for day in (today - days)..<today {
+            text += ReportQuery.formatDate(day) + "," + currencies.indices.map { "\($0 + 1).\(day % 100_000)" }.joined(separator: ",") + ",\n"
+        }
+        return text
+    }
+
+    static let someCurrencies = ["USD", "JPY", "GBP", "CHF", "SEK", "NOK", "DKK", "PLN", "CZK", "HUF", "AUD", "CAD", "NZD", "SGD", "HKD", "KRW", "INR", "BRL", "MXN", "ZAR", "THB", "MYR", "IDR", "PHP", "TRY", "ILS", "ISK", "RON", "BGN", "CNY"]
+
+    @Test("GET /v1/fx answers a page at a time (default the last 31 days) and next_cursor walks every rate once")
+    func fxPages() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services)
+            let file = Self.ecbFile(days: 60, currencies: ["usd", "JPY", "GBP"])
+            let (result, _) = try await MoneyStore(pool: services.database.pool).importFX(csv: Array(file.utf8), base: "EUR")
+            #expect(result.stored == 180)
+            func get(_ query: String) async throws -> (HTTPResponse.Status, [String: Any]) {
+                try await client.execute(uri: "/v1/fx" + query, method: .get, headers: Reports.headers(keys.read)) {
+                    ($0.status, (try? JSONSerialization.jsonObject(with: Data($0.body.readableBytesView)) as? [String: Any]) ?? [:])
+                }
+            }
+            // No range: the last 31 days (the file's last 30 of them), in one page.
+            let (status, recent) = try await get("")
+            #expect(status == .ok && (recent["rates"] as? [Any])?.count == 90 && recent["next_cursor"] is NSNull, "\(recent["from"] ?? "")")
+            // The whole range, 7 at a time.
+            var seen: [String] = []
+            var cursor: String?
+            let range = "?from=2000-01-01&to=2100-01-01&limit=7"
+            repeat {
+                let (status, page) = try await get(range + (cursor.map { "&cursor=\($0)" } ?? ""))
+                #expect(status == .ok)
+                seen += (page["rates"] as? [[String: Any]] ?? []).map { "\($0["date"]!) \($0["currency"]!)" }
+                cursor = page["next_cursor"] as? String
+            } while cursor != nil && seen.count < 1000
+            #expect(seen.count == 180 && Set(seen).count == 180 && seen == seen.sorted())
+            for bad in ["?limit=0", "?limit=10001", "?cursor=x", "?cursor=2025-01-01.US.EUR", "?from=2025-02-01&to=2025-01-01", "?currency=dollars"] {
+                #expect(try await get(bad).0 == .badRequest, "\(bad)")
+            }
+        }
+    }
+
+    @Test("a burst of large answers and imports keeps the server within bounds, and its memory goes back near idle")
+    func memoryReturnsAfterABurst() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let (database, ingest) = try await openWithApp(conninfo, app: "burst")
+            let admin = try await AppStore(pool: database.pool).createKey(app: nil, scope: .admin).secret
+            await database.close()
+            // About 4 MiB of ECB rates: 30 currencies over 45 years, 495,000 rates.
+            let file = Self.ecbFile(days: 16_500, currencies: Self.someCurrencies)
+            #expect(file.utf8.count > 4 << 20 - 512 << 10)
+            try await withReadyServer(conninfo) { server, _ in
+                let client = HTTPClient(eventLoopGroupProvider: .singleton)
+                defer { _ = client.shutdown() }
+                func send(_ method: HTTPMethod, _ path: String, _ key: String, csv: String? = nil) async throws -> (UInt, Int) {
+                    var request = HTTPClientRequest(url: "http://127.0.0.1:\(server.port)" + path)
+                    request.method = method
+                    request.headers.add(name: "Authorization", value: "Bearer \(key)")
+                    if let csv {
+                        request.headers.add(name: "Content-Type", value: "text/csv")
+                        request.body = .bytes(ByteBuffer(string: csv))
+                    }
+                    let response = try await client.execute(request, timeout: .seconds(120))
+                    var bytes = 0
+                    for try await part in response.body { bytes += part.readableBytes }
+                    return (response.status.code, bytes)
+                }
+                func oversized() async throws -> UInt {
+                    var request = HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/v1/events")
+                    request.method = .POST
+                    request.headers.add(name: "Authorization", value: "Bearer \(ingest)")
+                    request.headers.add(name: "Content-Type", value: "application/json")
+                    request.body = .bytes(ByteBuffer(string: #"{"events":["# + Array(repeating: "{}", count: 349_000).joined(separator: ",") + "]}"))
+                    return try await client.execute(request, timeout: .seconds(60)).status.code
+                }
+                #expect(try await oversized() == 413)  // the key in the server's cache
+                try await Task.sleep(for: .seconds(2))
+                let idle = try server.rss()
+                let imported = try await send(.POST, "/v1/fx?base=EUR&fill_gaps=true", admin, csv: file)
+                #expect(imported.0 == 200)
+                // The largest FX pages there are, four at once, beside 48 oversized ingest bodies.
+                try await withThrowingTaskGroup(of: (UInt, Int).self) { group in
+                    for _ in 0..<4 { group.addTask { try await send(.GET, "/v1/fx?from=1970-01-01&to=2100-01-01&limit=10000", admin) } }
+                    for _ in 0..<48 { group.addTask { (try await oversized(), 0) } }
+                    for try await (status, _) in group { #expect(status == 200 || status == 413) }
+                }
+                let peak = try server.peakRSS()
+                try await Task.sleep(for: .seconds(12))
+                let after = try server.rss()
+                print("RSS idle \(idle >> 20) MiB, peak \(peak >> 20) MiB, idle again \(after >> 20) MiB (a 4 MiB FX import, four 10,000-rate pages, 48 oversized ingest bodies)")
+                #expect(peak - idle < 300 << 20, "peak \(peak >> 20) MiB from \(idle >> 20) MiB")
+                #expect(after - idle < 100 << 20, "\(after >> 20) MiB after, \(idle >> 20) MiB idle")
+            }
         }
     }
 }

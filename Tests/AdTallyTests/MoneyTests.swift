@@ -324,7 +324,7 @@ struct MoneyTests {
             // Friday and Monday published; Saturday and Sunday carried from Friday.
             let published = "date,currency,rate\n2026-11-13,USD,1.10\n2026-11-16,USD,1.12\n2026-12-01,USD,1.2\n"
             let result = try await money.importFX(try FXRate.parseCSV(Array(published.utf8), base: "EUR"), fillGaps: true)
-            #expect(result.carried == 4)  // USD and the base's own 1, on two days each; the 2-week gap is not filled
+            #expect(result.carried == 2)  // USD on two days (the base's own 1 is carried too, not counted); the 2-week gap is not filled
             let listed = try await money.fxRates(currency: "USD", from: "2026-11-13", to: "2026-11-17")
             #expect(listed.map(\.date) == ["2026-11-13", "2026-11-14", "2026-11-15", "2026-11-16"])
             #expect(listed[1].carriedFrom == "2026-11-13" && listed[1].rate == "1.1")
