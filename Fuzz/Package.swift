@@ -14,5 +14,7 @@ let package = Package(
         .executableTarget(name: "FuzzIngestBody", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
         // The CSV reader of `adtally ingest` and the validator in its text-values mode.
         .executableTarget(name: "FuzzCSV", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
+        // The FX and rate-card CSV readers (chunked against whole, BOMs in the corpus) and the CSV cell writer.
+        .executableTarget(name: "FuzzMoneyCSV", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
     ]
 )

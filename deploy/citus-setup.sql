@@ -39,6 +39,9 @@ SELECT create_distributed_table('rollup_devices_day_compacted', 'app_id', coloca
 SELECT create_distributed_table('mediation_policies', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'mediation_policies'::regclass);
 SELECT create_distributed_table('mediation_changes', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'mediation_changes'::regclass);
 
+-- The networks admitted per app (Migrations/0010), read by ingest with each app's events.
+SELECT create_distributed_table('app_networks', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'app_networks'::regclass);
+
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
 SELECT create_reference_table('rate_cards') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'rate_cards'::regclass);

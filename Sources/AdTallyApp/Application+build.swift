@@ -110,7 +110,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     MetricsRoutes.register(on: routes)
     let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))
     IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: routes)
-    AdminRoutes(store: services.appStore, authenticator: authenticator).register(on: routes)
+    AdminRoutes(store: services.appStore, authenticator: authenticator, networks: services.eventStore.networks).register(on: routes)
     // One key or client address runs at most half the report connections at once.
     let shares = ReportShares(poolConnections: Database.reportConnections)
     ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares).register(on: routes)

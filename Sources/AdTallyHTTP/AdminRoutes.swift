@@ -5,15 +5,23 @@ import Hummingbird
 import NIOCore
 
 /// Apps and keys over HTTP: `POST`/`GET /v1/apps`, `POST`/`GET /v1/apps/{app}/keys`,
-/// `DELETE /v1/keys/{id}`. Changes need an admin key; a read key may list its own app.
+/// `DELETE /v1/keys/{id}`, `GET`/`PUT /v1/apps/{app}/networks`. Changes need an admin
+/// key; a read key may list its own app and its networks.
 public struct AdminRoutes: Sendable {
     let store: AppStore
     let authenticator: KeyAuthenticator
+    /// Ingest's knowledge of each app's networks, told when a list changes here.
+    let networks: AppNetworks
 
     /// Creates the routes.
-    public init(store: AppStore, authenticator: KeyAuthenticator) {
+    public init(store: AppStore, authenticator: KeyAuthenticator, networks: AppNetworks) {
         self.store = store
         self.authenticator = authenticator
+        self.networks = networks
+    }
+
+    struct NetworksBody: Decodable {
+        var networks: [String]?
     }
 
     struct CreateApp: Decodable {
@@ -62,6 +70,25 @@ public struct AdminRoutes: Sendable {
             let app = try context.parameters.require("app")
             guard try await store.app(app) != nil else { throw Self.problem(.unknownApp(app)) }
             return try Self.json(["keys": try await store.listKeys(app: app)])
+        }
+        router.get("v1/apps/:app/networks") { request, context in
+            let key = try await authenticator.require(.read, request)
+            let app = try context.parameters.require("app")
+            guard key.app == nil || key.app == app else { throw ProblemDetails(.forbidden, detail: "this key may not read app \"\(app)\"") }
+            guard let list = try await store.networks(app: app) else { throw Self.problem(.unknownApp(app)) }
+            return try Self.json(list)
+        }
+        router.on(.put, "v1/apps/:app/networks") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            let app = try context.parameters.require("app")
+            let body: NetworksBody = try await Self.decode(request)
+            do {
+                let list = try await store.setNetworks(app: app, body.networks)
+                networks.forget(app)
+                return try Self.json(list)
+            } catch let error as AppStoreError {
+                throw Self.problem(error)
+            }
         }
         router.delete("v1/keys/:id") { request, context in
             _ = try await authenticator.require(.admin, request)

@@ -106,7 +106,7 @@ public struct MediationRoutes: Sendable {
             let variant = decision.draw(using: &generator)
             return Response(
                 status: .ok, headers: [.contentType: "application/json", .eTag: variant.etag, .cacheControl: cacheControl],
-                body: .init(byteBuffer: variant.body)
+                body: variant.rest.readableBytes == 0 ? .init(byteBuffer: variant.head) : .init(contentsOf: [variant.head, variant.rest])
             )
         }
     }

@@ -30,12 +30,15 @@ public struct EventStore: Sendable {
     let pool: PostgresPool
     let partitions: EventPartitions
     let logger: Logger
+    /// Which networks each app's events may name (the rest count as `other`).
+    public let networks: AppNetworks
 
     /// Creates a store over a pool.
     public init(pool: PostgresPool, logger: Logger = Logger(label: "adtally.events")) {
         self.pool = pool
         self.partitions = EventPartitions()
         self.logger = logger
+        self.networks = AppNetworks()
     }
 
     /// Stores events; returns, for each input position, whether it was newly stored
@@ -43,6 +46,7 @@ public struct EventStore: Sendable {
     public func store(_ events: [AppEvent]) async throws -> [Bool] {
         if events.isEmpty { return [] }
         let partitions = self.partitions
+        let networks = self.networks
         return try await pool.withConnection { connection in
             try partitions.ensure(days: Set(events.map { EventPartitions.day(ofMicros: $0.event.occurredAtMicros) }), on: connection)
             // Usually no id is known yet. One read-only probe of the ledger's index says
@@ -57,9 +61,9 @@ public struct EventStore: Sendable {
             // lookup per id), the price of that quiet log on PostgreSQL 15.
             func attempt() throws -> [Bool] {
                 do {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, networks: networks, on: $0) }
                 } catch is KnownIDs {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, networks: networks, on: $0) }
                 }
             }
             // A deadlock or serialization failure cannot happen with sorted writes, but
@@ -90,7 +94,11 @@ public struct EventStore: Sendable {
     /// Some id of the group is in the ledger already: the COPY that claims ids failed.
     struct KnownIDs: Error {}
 
-    static func write(_ events: [AppEvent], claimInBulk: Bool, on connection: PostgresConnection) throws -> [Bool] {
+    static func write(_ events: [AppEvent], claimInBulk: Bool, networks: AppNetworks, on connection: PostgresConnection) throws -> [Bool] {
+        // 0. Which networks may be named (admitting new ones takes a per-app lock: first,
+        // before any ledger lock, so that writers take locks in one order).
+        let isAdmitted = try networks.admitted(events, on: connection)
+
         // 1. First occurrence of each (app, id) within the call, in (app, id) order.
         let ordered = LedgerKey.firstOccurrences(of: events)
 
@@ -139,7 +147,9 @@ public struct EventStore: Sendable {
         // 3. COPY the new events.
         var buffer = PostgresCopyBuffer(columns: EventRow.columnCount, capacity: ordered.count * 260)
         var rollups = RollupAccumulator()
-        for (index, item) in events.enumerated() where isNew[index] {
+        for (index, original) in events.enumerated() where isNew[index] {
+            var item = original
+            if !isAdmitted(item) { item.event.network = AppNetworks.other }
             try EventRow.append(item, to: &buffer)
             rollups.add(item)
         }

@@ -7,7 +7,7 @@ extension OutputFormat: ExpressibleByArgument {}
 
 struct AppsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "apps", abstract: "Create and list apps.", subcommands: [Create.self, List.self]
+        commandName: "apps", abstract: "Create and list apps, and name their networks.", subcommands: [Create.self, List.self, Networks.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -38,6 +38,46 @@ struct AppsCommand: AsyncParsableCommand {
             printTable(["APP", "NAME", "TIMEZONE", "CURRENCY", "CREATED"], apps.map {
                 [$0.id, $0.name, $0.timezone, $0.currency, isoText($0.createdAt)]
             })
+        }
+    }
+}
+
+extension AppsCommand {
+    struct Networks: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show or declare an app's networks.",
+            discussion: """
+                Events may name only the app's networks; any other counts as `other`. Without a declared list, the \
+                first \(AppNetworks.maxPerApp) networks seen are the app's. Declare the networks wired into the app so \
+                that no invented name (the ingest key ships inside the app) takes one of those places.
+                """
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "The app.") var appID: String
+        @Option(help: "Declare the app's networks: a,b,c.") var set: String?
+        @Flag(help: "Drop the declared list (the first \(AppNetworks.maxPerApp) networks seen are admitted again).") var clear = false
+        @Option(help: "table or json.") var format = OutputFormat.table
+
+        func validate() throws {
+            if set != nil && clear { throw ValidationError("--set and --clear exclude each other") }
+        }
+
+        func run() async throws {
+            let list = try await database.withDatabase { database, _ in
+                let store = AppStore(pool: database.pool)
+                do {
+                    if let set { return try await store.setNetworks(app: appID, set.split(separator: ",", omittingEmptySubsequences: false).map(String.init)) }
+                    if clear { return try await store.setNetworks(app: appID, nil) }
+                    guard let list = try await store.networks(app: appID) else { throw AppStoreError.unknownApp(appID) }
+                    return list
+                } catch let error as AppStoreError {
+                    throw ValidationError(error.description)
+                }
+            }
+            if format == .json { return try printJSON(list) }
+            print(list.declared == nil
+                ? "\(list.app): no declared networks; admitted so far (\(list.admitted.count) of \(list.limit)): \(list.admitted.joined(separator: ", "))"
+                : "\(list.app): declared networks: \(list.admitted.joined(separator: ", "))")
         }
     }
 }

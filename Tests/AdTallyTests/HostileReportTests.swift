@@ -363,3 +363,82 @@ extension HostileInputTests {
         }
     }
 }
+
+extension HostileInputTests {
+    @Test("networks invented with the ingest key count as other past an app's 64 (or off its declared list): reports and the switch stay small")
+    func inventedNetworksAreBounded() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "med")
+            // 30 requests naming 30,000 networks, as the attack did.
+            for batch in 0..<30 {
+                let events = (0..<1000).map { Ingest.event(network: "n\(batch * 1000 + $0)") }
+                let status = try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers(keys.ingest), body: Ingest.body(events)) { $0.status }
+                #expect(status == .ok)
+            }
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM app_networks WHERE app_id = 'med'") == AppNetworks.maxPerApp)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events WHERE app_id = 'med'") == 30_000)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events WHERE app_id = 'med' AND network = 'other'") == 30_000 - AppNetworks.maxPerApp)
+            let today = Int(Date().timeIntervalSince1970 / 86_400)
+            let range = "from=\(ReportQuery.formatDate(today - 1))&to=\(ReportQuery.formatDate(today))"
+            let rows = try await Reports.rows(client, keys.read, range + "&tz=UTC&dimensions=network&metrics=requests&limit=1000")
+            #expect(rows.count == AppNetworks.maxPerApp + 1)
+
+            // The admin names the app's networks: from now on only those are named.
+            let put = try await client.execute(
+                uri: "/v1/apps/med/networks", method: .put, headers: Ingest.headers(keys.admin), body: ByteBuffer(string: #"{"networks":["admob","iad"]}"#)
+            ) { ($0.status, String(buffer: $0.body)) }
+            #expect(put.0 == .ok && put.1.contains(#""declared":["admob","iad"]"#), "\(put)")
+            let listed = try await client.execute(uri: "/v1/apps/med/networks", method: .get, headers: Reports.headers(keys.read)) { String(buffer: $0.body) }
+            #expect(listed.contains(#""admitted":["admob","iad"]"#))
+            let events = ["admob", "iad", "n5", "evil"].map { Ingest.event(network: $0) }
+            #expect(try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers(keys.ingest), body: Ingest.body(events)) { $0.status } == .ok)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events WHERE app_id = 'med' AND network IN ('admob', 'iad')") == 2)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events WHERE app_id = 'med' AND network = 'other'") == 30_000 - AppNetworks.maxPerApp + 2)
+            let bad = try await client.execute(
+                uri: "/v1/apps/med/networks", method: .put, headers: Ingest.headers(keys.admin), body: ByteBuffer(string: #"{"networks":["Ad Mob"]}"#)
+            ) { ($0.status, String(buffer: $0.body)) }
+            #expect(bad.0 == .badRequest && bad.1.contains("networks:"))
+        }
+    }
+
+    @Test("the switch file lists only the policy's candidates and shares its bytes across a split; other never wins")
+    func mediationAnswersStaySmall() async throws {
+        try await withTestApp(flags: Reports.flags) { services, _ in
+            _ = try await services.appStore.createApp(id: "med", name: nil)
+            try await MediationTests.waitUntilLoaded(services)
+            // 200 networks with traffic, one of them far better than the rest, and `other` better still.
+            // (The real networks first: the first 64 seen are the app's.)
+            var events = MediationTests.traffic(network: "admob", hours: 8..<10, requests: 200, impressions: 100)
+            events += MediationTests.traffic(network: "iad", hours: 8..<10, requests: 200, impressions: 50)
+            events += (0..<200).flatMap { MediationTests.traffic(network: "x\($0)", hours: 8..<10, requests: 3, impressions: 1) }
+            try await Reports.store(services, app: "med", events)
+            // Stored directly as `other` (what ingest makes of unadmitted networks), with the best numbers of all.
+            try await Reports.store(services, app: "med", MediationTests.traffic(network: "other", hours: 8..<10, requests: 500, impressions: 500, revenueMicros: 1_000_000))
+            let now = MediationTests.at(11)
+            let pinned = MediationPolicy(scope: .init(app: "med"), rule: .pinned, network: "admob")
+            _ = try await services.mediation.set(pinned, actor: "test")
+            _ = try await services.mediationRefresher.refresh(app: "med", force: true, now: now)
+            guard case .served(let one) = services.mediationRefresher.lookup(app: "med", placement: nil, country: nil) else { Issue.record("nothing served"); return }
+            let body = String(buffer: one.variants[0].body)
+            #expect(one.variants.count == 1 && body.utf8.count < 4096 && !body.contains("\"x1\"") && body.contains("\"admob\""), "\(body.utf8.count) bytes")
+
+            // A 50-way split: 50 heads of a few bytes, one shared copy of the rest.
+            let weights = Dictionary(uniqueKeysWithValues: (0..<50).map { ("x\($0)", 1) })
+            _ = try await services.mediation.set(MediationPolicy(scope: .init(app: "med"), rule: .weighted, weights: weights), actor: "test")
+            _ = try await services.mediationRefresher.refresh(app: "med", force: true, now: now)
+            guard case .served(let split) = services.mediationRefresher.lookup(app: "med", placement: nil, country: nil) else { Issue.record("nothing served"); return }
+            #expect(split.variants.count == 50 && split.variants.allSatisfy { $0.head.readableBytes < 64 })
+            let shared = Set(split.variants.map { $0.rest.withUnsafeReadableBytes { Int(bitPattern: $0.baseAddress) } })
+            #expect(shared.count == 1 && split.variants[0].rest.readableBytes > 0)
+
+            // Automatic over any network: the best admitted one wins, never `other`; the
+            // answer lists only networks with at least min_requests, and always fits its bound.
+            let automatic = MediationPolicy(scope: .init(app: "med"), rule: .automatic, defaultNetwork: "iad", windowHours: 6, minRequests: 100)
+            _ = try await services.mediation.set(automatic, actor: "test")
+            let decided = try await services.mediationRefresher.refresh(app: "med", force: true, now: now)
+            #expect(decided.first?.chosen == "admob")
+            let answer = try #require(decided.first?.decision)
+            #expect(!answer.contains(#""network":"other""#) && !answer.contains(#""network":"x7""#) && answer.utf8.count <= MediationAnswer.maxBytes)
+        }
+    }
+}

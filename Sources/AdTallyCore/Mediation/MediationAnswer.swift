@@ -60,8 +60,18 @@ public struct MediationAnswer: Sendable, Encodable {
         case weights, rule, decidedBy = "decided_by", reason, policy, window, networks, chosenSince = "chosen_since", decidedAt = "decided_at"
     }
 
+    /// What ingest counts the events of networks an app never admitted as.
+    public static let other = "other"
+    /// The most network lines an answer lists (apps read it at every launch).
+    public static let maxLines = 64
+    /// The most bytes of an answer's JSON: lines past it are left out (the policy's
+    /// own networks and the trusted ones first), so no traffic can grow the file.
+    public static let maxBytes = 32 << 10
+
     /// The answer for a choice. `stats` are the window's numbers (the policy's
-    /// networks without any get zero lines); amounts in `currency`.
+    /// networks without any get zero lines); amounts in `currency`. Lines are the
+    /// policy's candidates only: the networks it names, else those with at least
+    /// `min_requests` in the window, at most `maxLines` of them.
     public init(
         policy: MediationPolicy, choice: MediationChoice, stats: [MediationNetworkStats], windowFrom: Date, windowTo: Date, currency: String,
         chosenSince: Date, decidedAt: Date
@@ -73,7 +83,12 @@ public struct MediationAnswer: Sendable, Encodable {
             guard case .micros(let micros, let per) = value else { return nil }
             return Money.format(micros: micros, per: per, digits: digits)
         }
-        networks = byNetwork.values.sorted { MediationChooser.order($1, $0) }.map { line in
+        let named = Set(policy.named)
+        let candidates = byNetwork.values.filter { line in
+            line.network != Self.other && (named.contains(line.network) || policy.named.isEmpty || policy.rule == .automatic && policy.networks.isEmpty)
+                && (named.contains(line.network) || line.counts.requests >= policy.minRequests)
+        }
+        networks = candidates.sorted { MediationChooser.order($1, $0) }.prefix(Self.maxLines).map { line in
             NetworkLine(
                 network: line.network, requests: line.counts.requests, impressions: line.counts.impressions, fillRate: line.fillRate.number,
                 ecpm: money(line.ecpm), rpm: money(line.expected), revenue: money(ReportMetric.revenue.value(line.counts)) ?? "0",
@@ -90,23 +105,38 @@ public struct MediationAnswer: Sendable, Encodable {
         self.decidedAt = Self.text(decidedAt)
     }
 
-    /// The answer as stored: a JSON object with sorted keys.
+    /// The answer as stored: a JSON object with sorted keys, at most `maxBytes` (lines
+    /// dropped from the end of the list until it fits).
     public func json() -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
-        // Every field encodes (strings, numbers, optionals): this cannot fail.
-        return String(decoding: try! encoder.encode(self), as: UTF8.self)
+        var answer = self
+        while true {
+            // Every field encodes (strings, numbers, optionals): this cannot fail.
+            let data = try! encoder.encode(answer)
+            if data.count <= Self.maxBytes || answer.networks.isEmpty { return String(decoding: data, as: UTF8.self) }
+            answer.networks.removeLast(max(1, answer.networks.count / 4))
+        }
     }
 
     /// The served body: `{"enable_advertising": network,` and then the stored answer's fields.
     public static func body(network: String, answer: String) -> [UInt8] {
+        head(network: network, answer: answer) + sharedPart(answer: answer)
+    }
+
+    /// The start of a served body, all that differs between the networks of a split:
+    /// `{"enable_advertising": network` and the comma before the answer's fields.
+    public static func head(network: String, answer: String) -> [UInt8] {
         var out: [UInt8] = Array(#"{"enable_advertising":"#.utf8)
         ReportText.appendJSONString(network, to: &out)
-        let rest = answer.utf8.dropFirst()
-        if rest.first != UInt8(ascii: "}") { out.append(UInt8(ascii: ",")) }
-        out.append(contentsOf: rest)
+        if answer.utf8.dropFirst().first != UInt8(ascii: "}") { out.append(UInt8(ascii: ",")) }
         return out
+    }
+
+    /// The rest of a served body: the stored answer's fields and its closing brace.
+    public static func sharedPart(answer: String) -> [UInt8] {
+        Array(answer.utf8.dropFirst())
     }
 
     /// An instant as RFC 3339 in UTC, to the second.
@@ -117,7 +147,7 @@ public struct MediationAnswer: Sendable, Encodable {
 
 extension MediationPolicy {
     /// Every network the policy names.
-    var named: [String] {
+    public var named: [String] {
         switch rule {
         case .pinned: [network].compactMap { $0 }
         case .weighted: (weights ?? [:]).keys.sorted()

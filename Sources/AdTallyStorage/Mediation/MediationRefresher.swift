@@ -15,8 +15,19 @@ public struct ServedMediation: Sendable {
         public var network: String
         /// Its share of answers (1 but for a weighted policy).
         public var share: Double
-        /// The body, built once per refresh: a response shares it, nothing is copied per request.
-        public var body: ByteBuffer
+        /// The body, built once per refresh: `head` and then `rest`, which every variant of
+        /// a weighted split shares (one copy of the numbers, however many networks it
+        /// draws); a response shares both, nothing is copied per request.
+        public var head: ByteBuffer
+        /// The part of the body after `head` (empty when `head` is all of it).
+        public var rest: ByteBuffer
+        /// The body's bytes, for callers that want them in one piece.
+        public var body: ByteBuffer {
+            var whole = head
+            var tail = rest
+            whole.writeBuffer(&tail)
+            return whole
+        }
         /// Its entity tag, quoted.
         public var etag: String
     }
@@ -47,11 +58,15 @@ public struct ServedMediation: Sendable {
         let shares = split.count > 1 ? split.map { ($0.key, $0.value) } : [(chosen, 1.0)]
         let version = "\(stored.policy.updatedAt?.timeIntervalSince1970 ?? 0) \(stored.chosenSince?.timeIntervalSince1970 ?? 0) "
             + split.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
-        variants = shares.map { network, share in
-            Variant(
-                network: network, share: share, body: ByteBuffer(bytes: MediationAnswer.body(network: network, answer: decision)),
-                etag: "W/\"" + String(SHA256.hex("\(network) \(version)").prefix(32)) + "\""
-            )
+        let etag = { (network: String) in "W/\"" + String(SHA256.hex("\(network) \(version)").prefix(32)) + "\"" }
+        if shares.count == 1 {
+            let (network, share) = shares[0]
+            variants = [Variant(network: network, share: share, head: ByteBuffer(bytes: MediationAnswer.body(network: network, answer: decision)), rest: ByteBuffer(), etag: etag(network))]
+        } else {
+            let rest = ByteBuffer(bytes: MediationAnswer.sharedPart(answer: decision))
+            variants = shares.map { network, share in
+                Variant(network: network, share: share, head: ByteBuffer(bytes: MediationAnswer.head(network: network, answer: decision)), rest: rest, etag: etag(network))
+            }
         }
     }
 
@@ -261,7 +276,9 @@ public final class MediationRefresher: Sendable {
             ("apps", app.id), ("tz", "UTC"), ("from", ReportQuery.formatDate(hours.lowerBound / 24)), ("to", ReportQuery.formatDate(hours.upperBound / 24)),
             ("dimensions", "network"), ("metrics", "requests,impressions,revenue"), ("limit", String(ReportQuery.maxLimit)),
         ]
-        if policy.rule == .automatic, !policy.networks.isEmpty { parameters.append(("network", policy.networks.joined(separator: ","))) }
+        // Only the policy's candidates: the networks it names (an automatic policy without
+        // a list may choose any the app admitted, Migrations/0010, at most 64).
+        if !(policy.rule == .automatic && policy.networks.isEmpty) { parameters.append(("network", policy.named.joined(separator: ","))) }
         var query = try ReportQuery.parse(parameters, readable: [app], isAdmin: true, now: now)
         // Set as they are: the parameters' syntax would split a placement at its commas.
         query.filters.append((.hour, hours.map(Self.hourText)))

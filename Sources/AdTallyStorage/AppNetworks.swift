@@ -1,0 +1,165 @@
+import AdTallyCore
+import Foundation
+import PostgresKit
+import Synchronization
+
+/// The networks each app's events may name (Migrations/0010, DESIGN §2): the app's
+/// declared list when it has one, else the first `maxPerApp` seen. Events naming any
+/// other network are stored and counted under `other`: the ingest key ships inside
+/// the app, and networks invented with it must not grow every report, the dashboard
+/// and the mediation answer, nor win a slot.
+///
+/// Ingest asks the database only for a network it has not seen admitted for the app,
+/// while the app can still admit one; what it learns is kept for `ttl` (a list
+/// declared through another server takes effect within it).
+public final class AppNetworks: Sendable {
+    /// Networks an app without a declared list admits, in the order first seen.
+    public static let maxPerApp = 64
+    /// What the events of a network not admitted are counted as.
+    public static let other = "other"
+
+    private struct Entry {
+        var admitted: Set<String>
+        /// No network can be admitted any more (a declared list, or `maxPerApp` reached).
+        var isClosed: Bool
+        var expires: ContinuousClock.Instant
+    }
+
+    private let cache = Mutex([String: Entry]())
+    let ttl: Duration
+
+    /// Admission over the database `EventStore` writes to.
+    public init(ttl: Duration = .seconds(30)) {
+        self.ttl = ttl
+    }
+
+    /// Forgets what is known of `app` (its declared list changed through this server).
+    public func forget(_ app: String) {
+        cache.withLock { $0[app] = nil }
+    }
+
+    /// For each event, whether its network may be named, admitting new networks as the
+    /// rules allow, in the caller's transaction (before any ledger lock: see `write`).
+    func admitted(_ events: [AppEvent], on connection: PostgresConnection) throws -> (AppEvent) -> Bool {
+        let now = ContinuousClock.now
+        var wanted: [String: Set<String>] = [:]
+        for item in events where item.event.network != Self.other { wanted[item.appID, default: []].insert(item.event.network) }
+        // Apps whose cached entry cannot answer for every network they name here.
+        let unknown = cache.withLock { cache in
+            wanted.filter { app, networks in
+                guard let entry = cache[app], entry.expires > now else { return true }
+                return !entry.isClosed && !networks.isSubset(of: entry.admitted)
+            }
+        }
+        if !unknown.isEmpty {
+            let apps = unknown.keys.sorted()
+            let pairs = apps.flatMap { app in unknown[app]!.sorted().map { (app, $0) } }
+            // One admitter per app at a time, so the count is exact; taken in app order,
+            // before the ledger's locks, so writers cannot deadlock.
+            _ = try connection.query("SELECT pg_advisory_xact_lock(2022, hashtext(a)) FROM unnest(\(array: apps)::text[]) AS a ORDER BY a")
+            _ = try connection.query("""
+                WITH wanted AS (
+                    SELECT w.app_id, w.network FROM unnest(\(array: pairs.map(\.0))::text[], \(array: pairs.map(\.1))::text[]) AS w (app_id, network)
+                    WHERE NOT EXISTS (SELECT 1 FROM app_networks x WHERE x.app_id = w.app_id AND x.network = w.network)
+                ), ranked AS (
+                    SELECT w.app_id, w.network, a.networks AS declared,
+                           row_number() OVER (PARTITION BY w.app_id ORDER BY w.network)
+                               + (SELECT count(*) FROM app_networks x WHERE x.app_id = w.app_id) AS place
+                    FROM wanted w JOIN apps a ON a.app_id = w.app_id
+                )
+                INSERT INTO app_networks (app_id, network)
+                SELECT app_id, network FROM ranked
+                WHERE CASE WHEN declared IS NULL THEN place <= \(Self.maxPerApp) ELSE network = ANY(declared) END
+                ON CONFLICT DO NOTHING
+                """)
+            // A declared list is the admitted set itself; else the networks admitted so far.
+            let rows = try connection.query("""
+                SELECT a.app_id, a.networks IS NOT NULL, x.network
+                FROM apps a LEFT JOIN LATERAL unnest(coalesce(a.networks, ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = a.app_id))) AS x (network) ON true
+                WHERE a.app_id = ANY(\(array: apps)::text[])
+                """)
+            var fresh: [String: Entry] = [:]
+            for row in rows {
+                let app: String = try row.decode(0)
+                let isDeclared: Bool = try row.decode(1)
+                var entry = fresh[app] ?? Entry(admitted: [], isClosed: isDeclared, expires: now + ttl)
+                if let network = try row.decode(2, as: String?.self) { entry.admitted.insert(network) }
+                fresh[app] = entry
+            }
+            for (app, entry) in fresh where !entry.isClosed && entry.admitted.count >= Self.maxPerApp { fresh[app]?.isClosed = true }
+            cache.withLock { cache in
+                // Bounded like the apps themselves: one entry an app that sent events.
+                for (app, entry) in fresh { cache[app] = entry }
+            }
+        }
+        let known = cache.withLock { cache in wanted.keys.reduce(into: [String: Set<String>]()) { $0[$1] = cache[$1]?.admitted ?? [] } }
+        return { item in item.event.network == Self.other || known[item.appID]?.contains(item.event.network) == true }
+    }
+}
+
+/// An app's networks as its admin sees them: the declared list, if any, and the
+/// networks admitted so far (`AppNetworks`).
+public struct AppNetworkList: Sendable, Encodable, Equatable {
+    /// The app.
+    public var app: String
+    /// The declared list; nil: the first `AppNetworks.maxPerApp` seen are admitted.
+    public var declared: [String]?
+    /// The networks its events may name now (the declared list when there is one).
+    public var admitted: [String]
+    /// How many an app without a list admits.
+    public var limit: Int = AppNetworks.maxPerApp
+
+    enum CodingKeys: String, CodingKey { case app, declared, admitted, limit }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(app, forKey: .app)
+        try container.encode(declared, forKey: .declared)
+        try container.encode(admitted, forKey: .admitted)
+        try container.encode(limit, forKey: .limit)
+    }
+}
+
+extension AppStore {
+    /// An app's declared and admitted networks; nil for an unknown app.
+    public func networks(app: String) async throws -> AppNetworkList? {
+        let rows = try await pool.query("""
+            SELECT to_json(a.networks)::text, coalesce(to_json(ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = a.app_id ORDER BY n.network))::text, '[]')
+            FROM apps a WHERE a.app_id = \(app)
+            """)
+        guard let row = rows.first else { return nil }
+        let decoder = JSONDecoder()
+        let declared = try row.decode(0, as: String?.self).map { try decoder.decode([String].self, from: Data($0.utf8)) }
+        let seen = try decoder.decode([String].self, from: Data(try row.decode(1, as: String.self).utf8))
+        return AppNetworkList(app: app, declared: declared?.sorted(), admitted: (declared ?? seen).sorted())
+    }
+
+    /// Declares an app's networks (nil: none, the first `AppNetworks.maxPerApp` seen are
+    /// admitted again); names checked as events check theirs. Networks admitted before
+    /// and not on the list are forgotten, so their events count as `other` from now on.
+    public func setNetworks(app: String, _ networks: [String]?) async throws -> AppNetworkList {
+        if let networks {
+            guard networks.count <= AppNetworks.maxPerApp else {
+                throw AppStoreError.invalid(field: "networks", rule: "at most \(AppNetworks.maxPerApp) networks")
+            }
+            for name in networks where !EventValidator.isNetworkName(name) || name == AppNetworks.other {
+                throw AppStoreError.invalid(field: "networks", rule: "\"\(name)\" is not a network name ([a-z0-9_.-], 1 to 32 characters, not other)")
+            }
+        }
+        let list = networks.map { Array(Set($0)).sorted() }
+        let updated = try await pool.withTransaction { connection in
+            let rows = if let list {
+                try connection.query("UPDATE apps SET networks = \(array: list)::text[] WHERE app_id = \(app) RETURNING 1")
+            } else {
+                try connection.query("UPDATE apps SET networks = NULL WHERE app_id = \(app) RETURNING 1")
+            }
+            guard !rows.isEmpty else { return false }
+            if let list {
+                _ = try connection.query("DELETE FROM app_networks WHERE app_id = \(app) AND NOT (network = ANY(\(array: list)::text[]))")
+            }
+            return true
+        }
+        guard updated, let result = try await self.networks(app: app) else { throw AppStoreError.unknownApp(app) }
+        return result
+    }
+}
