@@ -76,6 +76,11 @@ spare = call("POST", f"/v1/apps/{app}/keys", admin, 201, json={"scope": "read"})
 call("POST", f"/v1/apps/{app}/keys", admin, 400, json={"scope": "root"})
 call("POST", "/v1/apps/nope/keys", admin, 404, json={"scope": "read"})
 call("GET", "/v1/apps", admin, 200)
+call("GET", f"/v1/apps/{app}/networks", read["secret"], 200)
+call("PUT", f"/v1/apps/{app}/networks", admin, 200, json={"networks": ["admob", "iad", "nend"]})
+call("PUT", f"/v1/apps/{app}/networks", admin, 400, json={"networks": ["Ad Mob"]})
+call("PUT", "/v1/apps/nope/networks", admin, 404, json={"networks": None})
+
 call("GET", "/v1/apps", read["secret"], 200)
 call("GET", f"/v1/apps/{app}/keys", admin, 200)
 call("GET", f"/v1/apps/{app}/keys", read["secret"], 403)
@@ -133,6 +138,10 @@ call("POST", "/v1/fx?base=EUR&fill_gaps=true", admin, 200, data=b"Date,USD,JPY,\
 call("POST", "/v1/fx", admin, 400, json={"rates": [{"date": "2026-02-30", "currency": "USD", "rate": "1"}]})
 call("GET", "/v1/fx?currency=USD", read["secret"], 200)
 call("GET", "/v1/fx?from=yesterday", read["secret"], 400)
+page = call("GET", "/v1/fx?from=2026-01-01&to=2026-01-31&limit=1", read["secret"], 200).json()
+if page.get("next_cursor"):
+    call("GET", "/v1/fx?from=2026-01-01&to=2026-01-31&limit=1&cursor=" + page["next_cursor"], read["secret"], 200)
+call("GET", "/v1/fx?limit=0", read["secret"], 400)
 call("DELETE", "/v1/fx?date=2026-01-02&currency=GBP", admin, 204)
 call("DELETE", "/v1/fx?date=2026-01-02&currency=GBP", admin, 404)
 

@@ -127,6 +127,38 @@ paths:
         "403": {$ref: "#/components/responses/Problem"}
         "409": {$ref: "#/components/responses/Problem"}
         "413": {$ref: "#/components/responses/Problem"}
+  /v1/apps/{app}/networks:
+    parameters:
+      - {name: app, in: path, required: true, schema: {type: string}}
+    get:
+      summary: The networks the app's events may name (a read key of the app, or an admin key); events naming any other count as other.
+      responses:
+        "200": {description: The declared list (null when none) and the networks admitted., content: {application/json: {schema: {$ref: "#/components/schemas/AppNetworks"}}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+    put:
+      summary: Declare the app's networks (an admin key); null drops the list, and the first 64 networks seen are admitted again.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [networks]
+              properties:
+                networks:
+                  type: [array, "null"]
+                  maxItems: 64
+                  items: {type: string, pattern: "^[a-z0-9_.-]{1,32}$"}
+      responses:
+        "200": {description: The list as stored., content: {application/json: {schema: {$ref: "#/components/schemas/AppNetworks"}}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
   /v1/apps/{app}/keys:
     parameters:
       - {name: app, in: path, required: true, schema: {type: string}}
@@ -696,6 +728,14 @@ components:
               detail: {type: string}
               instance: {type: string}
   schemas:
+    AppNetworks:
+      type: object
+      required: [app, declared, admitted, limit]
+      properties:
+        app: {type: string}
+        declared: {type: [array, "null"], items: {type: string}}
+        admitted: {type: array, items: {type: string}}
+        limit: {type: integer}
     Status:
       type: object
       required: [status]

@@ -39,8 +39,9 @@ public final class AppNetworks: Sendable {
     }
 
     /// For each event, whether its network may be named, admitting new networks as the
-    /// rules allow, in the caller's transaction (before any ledger lock: see `write`).
-    func admitted(_ events: [AppEvent], on connection: PostgresConnection) throws -> (AppEvent) -> Bool {
+    /// rules allow, in the caller's transaction (a short one of its own: it may hold the
+    /// app's admission lock until it ends).
+    func admitted(_ events: [AppEvent], on connection: PostgresConnection) throws -> @Sendable (AppEvent) -> Bool {
         let now = ContinuousClock.now
         var wanted: [String: Set<String>] = [:]
         for item in events where item.event.network != Self.other { wanted[item.appID, default: []].insert(item.event.network) }
@@ -87,6 +88,8 @@ public final class AppNetworks: Sendable {
                 fresh[app] = entry
             }
             for (app, entry) in fresh where !entry.isClosed && entry.admitted.count >= Self.maxPerApp { fresh[app]?.isClosed = true }
+            // An app that does not exist admits nothing (no key sends for it; tests may).
+            for app in apps where fresh[app] == nil { fresh[app] = Entry(admitted: [], isClosed: true, expires: now + ttl) }
             cache.withLock { cache in
                 // Bounded like the apps themselves: one entry an app that sent events.
                 for (app, entry) in fresh { cache[app] = entry }

@@ -59,11 +59,15 @@ public struct EventStore: Sendable {
             // COPY-first claim did). The probe is not free: under `BENCH_TRACE=1 make
             // bench-ingest` it takes about as long as the COPY into the ledger (one index
             // lookup per id), the price of that quiet log on PostgreSQL 15.
+            // Which networks may be named: a short transaction of its own, before the
+            // write's (admitting a network is harmless to keep if the write fails), so the
+            // per-app lock it may take is never held while the write waits on the ledger.
+            let isAdmitted = try connection.withTransaction { try networks.admitted(events, on: $0) }
             func attempt() throws -> [Bool] {
                 do {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, networks: networks, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, isAdmitted: isAdmitted, on: $0) }
                 } catch is KnownIDs {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, networks: networks, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, isAdmitted: isAdmitted, on: $0) }
                 }
             }
             // A deadlock or serialization failure cannot happen with sorted writes, but
@@ -94,11 +98,9 @@ public struct EventStore: Sendable {
     /// Some id of the group is in the ledger already: the COPY that claims ids failed.
     struct KnownIDs: Error {}
 
-    static func write(_ events: [AppEvent], claimInBulk: Bool, networks: AppNetworks, on connection: PostgresConnection) throws -> [Bool] {
-        // 0. Which networks may be named (admitting new ones takes a per-app lock: first,
-        // before any ledger lock, so that writers take locks in one order).
-        let isAdmitted = try networks.admitted(events, on: connection)
-
+    static func write(
+        _ events: [AppEvent], claimInBulk: Bool, isAdmitted: (AppEvent) -> Bool, on connection: PostgresConnection
+    ) throws -> [Bool] {
         // 1. First occurrence of each (app, id) within the call, in (app, id) order.
         let ordered = LedgerKey.firstOccurrences(of: events)
 

@@ -29,7 +29,9 @@ final class ServerProcess: @unchecked Sendable {
     init(databaseURL: String, port: Int, log: URL, arguments: [String] = []) throws {
         self.port = port
         process.executableURL = URL(fileURLWithPath: adtallyBinary())
-        process.arguments = ["serve", "--database-url", databaseURL, "--port", "\(port)", "--pool-size", "4"] + arguments
+        // The tests' export folders are temporary ones: the exports root is the temporary folder.
+        process.arguments = ["serve", "--database-url", databaseURL, "--port", "\(port)", "--pool-size", "4",
+                             "--exports-root", FileManager.default.temporaryDirectory.path] + arguments
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         let handle = try FileHandle(forWritingTo: log)
         handle.seekToEndOfFile()

@@ -311,7 +311,7 @@ struct ExportTests {
                     configuration.now = { now }
                 }
                 let task = Task { await runner.run() }
-                try await waitUntil(within: 60) {
+                try await waitUntil(within: 180) {
                     let rows = try await services.database.pool.query("SELECT status, count(*)::int FROM export_runs GROUP BY 1 ORDER BY 1")
                     let counts = try rows.map { "\(try $0.decode(0, as: String.self))=\(try $0.decode(1, as: Int.self))" }
                     // Every due slot is planned in the runner's first pass: never all done but some.
