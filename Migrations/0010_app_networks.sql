@@ -19,12 +19,13 @@ CREATE TABLE app_networks (
     PRIMARY KEY (app_id, network)
 );
 
--- The networks an app already reported are admitted, its 64 busiest by requests
--- (their history keeps its names either way; only new events are mapped).
+-- The networks an app already reported are admitted: its 64 busiest by requests in
+-- the last 30 days, so networks retired long ago do not take the places (their
+-- history keeps its names either way; only new events are mapped).
 INSERT INTO app_networks (app_id, network)
 SELECT app_id, network FROM (
     SELECT app_id, network, row_number() OVER (PARTITION BY app_id ORDER BY sum(requests) DESC, network) AS rank
-    FROM rollup_day_compacted WHERE network <> 'other' GROUP BY app_id, network
+    FROM rollup_day_compacted WHERE network <> 'other' AND day >= current_date - 30 GROUP BY app_id, network
 ) AS seen
 WHERE rank <= 64
 ON CONFLICT DO NOTHING;

@@ -109,14 +109,15 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     HealthRoutes(readiness: DatabaseReadiness(database: services.database, compaction: services.compactor.health)).register(on: routes)
     MetricsRoutes.register(on: routes)
     let authenticator = KeyAuthenticator(store: AppStore(pool: services.database.authPool))
+    // Reports (and the FX list) on the report pool: one key runs at most half its
+    // connections at once, one client address all but one.
+    let shares = ReportShares(poolConnections: Database.reportConnections)
     IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: routes)
     AdminRoutes(store: services.appStore, authenticator: authenticator, networks: services.eventStore.networks).register(on: routes)
-    // One key or client address runs at most half the report connections at once.
-    let shares = ReportShares(poolConnections: Database.reportConnections)
     ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares).register(on: routes)
     MoneyRoutes(
         store: MoneyStore(pool: services.database.pool), reads: MoneyStore(pool: services.database.reportPool),
-        imports: MoneyStore(pool: services.database.adminPool), authenticator: authenticator
+        imports: MoneyStore(pool: services.database.adminPool), authenticator: authenticator, shares: shares
     ).register(on: routes)
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator, exportsRoot: services.exportsRoot).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)

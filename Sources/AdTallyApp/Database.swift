@@ -166,8 +166,10 @@ public final class Database: Sendable {
 }
 
 /// Ready when the database answers, every migration is applied unchanged, rollup
-/// compaction has not been failing for over a minute, and reports can be served (no
-/// report waited in vain for a connection in the last `reportGrace`).
+/// compaction has not been failing for over a minute, and reports can be served: not
+/// when a report waited in vain for a connection within `reportGrace` and none was
+/// given one for all that time (a burst that some reports get through is no outage;
+/// a pool held by readers that never finish is).
 struct DatabaseReadiness: ReadinessProbe {
     let database: Database
     let compaction: CompactionHealth
@@ -187,14 +189,16 @@ struct DatabaseReadiness: ReadinessProbe {
         }
     }
 
-    /// Why reports cannot be served now: every report connection (of the replica too,
-    /// when one is configured) was busy for a whole wait within the last `reportGrace`.
+    /// Why reports cannot be served now: on every report pool (the replica's too, when
+    /// one is configured) a report waited in vain within `reportGrace`, and no report
+    /// got a connection for that long.
     func reportProblem() -> String? {
         let pools = [database.reportPool] + (database.readPool.map { [$0] } ?? [])
-        let since = pools.map { $0.sinceLastTimeout }
-        guard since.allSatisfy({ $0.map { $0 < reportGrace } ?? false }), let last = since.compactMap({ $0 }).min() else { return nil }
-        let seconds = last.components.seconds
-        return "reports cannot be served: a report waited \(database.reportPool.configuration.acquireTimeout) in vain for one of the "
-            + "\(database.reportPool.configuration.maxConnections) report connections \(seconds) s ago (all busy with other reports)"
+        let stuck = pools.allSatisfy { pool in
+            (pool.sinceLastTimeout.map { $0 < reportGrace } ?? false) && (pool.sinceLastGrant.map { $0 >= reportGrace } ?? true)
+        }
+        guard stuck, let granted = database.reportPool.sinceLastGrant else { return nil }
+        return "reports cannot be served: no report has got one of the \(database.reportPool.configuration.maxConnections) report connections for "
+            + "\(granted.components.seconds) s, and reports waited \(database.reportPool.configuration.acquireTimeout) in vain for one (all held by other reports)"
     }
 }

@@ -20,8 +20,18 @@ public struct AdminRoutes: Sendable {
         self.networks = networks
     }
 
+    /// `{"networks": [...]}` or `{"networks": null}`: the key must be there, so a
+    /// misspelt body never drops the list by accident.
     struct NetworksBody: Decodable {
         var networks: [String]?
+
+        enum CodingKeys: String, CodingKey { case networks }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            guard container.contains(.networks) else { throw FieldError("networks", "is required: a list of network names, or null to drop the list") }
+            networks = try container.decode([String]?.self, forKey: .networks)
+        }
     }
 
     struct CreateApp: Decodable {

@@ -21,10 +21,13 @@ public struct MoneyRoutes: Sendable {
     /// Where imports run: a connection of their own, off the ingest connections.
     let imports: MoneyStore
     let authenticator: KeyAuthenticator
+    /// The FX list reads on the report pool: one key or address gets its share of it.
+    let shares: ReportShares
 
     /// Creates the routes: changes through `store`, lists through `reads`, bulk imports through `imports`.
-    public init(store: MoneyStore, reads: MoneyStore, imports: MoneyStore, authenticator: KeyAuthenticator) {
+    public init(store: MoneyStore, reads: MoneyStore, imports: MoneyStore, authenticator: KeyAuthenticator, shares: ReportShares) {
         self.store = store
+        self.shares = shares
         self.reads = reads
         self.imports = imports
         self.authenticator = authenticator
@@ -106,8 +109,10 @@ public struct MoneyRoutes: Sendable {
             guard found else { throw ProblemDetails(.notFound, detail: "no such rate card entry") }
             return Response(status: .noContent)
         }
-        router.get("v1/fx") { request, _ in
-            _ = try await authenticator.require(.read, request)
+        router.get("v1/fx") { request, context in
+            let key = try await authenticator.require(.read, request)
+            let place = try shares.enter(keyID: key.id, channel: context.channel)
+            defer { withExtendedLifetime(place) {} }
             let parameters = request.uri.queryParameters
             func date(_ name: String) throws -> Int? {
                 guard let value = parameters[Substring(name)] else { return nil }

@@ -39,12 +39,16 @@ public final class AppNetworks: Sendable {
     }
 
     /// For each event, whether its network may be named, admitting new networks as the
-    /// rules allow, in the caller's transaction (a short one of its own: it may hold the
-    /// app's admission lock until it ends).
+    /// rules allow. Only when the cache cannot answer, in a short transaction of its own
+    /// (it holds the app's admission lock until it ends), before the write's.
     func admitted(_ events: [AppEvent], on connection: PostgresConnection) throws -> @Sendable (AppEvent) -> Bool {
         let now = ContinuousClock.now
         var wanted: [String: Set<String>] = [:]
-        for item in events where item.event.network != Self.other { wanted[item.appID, default: []].insert(item.event.network) }
+        // Networks in the order first seen, for admission when places are few.
+        var order: [(app: String, network: String)] = []
+        for item in events where item.event.network != Self.other {
+            if wanted[item.appID, default: []].insert(item.event.network).inserted { order.append((item.appID, item.event.network)) }
+        }
         // Apps whose cached entry cannot answer for every network they name here.
         let unknown = cache.withLock { cache in
             wanted.filter { app, networks in
@@ -54,17 +58,18 @@ public final class AppNetworks: Sendable {
         }
         if !unknown.isEmpty {
             let apps = unknown.keys.sorted()
-            let pairs = apps.flatMap { app in unknown[app]!.sorted().map { (app, $0) } }
-            // One admitter per app at a time, so the count is exact; taken in app order,
-            // before the ledger's locks, so writers cannot deadlock.
+            let pairs = order.filter { unknown[$0.app] != nil }
+            try connection.withTransaction { connection in
+            // One admitter per app at a time, so the count is exact; taken in app order.
             _ = try connection.query("SELECT pg_advisory_xact_lock(2022, hashtext(a)) FROM unnest(\(array: apps)::text[]) AS a ORDER BY a")
             _ = try connection.query("""
                 WITH wanted AS (
-                    SELECT w.app_id, w.network FROM unnest(\(array: pairs.map(\.0))::text[], \(array: pairs.map(\.1))::text[]) AS w (app_id, network)
+                    SELECT w.app_id, w.network, w.seen FROM unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[])
+                        WITH ORDINALITY AS w (app_id, network, seen)
                     WHERE NOT EXISTS (SELECT 1 FROM app_networks x WHERE x.app_id = w.app_id AND x.network = w.network)
                 ), ranked AS (
                     SELECT w.app_id, w.network, a.networks AS declared,
-                           row_number() OVER (PARTITION BY w.app_id ORDER BY w.network)
+                           row_number() OVER (PARTITION BY w.app_id ORDER BY w.seen)
                                + (SELECT count(*) FROM app_networks x WHERE x.app_id = w.app_id) AS place
                     FROM wanted w JOIN apps a ON a.app_id = w.app_id
                 )
@@ -93,6 +98,7 @@ public final class AppNetworks: Sendable {
             cache.withLock { cache in
                 // Bounded like the apps themselves: one entry an app that sent events.
                 for (app, entry) in fresh { cache[app] = entry }
+            }
             }
         }
         let known = cache.withLock { cache in wanted.keys.reduce(into: [String: Set<String>]()) { $0[$1] = cache[$1]?.admitted ?? [] } }
@@ -142,6 +148,9 @@ extension AppStore {
     /// and not on the list are forgotten, so their events count as `other` from now on.
     public func setNetworks(app: String, _ networks: [String]?) async throws -> AppNetworkList {
         if let networks {
+            guard !networks.isEmpty else {
+                throw AppStoreError.invalid(field: "networks", rule: "names at least one network (null drops the list: the first \(AppNetworks.maxPerApp) seen are admitted)")
+            }
             guard networks.count <= AppNetworks.maxPerApp else {
                 throw AppStoreError.invalid(field: "networks", rule: "at most \(AppNetworks.maxPerApp) networks")
             }
@@ -151,6 +160,8 @@ extension AppStore {
         }
         let list = networks.map { Array(Set($0)).sorted() }
         let updated = try await pool.withTransaction { connection in
+            // Under the app's admission lock: no admission in flight inserts behind the DELETE.
+            _ = try connection.query("SELECT pg_advisory_xact_lock(2022, hashtext(\(app)))")
             let rows = if let list {
                 try connection.query("UPDATE apps SET networks = \(array: list)::text[] WHERE app_id = \(app) RETURNING 1")
             } else {

@@ -59,10 +59,10 @@ public struct EventStore: Sendable {
             // COPY-first claim did). The probe is not free: under `BENCH_TRACE=1 make
             // bench-ingest` it takes about as long as the COPY into the ledger (one index
             // lookup per id), the price of that quiet log on PostgreSQL 15.
-            // Which networks may be named: a short transaction of its own, before the
-            // write's (admitting a network is harmless to keep if the write fails), so the
-            // per-app lock it may take is never held while the write waits on the ledger.
-            let isAdmitted = try connection.withTransaction { try networks.admitted(events, on: $0) }
+            // Which networks may be named: from the cache, or a short transaction of its own
+            // before the write's (admitting a network is harmless to keep if the write
+            // fails), so the per-app lock it takes is never held while the write waits on the ledger.
+            let isAdmitted = try networks.admitted(events, on: connection)
             func attempt() throws -> [Bool] {
                 do {
                     return try connection.withTransaction { try Self.write(events, claimInBulk: true, isAdmitted: isAdmitted, on: $0) }

@@ -60,6 +60,8 @@ public final class PostgresPool: Sendable {
         var isClosed = false
         /// When a waiter last gave up for want of a connection.
         var lastTimeout: ContinuousClock.Instant?
+        /// When a task was last given a connection.
+        var lastGrant: ContinuousClock.Instant?
     }
 
     /// The configuration the pool was made with.
@@ -136,6 +138,9 @@ public final class PostgresPool: Sendable {
     /// one ever did: readiness says from it that the pool's work cannot be served.
     public var sinceLastTimeout: Duration? { state.withLock { $0.lastTimeout.map { ContinuousClock.now - $0 } } }
 
+    /// How long ago a task was last given a connection (nil: never).
+    public var sinceLastGrant: Duration? { state.withLock { $0.lastGrant.map { ContinuousClock.now - $0 } } }
+
     /// Closes idle connections and refuses new leases; leased ones close when returned.
     public func shutdown() async {
         let (idle, waiters) = state.withLock { state -> ([PostgresConnection], [Waiter]) in
@@ -164,6 +169,12 @@ public final class PostgresPool: Sendable {
     }
 
     private func acquire() async throws -> PostgresConnection {
+        let connection = try await acquireConnection()
+        state.withLock { $0.lastGrant = ContinuousClock.now }
+        return connection
+    }
+
+    private func acquireConnection() async throws -> PostgresConnection {
         let step = state.withLock { state -> Step in
             if state.isClosed { return .closed }
             if let connection = state.idle.popLast() { return .use(connection) }

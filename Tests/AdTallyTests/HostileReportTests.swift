@@ -76,6 +76,16 @@ extension HostileInputTests {
             _ = try await services.mediation.set(MediationPolicy(scope: .init(app: "other"), rule: .pinned, network: "admob"), actor: "test")
             let decided = try await services.mediationRefresher.refresh(app: "other", force: true)
             #expect(decided.count == 1)
+            // Even with every HTTP report connection held, they run: on pools of their own.
+            func holdAll(_ left: Int) async throws {
+                guard left > 0 else {
+                    #expect(try await background.page(query).rows.count == 1)
+                    #expect(try await services.mediationRefresher.refresh(app: "other", force: true).count == 1)
+                    return
+                }
+                try await whileHoldingAConnection(of: services.database.reportPool) { try await holdAll(left - 1) }
+            }
+            try await holdAll(Database.reportConnections - 2)
 
             // The same key from the same address asks once more: refused at once, with the reason.
             let more = try RawConnection(port: port, from: "127.0.0.2")
@@ -127,7 +137,8 @@ extension HostileInputTests {
     func fullReportPool() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
             let keys = try await Ingest.keys(services, app: "victim")
-            let readiness = DatabaseReadiness(database: services.database, compaction: services.compactor.health)
+            // Reports waited in vain within 5 s, and none got a connection for 5 s.
+            let readiness = DatabaseReadiness(database: services.database, compaction: services.compactor.health, reportGrace: .seconds(5))
             #expect(await readiness.notReadyReason() == nil)
             let pool = services.database.reportPool
             func holdAll(_ left: Int) async throws {
@@ -312,8 +323,10 @@ extension HostileInputTests {
     @Test("a burst of large answers and imports keeps the server within bounds, and its memory goes back near idle")
     func memoryReturnsAfterABurst() async throws {
         try await TestDatabase.withDatabase { conninfo in
-            let (database, ingest) = try await openWithApp(conninfo, app: "burst")
+            let (database, _) = try await openWithApp(conninfo, app: "burst")
             let admin = try await AppStore(pool: database.pool).createKey(app: nil, scope: .admin).secret
+            // Two keys: one key may run two report-pool reads at once (one address three).
+            let second = try await AppStore(pool: database.pool).createKey(app: nil, scope: .admin).secret
             await database.close()
             // About 2 MiB of ECB rates: 30 currencies over 22 years, 240,000 rates (the attack's
             // 4 MiB took twice the time on a machine the whole suite shares, to the same peak).
@@ -335,29 +348,22 @@ extension HostileInputTests {
                     for try await part in response.body { bytes += part.readableBytes }
                     return (response.status.code, bytes)
                 }
-                func oversized() async throws -> UInt {
-                    var request = HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/v1/events")
-                    request.method = .POST
-                    request.headers.add(name: "Authorization", value: "Bearer \(ingest)")
-                    request.headers.add(name: "Content-Type", value: "application/json")
-                    request.body = .bytes(ByteBuffer(string: #"{"events":["# + Array(repeating: "{}", count: 349_000).joined(separator: ",") + "]}"))
-                    return try await client.execute(request, timeout: .seconds(60)).status.code
-                }
-                #expect(try await oversized() == 413)  // the key in the server's cache
                 try await Task.sleep(for: .seconds(2))
                 let idle = try server.rss()
                 let imported = try await send(.POST, "/v1/fx?base=EUR&fill_gaps=true", admin, csv: file)
                 #expect(imported.0 == 200)
-                // The largest FX pages there are, four at once, beside 48 oversized ingest bodies.
+                // The largest FX pages there are, three at once. (Oversized ingest bodies have a
+                // test of their own, memoryBound; here they only loaded the shared machine.)
                 try await withThrowingTaskGroup(of: (UInt, Int).self) { group in
-                    for _ in 0..<4 { group.addTask { try await send(.GET, "/v1/fx?from=1970-01-01&to=2100-01-01&limit=10000", admin) } }
-                    for _ in 0..<48 { group.addTask { (try await oversized(), 0) } }
-                    for try await (status, _) in group { #expect(status == 200 || status == 413) }
+                    for key in [admin, admin, second] {
+                        group.addTask { try await send(.GET, "/v1/fx?from=1970-01-01&to=2100-01-01&limit=10000", key) }
+                    }
+                    for try await (status, _) in group { #expect(status == 200) }
                 }
                 let peak = try server.peakRSS()
                 try await Task.sleep(for: .seconds(12))
                 let after = try server.rss()
-                print("RSS idle \(idle >> 20) MiB, peak \(peak >> 20) MiB, idle again \(after >> 20) MiB (a 2 MiB FX import, four 10,000-rate pages, 48 oversized ingest bodies)")
+                print("RSS idle \(idle >> 20) MiB, peak \(peak >> 20) MiB, idle again \(after >> 20) MiB (a 2 MiB FX import and three 10,000-rate pages at once)")
                 #expect(peak - idle < 300 << 20, "peak \(peak >> 20) MiB from \(idle >> 20) MiB")
                 #expect(after - idle < 100 << 20, "\(after >> 20) MiB after, \(idle >> 20) MiB idle")
             }
@@ -399,6 +405,12 @@ extension HostileInputTests {
                 uri: "/v1/apps/med/networks", method: .put, headers: Ingest.headers(keys.admin), body: ByteBuffer(string: #"{"networks":["Ad Mob"]}"#)
             ) { ($0.status, String(buffer: $0.body)) }
             #expect(bad.0 == .badRequest && bad.1.contains("networks:"))
+            // A body without the key, or an empty list, is refused rather than dropping the list.
+            for body in ["{}", #"{"network":["admob"]}"#, #"{"networks":[]}"#] {
+                let status = try await client.execute(uri: "/v1/apps/med/networks", method: .put, headers: Ingest.headers(keys.admin), body: ByteBuffer(string: body)) { $0.status }
+                #expect(status == .badRequest, "\(body)")
+            }
+            #expect(try await services.appStore.networks(app: "med")?.declared == ["admob", "iad"])
         }
     }
 
@@ -440,6 +452,9 @@ extension HostileInputTests {
             #expect(decided.first?.chosen == "admob")
             let answer = try #require(decided.first?.decision)
             #expect(!answer.contains(#""network":"other""#) && !answer.contains(#""network":"x7""#) && answer.utf8.count <= MediationAnswer.maxBytes)
+            // Once the app declares its networks, a name its history holds from before cannot win.
+            _ = try await services.appStore.setNetworks(app: "med", ["iad"])
+            #expect(try await services.mediationRefresher.refresh(app: "med", force: true, now: now).first?.chosen == "iad")
         }
     }
 }

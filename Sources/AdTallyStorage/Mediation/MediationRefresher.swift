@@ -234,8 +234,15 @@ public final class MediationRefresher: Sendable {
     func decide(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> StoredDecision {
         var window: (stats: [MediationNetworkStats], from: Date)
         var unreadable: String?
+        // An automatic policy without a list chooses among the app's own networks (declared,
+        // or admitted): not among names its history may hold from before it declared them.
+        var choosing = policy
         do {
-            window = try await stats(policy, app: app, now: now)
+            if policy.rule == .automatic && policy.networks.isEmpty {
+                choosing.networks = try await store.admittedNetworks(app: app.id)
+                if choosing.networks.isEmpty, let fallback = policy.defaultNetwork { choosing.networks = [fallback] }
+            }
+            window = try await stats(choosing, app: app, now: now)
         } catch let error as PostgresError where error.isUnreachable {
             throw error
         } catch {
@@ -244,12 +251,12 @@ public final class MediationRefresher: Sendable {
             window = ([], Date(timeIntervalSince1970: Double(Self.windowHours(policy, now: now).lowerBound * 3600)))
             unreadable = "\(error)"
         }
-        let numbers = window, why = unreadable
+        let numbers = window, why = unreadable, chooser = choosing
         decisions.increment()
         return try await store.storeDecision(
             policy.scope, policyUpdatedAt: policy.updatedAt, actor: configuration.identity,
             decide: { incumbent in
-                MediationChooser.choose(policy, stats: numbers.stats, incumbent: incumbent, currency: app.currency, unreadable: why)
+                MediationChooser.choose(chooser, stats: numbers.stats, incumbent: incumbent, currency: app.currency, unreadable: why)
             },
             answer: { choice, since, decidedAt in
                 MediationAnswer(
