@@ -1,3 +1,4 @@
+import AdTallyStorage
 import Foundation
 import Hummingbird
 import Logging
@@ -14,16 +15,21 @@ public enum Server {
     /// up). Whatever ends the run — a signal, a port already taken — the pool closes
     /// and an embedded cluster this process started is stopped before it returns.
     public static func run(settings: Settings, logger: Logger) async throws {
-        // The exports root: made when it is the default (or named and missing), so a fresh
-        // install can take schedules; its parent must exist.
-        try? FileManager.default.createDirectory(atPath: settings.exportsRoot, withIntermediateDirectories: settings.exportsRoot.hasPrefix(
-            URL(fileURLWithPath: settings.dataDirectory).standardizedFileURL.path
-        ))
+        // The exports root: made when missing (the default's parents too, a named root's
+        // parent must exist), so a fresh install can take schedules.
+        do {
+            try FileManager.default.createDirectory(atPath: settings.exportsRoot, withIntermediateDirectories: settings.exportsRoot.hasPrefix(
+                URL(fileURLWithPath: settings.dataDirectory).standardizedFileURL.path
+            ))
+        } catch {
+            logger.error("the exports root cannot be made; scheduled exports will fail until it exists", metadata: ["root": "\(settings.exportsRoot)", "error": "\(error)"])
+        }
         let database = try await Database.open(settings, logger: logger)
         do {
             let applied = try await database.migrate()
             if !applied.isEmpty { logger.info("database migrated", metadata: ["applied": "\(applied.joined(separator: ", "))"]) }
             var services = AppServices(settings: settings, database: database, logger: logger)
+            await warnOfSchedulesOutsideTheRoot(services, logger: logger)
             services.limits.idsPrunedBeforeMicros = try await services.eventStore.widenIDHorizon(to: settings.maxEventAge)
             let app = buildApplication(settings: settings, services: services, logger: logger)
             var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -40,6 +46,22 @@ public enum Server {
             throw error
         }
         await database.close()
+    }
+}
+
+/// Says at start where exports may be written, and names each schedule whose folder
+/// lies outside (one made before the root existed): its runs fail until it is moved.
+func warnOfSchedulesOutsideTheRoot(_ services: AppServices, logger: Logger) async {
+    logger.info("exports are written only inside the exports root", metadata: ["root": "\(services.exportsRoot)"])
+    guard let schedules = try? await services.exports.list() else { return }
+    for schedule in schedules {
+        do {
+            _ = try ExportFile.resolve(directory: schedule.directory, root: services.exportsRoot)
+        } catch {
+            logger.warning("an export schedule's folder cannot be used; its runs fail until it is moved inside the exports root (adtally exports create … --dir)", metadata: [
+                "schedule": "\(schedule.name)", "error": "\(error)",
+            ])
+        }
     }
 }
 

@@ -107,7 +107,7 @@ public struct MoneyStore: Sendable {
                 try Self.stage(part.enumerated().map { (line: start + $0.offset + 1, rate: $0.element) }, on: connection)
                 start += Self.chunk
             }
-            return try Self.merge(fillGaps: fillGaps, on: connection)
+            return try Self.merge(fillGaps: fillGaps, isFile: false, on: connection)
         }
     }
 
@@ -133,7 +133,7 @@ public struct MoneyStore: Sendable {
             }
             pending += try reader.finish()
             try Self.stage(pending, on: connection)
-            return (try Self.merge(fillGaps: fillGaps, on: connection), reader.skipped)
+            return (try Self.merge(fillGaps: fillGaps, isFile: true, on: connection), reader.skipped)
         }
     }
 
@@ -160,15 +160,16 @@ public struct MoneyStore: Sendable {
     }
 
     /// Moves the staged rates into `fx_rates`: refused whole when a day, base and currency
-    /// has two different rates; the same rate twice (a file imported with an overlap) is one row.
-    static func merge(fillGaps: Bool, on connection: PostgresConnection) throws -> FXImport {
+    /// has two different rates (named by their file lines, or `rates[]` indexes); the same rate twice (a file imported with an overlap) is one row.
+    static func merge(fillGaps: Bool, isFile: Bool, on connection: PostgresConnection) throws -> FXImport {
         if let twice = try connection.query("""
             SELECT day, base, currency, min(line), max(line), min(rate::numeric)::text, max(rate::numeric)::text FROM fx_staging
             GROUP BY day, base, currency HAVING count(DISTINCT rate::numeric) > 1 ORDER BY min(line) LIMIT 1
             """).first {
             let (day, base, currency): (String, String, String) = (try twice.decode(0), try twice.decode(1), try twice.decode(2))
             throw MoneyTableError(
-                "rates", "\(currency) per \(base) on \(day) is given twice (\(try twice.decode(5, as: String.self)) and \(try twice.decode(6, as: String.self)), lines \(try twice.decode(3, as: Int.self)) and \(try twice.decode(4, as: Int.self)))"
+                "rates", "\(currency) per \(base) on \(day) is given twice (\(try twice.decode(5, as: String.self)) and \(try twice.decode(6, as: String.self)); "
+                    + "\(isFile ? "lines" : "rates[]") \(try twice.decode(3, as: Int.self) - (isFile ? 0 : 1)) and \(try twice.decode(4, as: Int.self) - (isFile ? 0 : 1)))"
             )
         }
         let stored = try connection.query("""

@@ -383,8 +383,8 @@ public struct ReportQuery: Sendable {
         let name = dimension.rawValue
         // A filter value obeys the rule its field has at ingest: any value an event can
         // carry can be asked for, and nothing longer is ever read.
-        guard TextRule.placement.allows(value), !value.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
-            throw ReportQueryError(name, "a filter value is \(TextRule.placement.limitText), without control characters")
+        guard TextRule.placement.allows(value), !value.utf8.contains(0) else {
+            throw ReportQueryError(name, "a filter value is \(TextRule.placement.limitText), without NUL")
         }
         switch dimension {
         case .placement:
