@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ServiceLifecycle
+import Synchronization
 
 /// Gives memory freed after a peak back to the system.
 ///
@@ -13,6 +14,21 @@ import ServiceLifecycle
 /// timer rather than being wired into each path that can make a peak.
 struct MemoryTrimService: Service {
     var interval: Duration = .seconds(5)
+
+    /// When this process last trimmed (`ContinuousClock` nanoseconds): the heap is the
+    /// process's, so one trim per interval serves every server in it (tests run dozens).
+    private static let lastTrim = Atomic<Int64>(0)
+    private static let start = ContinuousClock.now
+
+    /// Trims unless another service of this process did within `interval`.
+    static func trimOnce(per interval: Duration) {
+        let elapsed = ContinuousClock.now - start
+        let now = elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+        let last = lastTrim.load(ordering: .relaxed)
+        let gap = interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000
+        guard now - last >= gap * 9 / 10, lastTrim.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
+        _ = trim?(0)
+    }
 
     /// glibc's `malloc_trim`, which its Swift module does not export (it is in
     /// `<malloc.h>`); nil on a C library without it.
@@ -29,7 +45,7 @@ struct MemoryTrimService: Service {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: interval)
-                _ = Self.trim?(0)
+                Self.trimOnce(per: interval)
             }
         }
     }
