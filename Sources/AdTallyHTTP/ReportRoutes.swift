@@ -107,7 +107,13 @@ public struct ReportRoutes: Sendable {
                 // The 200 and part of the file are sent: all that is left is to cut the
                 // connection (the client sees a truncated body, never a complete-looking
                 // file) and to say why here, as nothing else will.
-                Logger(label: "adtally.reports").error("CSV report stream failed", metadata: ["error": "\(error)", "query": "\(query.canonicalText)"])
+                let logger = Logger(label: "adtally.reports")
+                if error is ChannelError {
+                    // The client left, or stopped reading and was cut (WriteStallHandler): its own doing.
+                    logger.notice("CSV report stream ended: the connection closed", metadata: ["error": "\(error)", "query": "\(query.canonicalText)"])
+                } else {
+                    logger.error("CSV report stream failed", metadata: ["error": "\(error)", "query": "\(query.canonicalText)"])
+                }
                 throw error
             }
             try await writer.finish(nil)
