@@ -208,7 +208,7 @@ struct ExportTests {
                 let c = Task { await last.run() }
                 // Dozens of slots, each a report and a file: on a loaded machine (the suite runs
                 // schemathesis beside this) that can take longer than the default wait.
-                try await waitUntil(within: 90) { try await services.database.pool.query("SELECT 1 FROM export_runs WHERE status <> 'succeeded'").isEmpty }
+                try await waitUntil(within: 240) { try await services.database.pool.query("SELECT 1 FROM export_runs WHERE status <> 'succeeded'").isEmpty }
                 c.cancel()
                 await c.value
                 await lastPool.shutdown()

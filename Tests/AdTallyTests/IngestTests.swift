@@ -1,5 +1,6 @@
 import AdTallyApp
 import AdTallyStorage
+import AdTallyTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -44,7 +45,10 @@ enum Ingest {
     }
 
     static func receipt(_ response: TestResponse) throws -> Receipt {
-        try JSONDecoder().decode(Receipt.self, from: Data(response.body.readableBytesView))
+        guard response.status == .ok else {
+            throw TestSetupError(description: "ingest answered \(response.status.code), not a receipt: \(String(buffer: response.body))")
+        }
+        return try JSONDecoder().decode(Receipt.self, from: Data(response.body.readableBytesView))
     }
 
     static func count(_ services: AppServices, _ sql: String) async throws -> Int {
