@@ -37,6 +37,12 @@ public final class KeyAuthenticator: Sendable {
     private let store: AppStore
     private let ttl: Duration
     private let known = Mutex([String: Entry]())
+    /// Lookups in flight, by secret hash (`lookup`): at most one per secret.
+    private let inFlight = Mutex([String: Task<APIKey?, any Error>]())
+    private let lookups = Atomic<Int>(0)
+
+    /// Lookups the store has been asked for since this authenticator was made.
+    public var lookupCount: Int { lookups.load(ordering: .relaxed) }
     private let unknown = Mutex([String: Entry]())
 
     /// Creates an authenticator over the app store.
@@ -93,7 +99,7 @@ public final class KeyAuthenticator: Sendable {
         }
         let key: APIKey?
         do {
-            key = try await store.authenticate(secret: secret)
+            key = try await lookup(secret, hash: hash)
         } catch let error as PostgresError where error.isUnreachable {
             // Only when the database cannot be reached at all: a busy pool or a failed
             // statement is no reason to trust an old answer (a revoked key stays out).
@@ -109,6 +115,26 @@ public final class KeyAuthenticator: Sendable {
             Self.remember(hash, entry, in: known, now: now)
         }
         return key
+    }
+
+    /// The store's answer for a secret: one lookup per secret at a time, which every
+    /// request that needs it meanwhile shares. Without it, a burst of requests with a key
+    /// not yet cached (an app's first launch wave, or anyone holding a key) made a lookup
+    /// each, and the key pool's two connections turned the rest away after 2 s: one key
+    /// holding the whole pool every key shares.
+    private func lookup(_ secret: String, hash: String) async throws -> APIKey? {
+        let store = self.store
+        let flight = inFlight.withLock { flights -> Task<APIKey?, any Error> in
+            if let running = flights[hash] { return running }
+            let task = Task {
+                defer { self.inFlight.withLock { _ = $0.removeValue(forKey: hash) } }
+                self.lookups.add(1, ordering: .relaxed)
+                return try await store.authenticate(secret: secret)
+            }
+            flights[hash] = task
+            return task
+        }
+        return try await flight.value
     }
 
     /// The live key with this id, read afresh (a dashboard session names its key by
