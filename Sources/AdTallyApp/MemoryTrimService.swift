@@ -10,24 +10,24 @@ import Synchronization
 /// at once) in its arenas, one per thread that allocated, and returns only the top of
 /// the main heap by itself: after such a burst the idle server stayed at 1.7 GB where it
 /// had started at 54 MB. `malloc_trim(0)` releases the free pages of every arena; it
-/// walks only free chunks, a fraction of a millisecond on an idle heap, so it runs on a
-/// timer rather than being wired into each path that can make a peak.
+/// walks only free chunks, so it runs on a timer rather than being wired into each path
+/// that can make a peak (its cost was not measured apart from the suite's time).
 struct MemoryTrimService: Service {
     var interval: Duration = .seconds(5)
 
-    /// When this process last trimmed (`ContinuousClock` nanoseconds): the heap is the
-    /// process's, so one trim per interval serves every server in it (tests run dozens).
-    private static let lastTrim = Atomic<Int64>(0)
-    private static let start = ContinuousClock.now
+    /// When this process last trimmed: the heap is the process's, so one trim per
+    /// interval serves every server in it (tests run dozens).
+    private static let lastTrim = Mutex<ContinuousClock.Instant?>(nil)
 
-    /// Trims unless another service of this process did within `interval`.
+    /// Trims unless another service of this process did within most of `interval`.
     static func trimOnce(per interval: Duration) {
-        let elapsed = ContinuousClock.now - start
-        let now = elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
-        let last = lastTrim.load(ordering: .relaxed)
-        let gap = interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000
-        guard now - last >= gap * 9 / 10, lastTrim.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
-        _ = trim?(0)
+        let now = ContinuousClock.now
+        let due = lastTrim.withLock { last in
+            guard last.map({ now - $0 >= interval * 0.9 }) ?? true else { return false }
+            last = now
+            return true
+        }
+        if due { _ = trim?(0) }
     }
 
     /// glibc's `malloc_trim`, which its Swift module does not export (it is in

@@ -173,6 +173,10 @@ public struct EventValidator: Sendable {
         return text
     }
 
+    /// What the events of a network their app never admitted are counted as (the
+    /// storage layer's `AppNetworks`); no network an app can show.
+    public static let otherNetwork = "other"
+
     /// A placement as events name it (and report filters, mediation policies): 1 to 64
     /// characters within `TextRule.placement`, no NUL.
     public static func isPlacement(_ text: String) -> Bool {

@@ -74,9 +74,6 @@ public final class ReportShares: Sendable {
         }
     }
 
-    /// Places held now, for tests.
-    public var held: Int { holders.withLock { $0.values.reduce(0, +) } / 2 }
-
     /// The address without its port: one client's connections share it.
     static func addressText(_ address: SocketAddress?) -> String {
         guard let address else { return "unknown" }

@@ -16,7 +16,7 @@ public final class AppNetworks: Sendable {
     /// Networks an app without a declared list admits, in the order first seen.
     public static let maxPerApp = 64
     /// What the events of a network not admitted are counted as.
-    public static let other = "other"
+    public static let other = EventValidator.otherNetwork
 
     private struct Entry {
         var admitted: Set<String>

@@ -60,8 +60,6 @@ public struct MediationAnswer: Sendable, Encodable {
         case weights, rule, decidedBy = "decided_by", reason, policy, window, networks, chosenSince = "chosen_since", decidedAt = "decided_at"
     }
 
-    /// What ingest counts the events of networks an app never admitted as.
-    public static let other = "other"
     /// The most network lines an answer lists (apps read it at every launch).
     public static let maxLines = 64
     /// The most bytes of an answer's JSON: lines past it are left out (the policy's
@@ -85,7 +83,7 @@ public struct MediationAnswer: Sendable, Encodable {
         }
         let named = Set(policy.named)
         let candidates = byNetwork.values.filter { line in
-            line.network != Self.other && (named.contains(line.network) || policy.named.isEmpty || policy.rule == .automatic && policy.networks.isEmpty)
+            line.network != EventValidator.otherNetwork && (named.contains(line.network) || policy.named.isEmpty || policy.rule == .automatic && policy.networks.isEmpty)
                 && (named.contains(line.network) || line.counts.requests >= policy.minRequests)
         }
         networks = candidates.sorted { MediationChooser.order($1, $0) }.prefix(Self.maxLines).map { line in

@@ -81,7 +81,7 @@ public enum MediationChooser {
         let allowed = policy.networks.isEmpty ? nil : Set(policy.networks)
         // `other` (events of networks the app never admitted, Migrations/0010) is no
         // network an app can show.
-        let candidates = stats.filter { $0.network != MediationAnswer.other && (allowed?.contains($0.network) ?? true) }
+        let candidates = stats.filter { $0.network != EventValidator.otherNetwork && (allowed?.contains($0.network) ?? true) }
         let trusted = candidates.filter { $0.counts.requests >= policy.minRequests && $0.expectedNumber != nil }
         let incumbent = rawIncumbent.flatMap { name in allowed == nil || allowed!.contains(name) ? name : nil }
         let window = "in the last \(policy.windowHours) h"
