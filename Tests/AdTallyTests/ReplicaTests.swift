@@ -144,7 +144,7 @@ struct ReplicaTests {
             let pricedStatus = try await client.execute(uri: "/v1/events", method: .post, headers: Ingest.headers(keys.ingest), body: Ingest.body([priced])) { $0.status }
             #expect(pricedStatus == .ok)
             var body: [String: Any] = [:]
-            try await waitUntil("the replica answers with all 50 events") {
+            try await waitUntil("the replica answers with all 50 events", within: 180) {
                 body = try await report()
                 return Self.notes(body)["read_from"] as? String == "replica" && Self.requests(body) == 50
             }
