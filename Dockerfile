@@ -9,6 +9,8 @@ COPY Makefile Package.swift ./
 COPY scripts ./scripts
 COPY Sources ./Sources
 COPY Tests ./Tests
+# Package.swift names the kit (for the tests); the release build does not compile it.
+COPY Clients/AdTallyKit ./Clients/AdTallyKit
 RUN ADTALLY_DEPS=build make build-release SWIFT_BUILD_FLAGS=--static-swift-stdlib \
  && rm -rf /var/lib/apt/lists/* \
  && cp "$(swift build -c release --show-bin-path)/adtally" /usr/local/bin/adtally

@@ -21,9 +21,13 @@ run: build-release
 	.build/release/adtally serve
 
 ## test: install what is missing and run the whole suite against a throwaway
-## PostgreSQL that is started and stopped around it.
+## PostgreSQL that is started and stopped around it: the app-side kit's own tests
+## (Clients/AdTallyKit), then the server's, which drive the kit's executables too.
 test: deps
 	$(SWIFT) build --build-tests
+	$(SWIFT) build --build-tests --package-path Clients/AdTallyKit
+	$(SWIFT) test --skip-build --package-path Clients/AdTallyKit
+	ADTALLY_KIT_BIN="$$($(SWIFT) build --package-path Clients/AdTallyKit --show-bin-path)" \
 	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh scripts/test-summary.sh $(SWIFT) test --skip-build
 
 ## screenshot: docs/dashboard.png, made by the dashboard's browser test (headless

@@ -30,6 +30,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         // Tests and the benchmark driver: a real HTTP client for a separate server process.
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // The app-side kit (a package of its own, no dependencies): the tests drive it against a real server.
+        .package(path: "Clients/AdTallyKit"),
     ],
     targets: [
         // libpq, the PostgreSQL C client, from the system (Debian: libpq-dev).
@@ -134,6 +136,7 @@ let package = Package(
                 "AdTallyApp", "AdTallyCore", "AdTallyStorage", "AdTallyHTTP", "PostgresKit", "AdTallyTestSupport", "TextFormats",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "AdTallyKit", package: "AdTallyKit"),
             ],
             swiftSettings: strict
         ),

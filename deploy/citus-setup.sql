@@ -41,6 +41,7 @@ SELECT create_distributed_table('mediation_changes', 'app_id', colocate_with => 
 
 -- The networks admitted per app (Migrations/0010), read by ingest with each app's events.
 SELECT create_distributed_table('app_networks', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'app_networks'::regclass);
+SELECT create_distributed_table('client_drops', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'client_drops'::regclass);
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).

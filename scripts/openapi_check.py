@@ -94,6 +94,9 @@ events = [
      "revenue_micros": 1500, "currency": "USD", "country": "IN", "placement": "=cmd"},
     {"id": str(uuid.uuid4()), "type": "tap", "occurred_at": stamp, "network": "iad", "format": "banner", "will_leave": True},
     {"id": "not-a-uuid", "type": "request", "occurred_at": stamp, "network": "admob", "format": "banner"},
+    {"id": str(uuid.uuid4()), "type": "session", "occurred_at": stamp, "country": "JP", "device": "d1"},
+    {"id": str(uuid.uuid4()), "type": "impression", "occurred_at": stamp, "network": "admob", "format": "rewarded",
+     "revenue_micros": 25000, "currency": "USD", "revenue_precision": "precise"},
 ]
 call("POST", "/v1/events", ingest["secret"], 200, json={"events": events})
 ndjson = "\n".join(json.dumps(dict(event, id=str(uuid.uuid4()))) for event in events[:3]).encode()
@@ -178,6 +181,17 @@ answer = call("GET", f"/v1/apps/{app}/mediation", ingest["secret"], 200)
 call("GET", f"/v1/apps/{app}/mediation", ingest["secret"], 304, headers={"If-None-Match": answer.headers.get("ETag", "")})
 call("GET", f"/v1/apps/{app}/mediation?country=JP&placement=home", read["secret"], 200)
 call("GET", f"/v1/apps/{app}/mediation?country=Japan", read["secret"], 400)
+# The same answer for the key's own app (AdTallyKit reads this one).
+own = call("GET", "/v1/mediation", ingest["secret"], 200)
+call("GET", "/v1/mediation", ingest["secret"], 304, headers={"If-None-Match": own.headers.get("ETag", "")})
+call("GET", "/v1/mediation?country=Japan", ingest["secret"], 400)
+call("GET", "/v1/mediation", admin, 403)
+# Counts of events an app's queue dropped, each report once by its id.
+drop = {"id": str(uuid.uuid4()), "reason": "queue_full", "dropped": 12}
+call("POST", "/v1/client-drops", ingest["secret"], 200, json=drop)
+call("POST", "/v1/client-drops", ingest["secret"], 200, json=drop)
+call("POST", "/v1/client-drops", ingest["secret"], 400, json=dict(drop, reason="bored"))
+call("POST", "/v1/client-drops", read["secret"], 403, json=drop)
 call("GET", "/v1/apps/nope/mediation", ingest["secret"], 403)
 call("GET", f"/v1/apps/{app}/mediation/policies", read["secret"], 200)
 call("GET", f"/v1/apps/{app}/mediation/history?limit=10", admin, 200)

@@ -100,6 +100,8 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     let router = routes.router
     // Metrics outermost: they record the status actually sent, problem responses included.
     router.add(middleware: MetricsMiddleware())
+    // --log-level debug: a line per request, with the status sent (problems included).
+    router.add(middleware: AccessLogMiddleware())
     router.add(middleware: ProblemMiddleware(routes: routes.table))
     if let folder = settings.staticDirectory {
         // Files answer GET and HEAD under /static/ where no route does (with their own
@@ -120,6 +122,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
         imports: MoneyStore(pool: services.database.adminPool), authenticator: authenticator, shares: shares
     ).register(on: routes)
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator, exportsRoot: services.exportsRoot).register(on: routes)
+    ClientDropRoutes(store: ClientDropStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
     DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares).register(on: routes)
     OpenAPIDocument.register(on: routes)

@@ -8,10 +8,10 @@ public struct AdEvent: Sendable, Equatable {
     public var type: EventType
     /// Device clock, as microseconds since the Unix epoch (UTC).
     public var occurredAtMicros: Int64
-    /// The ad network, `[a-z0-9_.-]{1,32}`.
+    /// The ad network, `[a-z0-9_.-]{1,32}`; "" (`EventValidator.noNetwork`) on a session.
     public var network: String
-    /// The ad format.
-    public var format: AdFormat
+    /// The ad format; nil on a session.
+    public var format: AdFormat?
     /// The app's placement name; `default` when not sent.
     public var placement: String
     /// Banner size, `WxH`.
@@ -30,6 +30,8 @@ public struct AdEvent: Sendable, Equatable {
     public var revenueMicros: Int64?
     /// ISO 4217, upper case; present exactly when `revenueMicros` is.
     public var currency: String?
+    /// How the SDK knew the revenue; only with `revenueMicros` (nil: not said, `unknown`).
+    public var revenuePrecision: RevenuePrecision?
     /// The network's error code, on `error` events.
     public var errorCode: Int?
     /// On `tap`: the action sends the user out of the app.
@@ -39,7 +41,7 @@ public struct AdEvent: Sendable, Equatable {
 
     /// Creates an event; validation lives in `EventValidator`.
     public init(
-        id: UUID, type: EventType, occurredAtMicros: Int64, network: String, format: AdFormat,
+        id: UUID, type: EventType, occurredAtMicros: Int64, network: String, format: AdFormat?,
         placement: String = "default", size: String? = nil, country: String = "ZZ", platform: Platform? = nil,
         osVersion: String? = nil, appVersion: String? = nil, device: String? = nil, revenueMicros: Int64? = nil,
         currency: String? = nil, errorCode: Int? = nil, willLeave: Bool? = nil, shown: Bool? = nil

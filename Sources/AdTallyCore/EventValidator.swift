@@ -68,12 +68,25 @@ public struct EventValidator: Sendable {
             throw Rejection(field: "occurred_at", rule: "is more than \(Self.describe(maxAhead)) ahead of server time (outside the accepted window)")
         }
 
-        let network = try requiredString(raw.network, "network")
-        guard Self.isNetworkName(network) else { throw Rejection(field: "network", rule: "must match [a-z0-9_.-]{1,32}") }
-
-        let formatText = try requiredString(raw.format, "format")
-        guard let format = AdFormat(rawValue: formatText) else {
-            throw Rejection(field: "format", rule: "must be one of \(AdFormat.allCases.map(\.rawValue).joined(separator: ", "))")
+        let network: String
+        let format: AdFormat?
+        if type == .session {
+            // A session is the app's, not an ad slot's: it names no network or format.
+            if try optionalString(raw.network, "network") != nil { throw Rejection(field: "network", rule: "must be absent on session events (a session names no network)") }
+            if try optionalString(raw.format, "format") != nil { throw Rejection(field: "format", rule: "must be absent on session events (a session names no format)") }
+            for (value, field) in [(raw.placement, "placement"), (raw.size, "size")] where try optionalString(value, field) != nil {
+                throw Rejection(field: field, rule: "must be absent on session events (a session is the app's, not an ad slot's)")
+            }
+            network = Self.noNetwork
+            format = nil
+        } else {
+            network = try requiredString(raw.network, "network")
+            guard Self.isNetworkName(network) else { throw Rejection(field: "network", rule: "must match [a-z0-9_.-]{1,32}") }
+            let formatText = try requiredString(raw.format, "format")
+            guard let value = AdFormat(rawValue: formatText) else {
+                throw Rejection(field: "format", rule: "must be one of \(AdFormat.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            format = value
         }
 
         var event = AdEvent(id: id, type: type, occurredAtMicros: occurredAt, network: network, format: format)
@@ -121,6 +134,13 @@ public struct EventValidator: Sendable {
             }
             event.revenueMicros = micros
             event.currency = code
+        }
+        if let precision = try optionalString(raw.revenuePrecision, "revenue_precision") {
+            guard let value = RevenuePrecision(rawValue: precision) else {
+                throw Rejection(field: "revenue_precision", rule: "must be one of \(RevenuePrecision.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            guard event.revenueMicros != nil else { throw Rejection(field: "revenue_precision", rule: "is allowed only with revenue_micros") }
+            event.revenuePrecision = value
         }
 
         if let code = try optionalInteger(raw.errorCode, "error_code") {
@@ -172,6 +192,10 @@ public struct EventValidator: Sendable {
         try Self.refuseNUL(text, field)
         return text
     }
+
+    /// The network a session is stored under: none. No network name is empty, so no
+    /// report filter or mediation policy can name it.
+    public static let noNetwork = ""
 
     /// What the events of a network their app never admitted are counted as (the
     /// storage layer's `AppNetworks`); no network an app can show.

@@ -51,6 +51,8 @@ public struct RawEvent: Sendable, Equatable {
     public var revenueMicros: RawValue?
     /// `currency` as submitted.
     public var currency: RawValue?
+    /// `revenue_precision` as submitted.
+    public var revenuePrecision: RawValue?
     /// `error_code` as submitted.
     public var errorCode: RawValue?
     /// `will_leave` as submitted.
@@ -108,6 +110,7 @@ public struct RawEvent: Sendable, Equatable {
         case (6, UInt8(ascii: "d")) where matches("device"): return store(&device)
         case (14, UInt8(ascii: "r")) where matches("revenue_micros"): return store(&revenueMicros)
         case (8, UInt8(ascii: "c")) where matches("currency"): return store(&currency)
+        case (17, UInt8(ascii: "r")) where matches("revenue_precision"): return store(&revenuePrecision)
         case (10, UInt8(ascii: "e")) where matches("error_code"): return store(&errorCode)
         case (10, UInt8(ascii: "w")) where matches("will_leave"): return store(&willLeave)
         case (5, UInt8(ascii: "s")) where matches("shown"): return store(&shown)

@@ -188,6 +188,17 @@ public final class KeyAuthenticator: Sendable {
         return key
     }
 
+    /// The app of the request's key (any scope, the ingest key apps ship with included),
+    /// else 401/403: for routes that name no app and serve the key's own (`GET /v1/mediation`).
+    /// Stale keys are accepted as `require(anyKeyOf:)` accepts them.
+    public func requireApp(_ request: Request) async throws -> String {
+        let key = try await authenticate(request, allowStale: true)
+        guard let app = key.app else {
+            throw ProblemDetails(.forbidden, detail: "an admin key belongs to no app; name the app: /v1/apps/{app}/mediation")
+        }
+        return app
+    }
+
     /// Forgets a key at once (after revocation).
     public func forget(keyID: String) {
         known.withLock { cache in

@@ -8,6 +8,7 @@ import Hummingbird
 /// - `GET /v1/apps/{app}/mediation?placement=&country=` with any of the app's keys (the
 ///   ingest key apps ship with included): the decision served from memory, with `ETag`
 ///   and `Cache-Control: max-age`; `If-None-Match` with a current tag answers 304;
+///   `GET /v1/mediation` the same for the key's own app (AdTallyKit reads this one);
 /// - `GET`/`PUT`/`DELETE /v1/apps/{app}/mediation/policies` (admin keys change; the
 ///   app's read key may list) and `GET /v1/apps/{app}/mediation/history?limit=`.
 public struct MediationRoutes: Sendable {
@@ -27,6 +28,13 @@ public struct MediationRoutes: Sendable {
         router.get("v1/apps/:app/mediation") { request, context in
             let app = try context.parameters.require("app")
             _ = try await authenticator.require(anyKeyOf: app, request)
+            let scope = try Self.scope(app: app, request)
+            return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country), app: app, request)
+        }
+        // The same answer for the key's own app: what AdTallyKit reads, since an app ships
+        // with its key and need not know its app id.
+        router.get("v1/mediation") { request, _ in
+            let app = try await authenticator.requireApp(request)
             let scope = try Self.scope(app: app, request)
             return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country), app: app, request)
         }

@@ -91,6 +91,58 @@ paths:
         "413": {$ref: "#/components/responses/Problem"}
         "415": {$ref: "#/components/responses/Problem"}
         "503": {$ref: "#/components/responses/Problem"}
+  /v1/client-drops:
+    post:
+      summary: "An app's queue reports events it dropped unsent (AdTallyKit, DESIGN §10): an ingest key; each report counts once by its id."
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [id, reason, dropped]
+              properties:
+                id: {type: string, format: uuid, description: Made once per report by the kit; a retry sends the same id.}
+                reason: {type: string, enum: [queue_full, expired, damaged]}
+                dropped: {type: integer, minimum: 1, maximum: 1000000000}
+      responses:
+        "200":
+          description: Recorded, or already recorded (a retry).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [recorded]
+                properties:
+                  recorded: {type: boolean, description: false when the id was recorded before.}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+  /v1/mediation:
+    get:
+      summary: "The switch file of the key's own app (any key of one app, its ingest key too): the same answer as /v1/apps/{app}/mediation, for apps that ship only a key (AdTallyKit)."
+      parameters:
+        - {name: placement, in: query, schema: {type: string, minLength: 1, maxLength: 64}}
+        - {name: country, in: query, schema: {type: string, pattern: "^[A-Za-z]{2}$"}}
+        - {name: If-None-Match, in: header, schema: {type: string}}
+      responses:
+        "200":
+          description: "The switch file: enable_advertising first, then why."
+          headers:
+            ETag: {required: true, schema: {type: string}}
+            Cache-Control: {required: true, schema: {type: string, pattern: "^max-age=[0-9]+$"}}
+          content: {application/json: {schema: {$ref: "#/components/schemas/MediationAnswer"}}}
+        "304":
+          description: The client's answer is current.
+          headers:
+            ETag: {required: true, schema: {type: string}}
+            Cache-Control: {required: true, schema: {type: string}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+        "503": {$ref: "#/components/responses/Problem"}
   /v1/apps:
     get:
       summary: The apps the key may read (a read key sees its own).
@@ -231,7 +283,7 @@ paths:
         - {name: days, in: query, schema: {type: integer, minimum: 1, maximum: 3700}, description: "The N whole days before today (instead of from/to)."}
         - {name: tz, in: query, schema: {type: string}, description: "IANA zone (default: the apps' own; several zones: UTC)."}
         - {name: dimensions, in: query, schema: {type: string}, description: "Comma-separated: app date hour week month network placement format size country platform os_version app_version error_code."}
-        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3, also reported_revenue and estimated_revenue (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
+        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3 (sessions among them), also reported_revenue and estimated_revenue (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
         - {name: currency, in: query, schema: {type: string, pattern: "^[A-Z]{3}$"}}
         - {name: sort, in: query, schema: {type: string}, description: "Comma-separated dimensions or metrics, - for descending."}
         - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 100000}}
@@ -873,10 +925,14 @@ components:
         carried_from: {type: [string, "null"], format: date, description: "Set when not published for the date but carried from this earlier one."}
     Event:
       type: object
-      required: [id, type, occurred_at, network, format]
+      description: "One step of an ad slot's life (DESIGN §2). A session (the app came to the foreground) names no network, format, placement or size; every other type names a network and a format."
+      required: [id, type, occurred_at]
+      if: {properties: {type: {const: session}}, required: [type]}
+      then: {not: {anyOf: [{required: [network]}, {required: [format]}, {required: [placement]}, {required: [size]}]}}
+      else: {required: [network, format]}
       properties:
         id: {type: string, format: uuid}
-        type: {type: string, enum: [request, load, impression, tap, action_cancel, expiry, error]}
+        type: {type: string, enum: [request, load, impression, tap, action_cancel, expiry, error, session]}
         occurred_at: {type: string, format: date-time}
         network: {type: string, pattern: "^[a-z0-9_.-]{1,32}$"}
         format: {type: string, enum: [banner, interstitial, native, rewarded]}
@@ -889,6 +945,7 @@ components:
         device: {type: string, maxLength: 64}
         revenue_micros: {type: integer, minimum: 0, maximum: 1000000000000000}
         currency: {type: string}
+        revenue_precision: {type: string, enum: [precise, estimated, publisher_provided, unknown], description: "How the SDK knew revenue_micros; only with it. Absent: unknown."}
         error_code: {type: integer}
         will_leave: {type: boolean}
         shown: {type: boolean}

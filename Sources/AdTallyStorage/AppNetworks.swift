@@ -46,7 +46,8 @@ public final class AppNetworks: Sendable {
         var wanted: [String: Set<String>] = [:]
         // Networks in the order first seen, for admission when places are few.
         var order: [(app: String, network: String)] = []
-        for item in events where item.event.network != Self.other {
+        // A session names no network ("") and needs no place.
+        for item in events where item.event.network != Self.other && item.event.network != EventValidator.noNetwork {
             if wanted[item.appID, default: []].insert(item.event.network).inserted { order.append((item.appID, item.event.network)) }
         }
         // Apps whose cached entry cannot answer for every network they name here.
@@ -102,7 +103,7 @@ public final class AppNetworks: Sendable {
             }
         }
         let known = cache.withLock { cache in wanted.keys.reduce(into: [String: Set<String>]()) { $0[$1] = cache[$1]?.admitted ?? [] } }
-        return { item in item.event.network == Self.other || known[item.appID]?.contains(item.event.network) == true }
+        return { item in item.event.network == Self.other || item.event.network == EventValidator.noNetwork || known[item.appID]?.contains(item.event.network) == true }
     }
 }
 

@@ -166,8 +166,8 @@ public struct EventStore: Sendable {
 /// The events table's COPY row layout.
 enum EventRow {
     static let columns = "app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, "
-        + "os_version, app_version, device, revenue_micros, currency, error_code, will_leave, shown"
-    static let columnCount = 18
+        + "os_version, app_version, device, revenue_micros, currency, revenue_precision, error_code, will_leave, shown"
+    static let columnCount = 19
 
     static func append(_ item: AppEvent, to buffer: inout PostgresCopyBuffer) throws {
         let event = item.event
@@ -176,7 +176,7 @@ enum EventRow {
         buffer.append(event.id)
         try buffer.append(event.type.rawValue)
         try buffer.append(event.network)
-        try buffer.append(event.format.rawValue)
+        try buffer.append(event.format?.rawValue ?? "")
         try buffer.append(event.placement)
         try buffer.append(event.size)
         try buffer.append(event.country)
@@ -186,6 +186,7 @@ enum EventRow {
         try buffer.append(event.device)
         buffer.append(event.revenueMicros)
         try buffer.append(event.currency)
+        try buffer.append(event.revenuePrecision?.rawValue)
         try buffer.appendInt32(event.errorCode.map(Int64.init))
         buffer.append(event.willLeave)
         buffer.append(event.shown)

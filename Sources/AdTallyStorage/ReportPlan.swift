@@ -18,9 +18,9 @@ struct ReportPlan {
     let source: Source
 
     /// Summed columns after the dimensions, in `ReportCount` order.
-    static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "reported_micros", "estimated_micros", "unique_devices"]
+    static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "sessions", "reported_micros", "estimated_micros", "unique_devices"]
     static let countColumns = countNames.count
-    static let rollupCounts = countNames.prefix(8)
+    static let rollupCounts = countNames.prefix(9)
 
     init(_ query: ReportQuery) {
         self.query = query
@@ -103,6 +103,10 @@ struct ReportPlan {
     /// pushed into every part of the source.
     func columnFilters(_ alias: String) -> PostgresQuery {
         var sql: PostgresQuery = ""
+        // Sessions are stored under no network (Migrations/0011): rows of their own that
+        // only the sessions count reads; left out otherwise, so no grouping by network or
+        // format shows an empty one.
+        if !needed.contains(.sessions) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
         for filter in query.filters where !filter.dimension.isTime {
             let column = filter.dimension == .app ? "app_id" : filter.dimension.rawValue
             if filter.dimension == .errorCode {
@@ -132,7 +136,7 @@ struct ReportPlan {
 
     // MARK: - Sources
 
-    static let zeroCounts = "0, 0, 0, 0, 0, 0, 0, 0"
+    static let zeroCounts = "0, 0, 0, 0, 0, 0, 0, 0, 0"
     static let countList = rollupCounts.joined(separator: ", ")
     /// The columns of a rollup part after its 8 counts: the device sketch, then money.
     static let partColumns = "devices, revenue_micros, currency, country, ui, ut, est, unrated_adjust"
@@ -310,6 +314,7 @@ struct ReportPlan {
             (.impressions, "count(*) FILTER (WHERE e.type = 'impression')"), (.errors, "count(*) FILTER (WHERE e.type = 'error')"),
             (.taps, "count(*) FILTER (WHERE e.type = 'tap')"), (.actionCancels, "count(*) FILTER (WHERE e.type = 'action_cancel')"),
             (.expiries, "count(*) FILTER (WHERE e.type = 'expiry')"), (.wastedFills, "count(*) FILTER (WHERE e.type = 'expiry' AND e.shown = false)"),
+            (.sessions, "count(*) FILTER (WHERE e.type = 'session')"),
         ]
         return definitions.map { count, sql in
             (needed.contains(count) ? sql : "0::bigint") + " AS " + Self.countNames[count.rawValue]
@@ -354,7 +359,7 @@ struct ReportPlan {
             // Money needs each group split by UTC date, network, format, country and currency
             // (what rates and FX apply by); counts alone need only the dimensions.
             let n = dimensions.count
-            let positions = needsMoney ? (1...(n + 3)).map(String.init) + ["\(n + 13)", "\(n + 14)"] : (0..<n).map { String($0 + 1) }
+            let positions = needsMoney ? (1...(n + 3)).map(String.init) + ["\(n + 14)", "\(n + 15)"] : (0..<n).map { String($0 + 1) }
             func money(_ sql: String, else other: String) -> String { needsMoney ? sql : other }
             rows = """
                 SELECT \(unsafeRaw: select)\(unsafeRaw: money("(e.occurred_at AT TIME ZONE 'UTC')::date AS u, e.network, e.format", else: "NULL::date AS u, NULL::text AS network, NULL::text AS format")),
@@ -602,9 +607,10 @@ struct ReportPlan {
         counts.actionCancels = try count(5)
         counts.expiries = try count(6)
         counts.wastedFills = try count(7)
-        counts.reportedMicros = try integer(8)
-        counts.estimatedMicros = try integer(9)
-        counts.uniqueDevices = try count(10)
+        counts.sessions = try count(8)
+        counts.reportedMicros = try integer(9)
+        counts.estimatedMicros = try integer(10)
+        counts.uniqueDevices = try count(11)
         return counts
     }
 

@@ -148,15 +148,15 @@ public struct RollupCompactor: Sendable {
             -- key); every grain below sums these fewer rows.
             SELECT app_id, bucket, network, format, country, currency, sum(requests) AS requests, sum(loads) AS loads,
                    sum(impressions) AS impressions, sum(errors) AS errors, sum(taps) AS taps,
-                   sum(action_cancels) AS action_cancels, sum(expiries) AS expiries, sum(wasted_fills) AS wasted_fills,
+                   sum(action_cancels) AS action_cancels, sum(expiries) AS expiries, sum(wasted_fills) AS wasted_fills, sum(sessions) AS sessions,
                    sum(revenue_micros) AS revenue_micros, sum(priced_events) AS priced_events,
                    sum(unpriced_impressions) AS unpriced_impressions, sum(unpriced_taps) AS unpriced_taps
             FROM moved GROUP BY 1, 2, 3, 4, 5, 6
         ), counts AS (
             INSERT INTO rollup_15m_compacted AS r
-                (app_id, bucket, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
+                (app_id, bucket, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills, sessions)
             SELECT app_id, bucket, network, format, sum(requests), sum(loads), sum(impressions), sum(errors),
-                   sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
+                   sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills), sum(sessions)
             FROM keyed GROUP BY app_id, bucket, network, format
             ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET \(countsUpdate)
             RETURNING 1
@@ -173,9 +173,9 @@ public struct RollupCompactor: Sendable {
             RETURNING 1
         ), hourly AS (
             INSERT INTO rollup_1h_compacted AS r
-                (app_id, hour, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
+                (app_id, hour, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills, sessions)
             SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, sum(requests), sum(loads), sum(impressions),
-                   sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
+                   sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills), sum(sessions)
             FROM keyed GROUP BY 1, 2, 3, 4
             ON CONFLICT (app_id, hour, network, format) DO UPDATE SET \(countsUpdate)
             RETURNING 1
@@ -199,9 +199,9 @@ public struct RollupCompactor: Sendable {
             FROM keyed k JOIN apps a USING (app_id)
         ), daily AS (
             INSERT INTO rollup_day_compacted AS r
-                (app_id, day, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills)
+                (app_id, day, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills, sessions)
             SELECT app_id, day, network, format, sum(requests), sum(loads), sum(impressions),
-                   sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills)
+                   sum(errors), sum(taps), sum(action_cancels), sum(expiries), sum(wasted_fills), sum(sessions)
             FROM local GROUP BY 1, 2, 3, 4
             ON CONFLICT (app_id, day, network, format) DO UPDATE SET \(countsUpdate)
             RETURNING 1
@@ -253,6 +253,7 @@ public struct RollupCompactor: Sendable {
         requests = r.requests + excluded.requests, loads = r.loads + excluded.loads, \
         impressions = r.impressions + excluded.impressions, errors = r.errors + excluded.errors, \
         taps = r.taps + excluded.taps, action_cancels = r.action_cancels + excluded.action_cancels, \
-        expiries = r.expiries + excluded.expiries, wasted_fills = r.wasted_fills + excluded.wasted_fills
+        expiries = r.expiries + excluded.expiries, wasted_fills = r.wasted_fills + excluded.wasted_fills, \
+        sessions = r.sessions + excluded.sessions
         """
 }

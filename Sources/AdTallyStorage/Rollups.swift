@@ -14,7 +14,8 @@ struct RollupAccumulator {
     struct Key: Hashable {
         var source: UInt32
         var bucket: Int64
-        var format: AdFormat
+        /// nil on a session.
+        var format: AdFormat?
         /// has revenue dimension << 48 | country bytes << 24 | currency bytes.
         var dimensions: UInt64
 
@@ -44,7 +45,7 @@ struct RollupAccumulator {
 
     struct Sums {
         var requests: Int64 = 0, loads: Int64 = 0, impressions: Int64 = 0, errors: Int64 = 0
-        var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0
+        var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0, sessions: Int64 = 0
         var revenueMicros: Int64 = 0, pricedEvents: Int64 = 0, unpricedImpressions: Int64 = 0, unpricedTaps: Int64 = 0
         /// Hashes of the events' devices (`DeviceHash`), repeats included until written.
         var devices: [Int64] = []
@@ -80,7 +81,7 @@ struct RollupAccumulator {
 
     /// rollup_delta's columns, in the order `write` appends them.
     static let columns = "app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps, "
-        + "action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps, device_hashes"
+        + "action_cancels, expiries, wasted_fills, sessions, revenue_micros, priced_events, unpriced_impressions, unpriced_taps, device_hashes"
 
     mutating func add(_ item: AppEvent) {
         let event = item.event
@@ -107,6 +108,7 @@ struct RollupAccumulator {
         case .load: sums.loads += 1
         case .error: sums.errors += 1
         case .actionCancel: sums.actionCancels += 1
+        case .session: sums.sessions += 1
         case .expiry:
             sums.expiries += 1
             if event.shown == false { sums.wastedFills += 1 }
@@ -130,13 +132,13 @@ struct RollupAccumulator {
     /// Appends the rows to `rollup_delta`.
     func write(on connection: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
-        var buffer = PostgresCopyBuffer(columns: 19, capacity: (rows.count + fullRows.count) * 200)
+        var buffer = PostgresCopyBuffer(columns: 20, capacity: (rows.count + fullRows.count) * 200)
         func appendRow(_ key: Key, _ sums: Sums) throws {
             let source = sources[Int(key.source)]
             try buffer.append(source.app)
             buffer.append(PostgresMicros(key.bucket * 1_000_000))
             try buffer.append(source.network)
-            try buffer.append(key.format.rawValue)
+            try buffer.append(key.format?.rawValue ?? "")
             try buffer.append(key.country)
             try buffer.append(key.currency)
             try buffer.appendInt32(sums.requests)
@@ -147,6 +149,7 @@ struct RollupAccumulator {
             try buffer.appendInt32(sums.actionCancels)
             try buffer.appendInt32(sums.expiries)
             try buffer.appendInt32(sums.wastedFills)
+            try buffer.appendInt32(sums.sessions)
             buffer.append(sums.revenueMicros)
             try buffer.appendInt32(sums.pricedEvents)
             try buffer.appendInt32(sums.unpricedImpressions)

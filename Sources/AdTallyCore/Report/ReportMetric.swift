@@ -46,6 +46,8 @@ public enum ReportValueType: String, Sendable {
 /// A quantity the engine sums per group; every metric is made of these.
 public enum ReportCount: Int, Sendable, CaseIterable {
     case requests, loads, impressions, errors, taps, actionCancels, expiries, wastedFills
+    /// `session` events: the app came to the foreground.
+    case sessions
     /// Revenue the network SDKs reported, converted to the report currency, in micros.
     case reportedMicros
     /// Revenue estimated from the rate card, converted to the report currency, in micros.
@@ -62,6 +64,7 @@ public struct ReportCounts: Sendable, Equatable {
     /// Every count but revenue, indexed by `ReportCount.rawValue`.
     public var requests: Int64 = 0, loads: Int64 = 0, impressions: Int64 = 0, errors: Int64 = 0
     public var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0
+    public var sessions: Int64 = 0
     public var uniqueDevices: Int64 = 0
     /// Money in micros of the report currency; wider than 64 bits because totals over years may be.
     public var reportedMicros: Int128 = 0, estimatedMicros: Int128 = 0
@@ -79,6 +82,7 @@ public struct ReportCounts: Sendable, Equatable {
     public mutating func add(_ other: ReportCounts) {
         requests += other.requests; loads += other.loads; impressions += other.impressions; errors += other.errors
         taps += other.taps; actionCancels += other.actionCancels; expiries += other.expiries; wastedFills += other.wastedFills
+        sessions += other.sessions
         uniqueDevices += other.uniqueDevices; reportedMicros += other.reportedMicros; estimatedMicros += other.estimatedMicros
         unratedEvents += other.unratedEvents
     }
@@ -94,6 +98,7 @@ public struct ReportCounts: Sendable, Equatable {
         case .actionCancels: Int128(actionCancels)
         case .expiries: Int128(expiries)
         case .wastedFills: Int128(wastedFills)
+        case .sessions: Int128(sessions)
         case .reportedMicros: reportedMicros
         case .estimatedMicros: estimatedMicros
         case .uniqueDevices: Int128(uniqueDevices)
@@ -122,6 +127,7 @@ public enum ReportMetric: String, Sendable, CaseIterable {
     case estimatedRevenue = "estimated_revenue"
     case ecpm, rpm
     case uniqueDevices = "unique_devices"
+    case sessions
 
     /// DESIGN §4's default metrics.
     public static let defaults: [ReportMetric] = [.requests, .impressions, .fillRate, .taps, .ctr, .revenue, .ecpm]
@@ -161,6 +167,7 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .ecpm: .moneyPerMille(.revenueMicros, .impressions)
         case .rpm: .moneyPerMille(.revenueMicros, .requests)
         case .uniqueDevices: .count(.uniqueDevices)
+        case .sessions: .count(.sessions)
         }
     }
 

@@ -1,0 +1,26 @@
+// swift-tools-version:5.9
+import PackageDescription
+
+// AdTallyKit: the app side of AdTally (DESIGN §10). No third-party dependencies:
+// Foundation (FoundationNetworking on Linux) and the system's zlib, which every
+// Apple SDK and Linux distribution ship, for gzip and CRC-32.
+let package = Package(
+    name: "AdTallyKit",
+    platforms: [.iOS(.v13), .macOS(.v10_15), .tvOS(.v13)],
+    products: [
+        .library(name: "AdTallyKit", targets: ["AdTallyKit"]),
+        .executable(name: "adtally-kit-example", targets: ["adtally-kit-example"]),
+    ],
+    targets: [
+        // zlib from the system (Debian: zlib1g-dev; Apple platforms: the SDK's libz).
+        .systemLibrary(name: "AdTallyKitZlib", path: "Sources/AdTallyKitZlib"),
+        .target(name: "AdTallyKit", dependencies: ["AdTallyKitZlib"]),
+        // Sends a banner and an interstitial's life to a server: the first thing to try after `adtally demo`.
+        .executableTarget(name: "adtally-kit-example", dependencies: ["AdTallyKit"]),
+        // The kill test's child: records slots' real sequences until it is killed (Tests/AdTallyTests/KitTests).
+        .executableTarget(name: "adtally-kit-child", dependencies: ["AdTallyKit"]),
+        // make bench-client: record latency, sustained rate and RSS against a local server.
+        .executableTarget(name: "adtally-kit-bench", dependencies: ["AdTallyKit"]),
+        .testTarget(name: "AdTallyKitTests", dependencies: ["AdTallyKit"]),
+    ]
+)

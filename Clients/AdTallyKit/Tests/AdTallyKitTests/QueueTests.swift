@@ -1,0 +1,206 @@
+@testable import AdTallyKit
+import Foundation
+import XCTest
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The queue on its own, and the kit with no server to reach: what is kept, what is
+/// skipped, what is dropped and said. The kit against a real server is tested in the
+/// server's suite (Tests/AdTallyTests/KitTests.swift).
+final class QueueTests: XCTestCase {
+    var folder: URL!
+
+    override func setUp() {
+        folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-kit-tests-\(UUID().uuidString)")
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(at: folder)
+    }
+
+    /// A server that is never there (a port nothing listens on).
+    let nowhere = URL(string: "http://127.0.0.1:9")!
+
+    func record(_ text: String) -> [UInt8] { Array(#"{"id":"\#(text)"}"#.utf8) }
+
+    func testRecordsSurviveReopeningInOrder() throws {
+        var queue: EventQueue? = try EventQueue(folder: folder, segmentBytes: 256)
+        for index in 0..<20 { try queue!.append(json: record("e\(index)"), occurredAtMillis: Int64(index)) }
+        queue = nil
+        let reopened = try EventQueue(folder: folder, segmentBytes: 256)
+        XCTAssertEqual(reopened.pendingCount, 20)
+        XCTAssertGreaterThan(try EventQueue.segmentNumbers(in: folder).count, 1, "small segments rotate")
+        let records = try reopened.read(limit: 100, maxBytes: 1 << 20)
+        XCTAssertEqual(records.map { String(decoding: $0.json, as: UTF8.self) }, (0..<20).map { #"{"id":"e\#($0)"}"# })
+        XCTAssertEqual(records.map(\.occurredAtMillis), (0..<20).map(Int64.init))
+    }
+
+    func testAdvancingFinishesRecordsAndDeletesSegments() throws {
+        let queue = try EventQueue(folder: folder, segmentBytes: 256)
+        for index in 0..<20 { try queue.append(json: record("e\(index)"), occurredAtMillis: 0) }
+        let first = try queue.read(limit: 12, maxBytes: 1 << 20)
+        try queue.advance(to: first.last!.end, records: first.count)
+        XCTAssertEqual(queue.pendingCount, 8)
+        let reopened = try EventQueue(folder: folder, segmentBytes: 256)
+        XCTAssertEqual(reopened.pendingCount, 8)
+        XCTAssertEqual(try reopened.read(limit: 100, maxBytes: 1 << 20).first.map { String(decoding: $0.json, as: UTF8.self) }, #"{"id":"e12"}"#)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: EventQueue.segmentURL(folder, 1).path), "a finished segment is deleted")
+    }
+
+    /// A record torn by hand in the middle of a segment (its bytes cut short, then the
+    /// next record written after it) loses that record only.
+    func testATornRecordInTheMiddleLosesOnlyItself() throws {
+        func segmentBytes(_ names: [String]) throws -> Data {
+            let place = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-kit-part-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: place) }
+            let queue = try EventQueue(folder: place, segmentBytes: 1 << 20)
+            for name in names { try queue.append(json: record(name), occurredAtMillis: 0) }
+            return try Data(contentsOf: EventQueue.segmentURL(place, 1))
+        }
+        let before = try segmentBytes(["before0", "before1", "before2"])
+        let after = try segmentBytes(["after0", "after1", "after2"])
+        // Half a record (its header and part of its JSON, as a power cut leaves one), then
+        // whole records written after it.
+        var bytes = before + before.prefix(before.count / 3 - 5) + after
+        // And a flipped byte inside a whole record further on (after1).
+        bytes[before.count + before.count / 3 - 5 + after.count / 2] ^= 0xFF
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try bytes.write(to: EventQueue.segmentURL(folder, 1))
+        let queue = try EventQueue(folder: folder, segmentBytes: 1 << 20)
+        XCTAssertEqual(queue.damagedOnOpen, 2)
+        let texts = try queue.read(limit: 100, maxBytes: 1 << 20).map { String(decoding: $0.json, as: UTF8.self) }
+        XCTAssertEqual(texts, [#"{"id":"before0"}"#, #"{"id":"before1"}"#, #"{"id":"before2"}"#, #"{"id":"after0"}"#, #"{"id":"after2"}"#])
+        XCTAssertEqual(queue.pendingCount, 5)
+        XCTAssertEqual(try Data(contentsOf: EventQueue.segmentURL(folder, 1)).count, bytes.count, "damage before whole records is not cut")
+    }
+
+    /// A torn tail (the last append cut short) is cut off on open, so what is appended
+    /// next follows a whole record.
+    func testATornTailIsCutOff() throws {
+        var queue: EventQueue? = try EventQueue(folder: folder, segmentBytes: 1 << 20)
+        try queue!.append(json: record("a"), occurredAtMillis: 0)
+        queue = nil
+        let segment = EventQueue.segmentURL(folder, 1)
+        let whole = try Data(contentsOf: segment)
+        try (whole + whole.prefix(whole.count - 3)).write(to: segment)
+        queue = try EventQueue(folder: folder, segmentBytes: 1 << 20)
+        XCTAssertEqual(try Data(contentsOf: segment).count, whole.count)
+        try queue!.append(json: record("b"), occurredAtMillis: 0)
+        XCTAssertEqual(try queue!.read(limit: 10, maxBytes: 1 << 20).map { String(decoding: $0.json, as: UTF8.self) }, [#"{"id":"a"}"#, #"{"id":"b"}"#])
+    }
+
+    /// At its byte bound the queue drops its oldest events first, and says how many: to
+    /// the app (a notice and the status) and, kept for sending, to the server.
+    func testTheBoundDropsTheOldestAndSaysSo() throws {
+        let noticed = NSLock()
+        var noticedCount = 0
+        var configuration = AdTallyConfiguration()
+        configuration.maxQueueBytes = 16 * 1024
+        configuration.segmentBytes = 4096
+        configuration.sendInterval = 3600
+        configuration.sendAfterEvents = 100_000
+        configuration.notices = { notice in
+            if case .dropped(let count, .queueFull) = notice { noticed.lock(); noticedCount += count; noticed.unlock() }
+        }
+        let tally = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
+        var ids: [UUID] = []
+        for _ in 0..<300 { ids.append(try tally.sessionStarted()) }
+        let status = tally.status
+        let dropped = status.dropped[.queueFull] ?? 0
+        XCTAssertGreaterThan(dropped, 0)
+        XCTAssertEqual(status.pending + dropped, 300)
+        XCTAssertLessThanOrEqual(status.pendingBytes, 16 * 1024)
+        noticed.lock(); XCTAssertEqual(noticedCount, dropped); noticed.unlock()
+        // The ones kept are the newest.
+        let queue = try EventQueue(folder: folder.appendingPathComponent("queue"), segmentBytes: 4096)
+        let kept = try queue.read(limit: 1000, maxBytes: 1 << 20).compactMap { Engine.id(of: $0.json) }
+        XCTAssertEqual(kept, Array(ids.suffix(status.pending)))
+        // The count waits in drops.json for the server.
+        let reports = try JSONSerialization.jsonObject(with: Data(contentsOf: folder.appendingPathComponent("drops.json"))) as? [[String: Any]]
+        XCTAssertEqual(reports?.compactMap { ($0["count"] as? NSNumber)?.intValue }.reduce(0, +), dropped)
+    }
+
+    func testCallsOutOfOrderAreMisuseAndRecordNothing() throws {
+        let misuses = NSLock()
+        var misuseCount = 0
+        var configuration = AdTallyConfiguration()
+        configuration.misuseHandler = { _ in misuses.lock(); misuseCount += 1; misuses.unlock() }
+        let tally = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
+        let slot = try tally.slot(network: "admob", format: .interstitial)
+        XCTAssertThrowsError(try slot.tapped()) { XCTAssertTrue("\($0)".contains("a tap on an ad never shown"), "\($0)") }
+        XCTAssertThrowsError(try slot.loaded())
+        try slot.requested()
+        try slot.loaded()
+        try slot.shown()
+        XCTAssertThrowsError(try slot.shown()) { XCTAssertTrue("\($0)".contains("a second impression for one load"), "\($0)") }
+        XCTAssertThrowsError(try slot.actionCancelled())
+        try slot.tapped()
+        try slot.actionCancelled()
+        try slot.expired()
+        XCTAssertThrowsError(try slot.expired())
+        XCTAssertEqual(tally.status.pending, 6)
+        misuses.lock(); XCTAssertEqual(misuseCount, 5); misuses.unlock()
+        XCTAssertThrowsError(try tally.slot(network: "AdMob", format: .banner))
+        XCTAssertThrowsError(try tally.slot(network: "admob", format: .banner, size: "320 x 50"))
+        let next = try tally.slot(network: "admob", format: .banner)
+        try next.requested()
+        XCTAssertThrowsError(try next.shown(revenueMicros: -1, currency: "USD"))
+        XCTAssertThrowsError(try next.shown(revenueMicros: 1, currency: "usd"))
+        XCTAssertEqual(next.state, .requested)
+    }
+
+    /// Two instances on one folder in one process share one queue and one sender;
+    /// another holder of the folder's lock (another process) is refused.
+    func testOneSenderPerQueue() throws {
+        var configuration = AdTallyConfiguration()
+        configuration.sendInterval = 3600
+        let first = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
+        let second = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
+        try first.sessionStarted()
+        try second.sessionStarted()
+        XCTAssertEqual(first.status.pending, 2)
+        XCTAssertEqual(second.status.pending, 2)
+        XCTAssertTrue(first.engine === second.engine)
+
+        let other = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-kit-locked-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: other) }
+        try FileManager.default.createDirectory(at: other, withIntermediateDirectories: true)
+        let fd = open(other.appendingPathComponent("queue.lock").path, O_RDWR | O_CREAT, 0o600)
+        defer { close(fd) }
+        XCTAssertEqual(flock(fd, LOCK_EX | LOCK_NB), 0)
+        XCTAssertThrowsError(try AdTally(server: nowhere, appKey: "k", directory: other)) {
+            guard case AdTallyError.directoryInUse = $0 else { return XCTFail("\($0)") }
+        }
+    }
+
+    func testEventJSONIsEscapedAndTimed() {
+        var json = EventJSON(id: UUID(uuidString: "00000000-0000-0000-0000-000000000001")!, type: "request", occurredAtMillis: 1_764_150_000_123)
+        json.add("placement", "a \"b\"\n\\ é")
+        json.add("error_code", Int64(-3))
+        let text = String(decoding: json.finish(), as: UTF8.self)
+        XCTAssertEqual(text, #"{"id":"00000000-0000-0000-0000-000000000001","type":"request","occurred_at":"2025-11-26T09:40:00.123Z","placement":"a \"b\"\u000a\\ é","error_code":-3}"#)
+        let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+        XCTAssertEqual(object?["placement"] as? String, "a \"b\"\n\\ é")
+    }
+
+    func testRetryAfterReadsSecondsAndDates() {
+        XCTAssertEqual(Engine.retryAfter("5"), 5)
+        XCTAssertNil(Engine.retryAfter("soon"))
+        let date = Engine.retryAfter(DateFormatter.httpDate(Date().addingTimeInterval(30)))
+        XCTAssertNotNil(date)
+        XCTAssertTrue((25...31).contains(date ?? 0))
+    }
+}
+
+extension DateFormatter {
+    static func httpDate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter.string(from: date)
+    }
+}
