@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test screenshot bench-ingest bench-report bench-scaling bench-mediation fuzz
+.PHONY: deps build build-release run test screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -56,6 +56,11 @@ bench-scaling: build-release
 ## static file of the same bytes from the same server, and the 304 revalidation.
 bench-mediation: build-release
 	bench/mediation.sh
+
+## bench-client: AdTallyKit's record latency (p50/p99, persistence included), sustained events/s
+## from one process to a local server, and that process's RSS, against write(2) of a same-sized record.
+bench-client: build-release
+	bench/client.sh
 
 ## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator and on
 ## the CSV reader of adtally ingest, FUZZ_SECONDS each (default 600). Not part of test.

@@ -71,6 +71,15 @@ public struct ServiceStatus: Sendable, Encodable {
     public var exportRunsFailed: Int
     /// The last runs.
     public var lastRuns: [RecentRun]
+    /// Events apps' queues dropped unsent over the last 7 days (AdTallyKit's reports), per app and reason.
+    public var clientDrops: [ClientDrops] = []
+
+    /// One app's dropped events for one reason.
+    public struct ClientDrops: Sendable, Encodable {
+        public var app: String
+        public var reason: String
+        public var dropped: Int64
+    }
 
     /// Events per second over the last minute.
     public var ingestEventsPerSecond: Double { Double(eventsLastMinute) / 60 }
@@ -81,7 +90,7 @@ public struct ServiceStatus: Sendable, Encodable {
         case eventsLastMinute = "events_last_minute", eventsLastHour = "events_last_hour", ingestEventsPerSecond = "ingest_events_per_second"
         case pendingDeltaRows = "pending_delta_rows", rollupLagSeconds = "rollup_lag_seconds", lastCompaction = "last_compaction"
         case exportRunner = "export_runner", exportRunnerSince = "export_runner_since", exportSchedules = "export_schedules"
-        case exportRunsFailed = "export_runs_failed", lastRuns = "last_runs"
+        case exportRunsFailed = "export_runs_failed", lastRuns = "last_runs", clientDrops = "client_drops_7d"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -103,6 +112,7 @@ public struct ServiceStatus: Sendable, Encodable {
         try container.encode(exportSchedules, forKey: .exportSchedules)
         try container.encode(exportRunsFailed, forKey: .exportRunsFailed)
         try container.encode(lastRuns, forKey: .lastRuns)
+        try container.encode(clientDrops, forKey: .clientDrops)
     }
 
     /// Reads the status in one transaction.
@@ -164,6 +174,10 @@ public struct ServiceStatus: Sendable, Encodable {
             status.exportSchedules = try exports.decode(0)
             status.exportRunsFailed = try exports.decode(1)
             status.lastRuns = runs
+            status.clientDrops = try connection.query("""
+                SELECT app_id, reason, sum(dropped)::bigint FROM client_drops WHERE received_at > now() - interval '7 days'
+                GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT 20
+                """).map { ClientDrops(app: try $0.decode(0), reason: try $0.decode(1), dropped: try $0.decode(2)) }
             return status
         }
     }

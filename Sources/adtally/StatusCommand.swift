@@ -125,6 +125,12 @@ struct StatusCommand: AsyncParsableCommand {
         for run in status.lastRuns {
             lines.append("             \(run.schedule) \(run.slot)\(run.pass == 2 ? " final" : "") \(run.status)\(run.finishedAt.map { " at \(isoText($0))" } ?? "")\(run.error.map { ": \($0)" } ?? "")")
         }
+        if status.clientDrops.isEmpty {
+            lines.append("app queues:  no events dropped unsent in the last 7 days")
+        } else {
+            lines.append("app queues:  events dropped unsent in the last 7 days (AdTallyKit reports):")
+            for drop in status.clientDrops { lines.append("             \(drop.app) \(drop.reason) \(drop.dropped)") }
+        }
         lines.append("tables:")
         for table in status.biggestTables {
             lines.append("  \(table.name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(bytes(table.bytes).padding(toLength: 10, withPad: " ", startingAt: 0))\(table.partitions > 1 ? " (\(table.partitions) partitions)" : "")")

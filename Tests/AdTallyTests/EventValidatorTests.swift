@@ -80,10 +80,27 @@ struct EventValidatorTests {
         (["network": .composite], [], "network: must be a string, got an array or object"),
         (["placement": .string("a\u{0}b")], [], "placement: must not contain NUL (U+0000) characters"),
         (["device": .string("\u{0}")], [], "device: must not contain NUL (U+0000) characters"),
+        (["type": .string("session")], [], "network: must be absent on session events"),
+        (["type": .string("session")], ["network"], "format: must be absent on session events"),
+        (["type": .string("session"), "placement": .string("home")], ["network", "format"], "placement: must be absent on session events"),
+        (["type": .string("session"), "size": .string("320x50")], ["network", "format"], "size: must be absent on session events"),
+        (["type": .string("impression"), "revenue_precision": .string("precise")], [], "revenue_precision: is allowed only with revenue_micros"),
+        (["type": .string("impression"), "revenue_micros": .number("10"), "currency": .string("USD"), "revenue_precision": .string("exact")], [],
+         "revenue_precision: must be one of precise, estimated, publisher_provided, unknown"),
     ])
     func rules(fields: [String: RawValue], remove: [String], expected: String) {
         let message = rejection(fields, remove: remove)
         #expect(message?.hasPrefix(expected) == true, "got \(message ?? "no rejection")")
+    }
+
+    @Test("a session names no network or format; revenue precision is kept with revenue")
+    func sessionAndPrecision() throws {
+        let session = try EventValidator(appID: "demo").validate(Self.raw(["type": .string("session"), "device": .string("d")], remove: ["network", "format"]), nowMicros: Self.now)
+        #expect(session.type == .session && session.network == EventValidator.noNetwork && session.format == nil && session.device == "d")
+        let paid = try EventValidator(appID: "demo").validate(Self.raw([
+            "type": .string("impression"), "revenue_micros": .number("1500"), "currency": .string("USD"), "revenue_precision": .string("publisher_provided"),
+        ]), nowMicros: Self.now)
+        #expect(paid.revenuePrecision == .publisherProvided)
     }
 
     @Test("valid optional fields are kept, country upper-cased")

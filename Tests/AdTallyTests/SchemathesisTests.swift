@@ -42,6 +42,7 @@ struct SchemathesisTests {
                     "ADTALLY_ST_ADMIN": try await apps.createKey(app: nil, scope: .admin).secret,
                     "ADTALLY_ST_INGEST": try await apps.createKey(app: "fuzz-keys", scope: .ingest).secret,
                     "ADTALLY_ST_SPARE_KEY": try await apps.createKey(app: "fuzz", scope: .read).id,
+                    "ADTALLY_ST_APP_READ": try await apps.createKey(app: "fuzz", scope: .read).secret,
                     "ADTALLY_ST_APP": "fuzz", "ADTALLY_ST_EXPORT": "fuzz-daily", "ADTALLY_ST_EXPORT_DELETE": "fuzz-doomed",
                 ]
                 await database.close()

@@ -1,1 +1,143 @@
-print("placeholder")
+import AdTallyKit
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// make bench-client (bench/client.sh): the kit's cost in the app's process.
+//
+//   adtally-kit-bench --server URL --key KEY --dir DIR [--events N] [--sustained N]
+//
+// 1. floor: write(2) of a same-sized record to a file, N times (the least persisting can cost);
+// 2. record latency: N `shown()`/`requested()` calls, each timed, while the sender
+//    sends to the server (persistence included: each call has written its record);
+// 3. the same with Durability.syncEveryRecord (an fsync per record), N/20 calls;
+// 4. sustained: SUSTAINED events recorded as fast as one thread can, then flush();
+//    events/s from the first record to the server's last answer;
+// 5. peak RSS of this process (VmHWM); the RESULT line.
+
+func option(_ name: String) -> String? {
+    let arguments = CommandLine.arguments
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
+    return arguments[index + 1]
+}
+
+guard let server = option("--server").flatMap(URL.init(string:)), let key = option("--key"), let dir = option("--dir") else {
+    print("usage: adtally-kit-bench --server URL --key KEY --dir DIR [--events N] [--sustained N]")
+    exit(2)
+}
+let events = Int(option("--events") ?? "") ?? 100_000
+let sustained = Int(option("--sustained") ?? "") ?? 200_000
+
+func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+func percentiles(_ samples: [UInt64]) -> (p50: Double, p99: Double) {
+    let sorted = samples.sorted()
+    return (Double(sorted[sorted.count / 2]) / 1000, Double(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) / 1000)
+}
+
+func peakRSSMiB() -> Double {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+          let kib = Double(line.split(separator: " ").dropFirst().first ?? "") else { return -1 }
+    return kib / 1024
+}
+
+func wait(_ body: @escaping @Sendable () async throws -> Void) {
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        do { try await body() } catch { print("failed: \(error)"); exit(1) }
+        done.signal()
+    }
+    done.wait()
+}
+
+let base = URL(fileURLWithPath: dir)
+try? FileManager.default.removeItem(at: base)
+try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+
+// 1. The floor: an append of a record of the same size (~330 bytes) with write(2).
+let record = [UInt8](repeating: 0x61, count: 340)
+let fd = open(base.appendingPathComponent("floor").path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+var floor: [UInt64] = []
+floor.reserveCapacity(events)
+for _ in 0..<events {
+    let start = now()
+    _ = record.withUnsafeBytes { write(fd, $0.baseAddress!, $0.count) }
+    floor.append(now() - start)
+}
+close(fd)
+let floorP = percentiles(floor)
+print(String(format: "floor: write(2) of a 340-byte record    p50 %7.2f µs  p99 %7.2f µs", floorP.p50, floorP.p99))
+
+var configuration = AdTallyConfiguration()
+configuration.country = "JP"
+configuration.appVersion = "1.0"
+configuration.maxQueueBytes = 256 << 20
+
+// 2. record latency while sending.
+var latencies: [UInt64] = []
+latencies.reserveCapacity(events)
+do {
+    let tally = try AdTally(server: server, appKey: key, directory: base.appendingPathComponent("latency"), configuration: configuration)
+    var slot = try tally.slot(network: "admob", format: .banner, placement: "home", size: "320x50")
+    for index in 0..<events {
+        let start = now()
+        if index % 2 == 0 {
+            if index % 1000 == 0 { slot = try tally.slot(network: "admob", format: .banner, placement: "home", size: "320x50") }
+            try slot.requested()
+        } else {
+            try slot.shown(revenueMicros: 1200, currency: "USD", precision: .precise)
+        }
+        latencies.append(now() - start)
+    }
+    wait { try await tally.flush() }
+}
+let recordP = percentiles(latencies)
+print(String(format: "record (syncEvery 1 s, the default)     p50 %7.2f µs  p99 %7.2f µs  (%d calls, sending meanwhile)", recordP.p50, recordP.p99, events))
+
+// 3. An fsync per record.
+var synced: [UInt64] = []
+do {
+    var strict = configuration
+    strict.durability = .syncEveryRecord
+    let tally = try AdTally(server: server, appKey: key, directory: base.appendingPathComponent("synced"), configuration: strict)
+    let count = max(100, events / 20)
+    for _ in 0..<count {
+        let start = now()
+        try tally.sessionStarted()
+        synced.append(now() - start)
+    }
+    wait { try await tally.flush() }
+}
+let syncedP = percentiles(synced)
+print(String(format: "record (syncEveryRecord: fsync each)    p50 %7.2f µs  p99 %7.2f µs  (%d calls)", syncedP.p50, syncedP.p99, synced.count))
+
+// 4. Sustained: recorded as fast as one thread can, until the server answered them all.
+var rate = 0.0
+do {
+    let tally = try AdTally(server: server, appKey: key, directory: base.appendingPathComponent("sustained"), configuration: configuration)
+    let start = now()
+    var slot = try tally.slot(network: "iad", format: .interstitial, placement: "level_end")
+    for index in 0..<(sustained / 4) {
+        if index % 250 == 0 { slot = try tally.slot(network: "iad", format: .interstitial, placement: "level_end") }
+        try slot.requested()
+        try slot.loaded()
+        try slot.shown(revenueMicros: 9000, currency: "USD", precision: .estimated)
+        try slot.expired()
+    }
+    let recorded = now()
+    wait { try await tally.flush() }
+    let seconds = Double(now() - start) / 1e9
+    rate = Double(sustained / 4 * 4) / seconds
+    let status = tally.status
+    print(String(format: "sustained: %d events in %.2f s (recording took %.2f s): %.0f events/s delivered; %d requests, %d pending, %d refused",
+                 sustained / 4 * 4, seconds, Double(recorded - start) / 1e9, rate, status.requests, status.pending, status.deadLettered))
+}
+let rss = peakRSSMiB()
+print(String(format: "peak RSS of this process: %.1f MiB", rss))
+print(String(format: "ratios: record p50 / write(2) p50 = %.1f; fsync-per-record p50 / default p50 = %.0f", recordP.p50 / floorP.p50, syncedP.p50 / recordP.p50))
+print(String(format: "RESULT record_p50_us=%.2f record_p99_us=%.2f client_events_per_s=%.0f client_rss_mb=%.1f write_p50_us=%.2f synced_record_p50_us=%.1f",
+             recordP.p50, recordP.p99, rate, rss, floorP.p50, syncedP.p50))
