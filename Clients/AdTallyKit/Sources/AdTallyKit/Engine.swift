@@ -447,7 +447,7 @@ final class Engine: @unchecked Sendable {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await session.data(for: request)
+            (data, response) = try await session.adTallyData(for: request)
         } catch {
             return .failed("cannot reach \(server.absoluteString): \(error.localizedDescription)")
         }
@@ -486,7 +486,7 @@ final class Engine: @unchecked Sendable {
             request.setValue("Bearer \(appKey)", forHTTPHeaderField: "Authorization")
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
             request.httpBody = Data(#"{"id":"\#(report.id.uuidString.lowercased())","reason":"\#(report.reason)","dropped":\#(report.count)}"#.utf8)
-            guard let (_, response) = try? await session.data(for: request), let http = response as? HTTPURLResponse else { return }
+            guard let (_, response) = try? await session.adTallyData(for: request), let http = response as? HTTPURLResponse else { return }
             // 400 or 404: a report this server cannot take will never be taken; it is not resent.
             let done = [200, 400, 404].contains(http.statusCode)
             if done { lock.locked { dropReports.remove(report.id) } }

@@ -99,7 +99,7 @@ final class Switchboard: @unchecked Sendable {
         if let etag = held?.etag { request.setValue(etag, forHTTPHeaderField: "If-None-Match") }
         request.cachePolicy = .reloadIgnoringLocalCacheData
 
-        guard let (data, response) = try? await session.data(for: request), let http = response as? HTTPURLResponse else {
+        guard let (data, response) = try? await session.adTallyData(for: request), let http = response as? HTTPURLResponse else {
             failed(key)
             return
         }

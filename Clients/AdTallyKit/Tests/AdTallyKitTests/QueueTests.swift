@@ -95,15 +95,14 @@ final class QueueTests: XCTestCase {
     /// At its byte bound the queue drops its oldest events first, and says how many: to
     /// the app (a notice and the status) and, kept for sending, to the server.
     func testTheBoundDropsTheOldestAndSaysSo() throws {
-        let noticed = NSLock()
-        var noticedCount = 0
+        let noticed = Counter()
         var configuration = AdTallyConfiguration()
         configuration.maxQueueBytes = 16 * 1024
         configuration.segmentBytes = 4096
         configuration.sendInterval = 3600
         configuration.sendAfterEvents = 100_000
         configuration.notices = { notice in
-            if case .dropped(let count, .queueFull) = notice { noticed.lock(); noticedCount += count; noticed.unlock() }
+            if case .dropped(let count, .queueFull) = notice { noticed.add(count) }
         }
         let tally = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
         var ids: [UUID] = []
@@ -113,7 +112,7 @@ final class QueueTests: XCTestCase {
         XCTAssertGreaterThan(dropped, 0)
         XCTAssertEqual(status.pending + dropped, 300)
         XCTAssertLessThanOrEqual(status.pendingBytes, 16 * 1024)
-        noticed.lock(); XCTAssertEqual(noticedCount, dropped); noticed.unlock()
+        XCTAssertEqual(noticed.value, dropped)
         // The ones kept are the newest.
         let queue = try EventQueue(folder: folder.appendingPathComponent("queue"), segmentBytes: 4096)
         let kept = try queue.read(limit: 1000, maxBytes: 1 << 20).compactMap { Engine.id(of: $0.json) }
@@ -124,10 +123,9 @@ final class QueueTests: XCTestCase {
     }
 
     func testCallsOutOfOrderAreMisuseAndRecordNothing() throws {
-        let misuses = NSLock()
-        var misuseCount = 0
+        let misuses = Counter()
         var configuration = AdTallyConfiguration()
-        configuration.misuseHandler = { _ in misuses.lock(); misuseCount += 1; misuses.unlock() }
+        configuration.misuseHandler = { _ in misuses.add(1) }
         let tally = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
         let slot = try tally.slot(network: "admob", format: .interstitial)
         XCTAssertThrowsError(try slot.tapped()) { XCTAssertTrue("\($0)".contains("a tap on an ad never shown"), "\($0)") }
@@ -142,7 +140,7 @@ final class QueueTests: XCTestCase {
         try slot.expired()
         XCTAssertThrowsError(try slot.expired())
         XCTAssertEqual(tally.status.pending, 6)
-        misuses.lock(); XCTAssertEqual(misuseCount, 5); misuses.unlock()
+        XCTAssertEqual(misuses.value, 5)
         XCTAssertThrowsError(try tally.slot(network: "AdMob", format: .banner))
         XCTAssertThrowsError(try tally.slot(network: "admob", format: .banner, size: "320 x 50"))
         let next = try tally.slot(network: "admob", format: .banner)
@@ -193,6 +191,14 @@ final class QueueTests: XCTestCase {
         XCTAssertNotNil(date)
         XCTAssertTrue((25...31).contains(date ?? 0))
     }
+}
+
+/// A count shared with the kit's callbacks.
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add(_ amount: Int) { lock.lock(); count += amount; lock.unlock() }
+    var value: Int { lock.lock(); defer { lock.unlock() }; return count }
 }
 
 extension DateFormatter {
