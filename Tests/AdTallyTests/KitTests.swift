@@ -174,6 +174,10 @@ struct KitTests {
                 if case .dropped(let count, .queueFull) = notice { noticed.withLock { $0 += count } }
             }
             let tally = try AdTally(server: url, appKey: fixture.ingest, directory: Self.folder(), configuration: configuration)
+            // A second device, within its bound: everything it recorded must arrive.
+            let roomy = try AdTally(server: url, appKey: fixture.ingest, directory: Self.folder(), configuration: Self.quick())
+            var whole: [String] = []
+            for _ in 0..<60 { whole.append(try roomy.sessionStarted().uuidString.lowercased()) }
             var recorded: [String] = []
             for _ in 0..<100 {
                 let slot = try tally.slot(network: "admob", format: .banner)
@@ -187,11 +191,15 @@ struct KitTests {
             #expect(noticed.withLock { $0 } == dropped)
             // flush waits while the server is down, and returns once it answered.
             let flushing = Task { try await Self.flush(tally, within: 90) }
+            let flushingWhole = Task { try await Self.flush(roomy, within: 90) }
             try await Task.sleep(for: .seconds(1))
+            #expect(roomy.status.pending == 60 && roomy.status.dropped.isEmpty)
             try await Self.withServer(fixture, port: port) { _, _, _, _ in
                 try await flushing.value
-                // Exactly the newest arrived, once each: the oldest were the ones dropped.
-                #expect(try await Self.ids(fixture) == Array(recorded.suffix(200 - dropped)).sorted())
+                try await flushingWhole.value
+                // Everything the roomy device recorded, and exactly the bounded one's newest,
+                // arrived once each: the oldest were the ones dropped.
+                #expect(try await Self.ids(fixture) == (whole + recorded.suffix(200 - dropped)).sorted())
                 let drops = try await fixture.sql("SELECT reason, sum(dropped)::text FROM client_drops WHERE app_id = '\(fixture.app)' GROUP BY reason")
                 #expect(drops == [["queue_full", "\(dropped)"]])
             }

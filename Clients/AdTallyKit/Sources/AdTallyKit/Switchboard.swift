@@ -93,7 +93,7 @@ final class Switchboard: @unchecked Sendable {
 
         var components = URLComponents(url: server.appendingPathComponent("v1/mediation"), resolvingAgainstBaseURL: false)!
         components.queryItems = [URLQueryItem(name: "placement", value: placement)] + (country.map { [URLQueryItem(name: "country", value: $0)] } ?? [])
-        var request = URLRequest(url: components.url!)
+        var request = URLRequest(url: components.url!, timeoutInterval: configuration.requestTimeout)
         request.setValue("Bearer \(appKey)", forHTTPHeaderField: "Authorization")
         request.setValue("AdTallyKit/1", forHTTPHeaderField: "User-Agent")
         if let etag = held?.etag { request.setValue(etag, forHTTPHeaderField: "If-None-Match") }
