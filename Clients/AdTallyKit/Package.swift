@@ -15,12 +15,14 @@ let package = Package(
         // zlib from the system (Debian: zlib1g-dev; Apple platforms: the SDK's libz).
         .systemLibrary(name: "AdTallyKitZlib", path: "Sources/AdTallyKitZlib"),
         .target(name: "AdTallyKit", dependencies: ["AdTallyKitZlib"]),
+        // Command-line helpers the three executables below share (not a product).
+        .target(name: "KitCommandLine"),
         // Sends a banner and an interstitial's life to a server: the first thing to try after `adtally demo`.
-        .executableTarget(name: "adtally-kit-example", dependencies: ["AdTallyKit"]),
+        .executableTarget(name: "adtally-kit-example", dependencies: ["AdTallyKit", "KitCommandLine"]),
         // The kill test's child: records slots' real sequences until it is killed (Tests/AdTallyTests/KitTests).
-        .executableTarget(name: "adtally-kit-child", dependencies: ["AdTallyKit"]),
+        .executableTarget(name: "adtally-kit-child", dependencies: ["AdTallyKit", "KitCommandLine"]),
         // make bench-client: record latency, sustained rate and RSS against a local server.
-        .executableTarget(name: "adtally-kit-bench", dependencies: ["AdTallyKit"]),
+        .executableTarget(name: "adtally-kit-bench", dependencies: ["AdTallyKit", "KitCommandLine"]),
         .testTarget(name: "AdTallyKitTests", dependencies: ["AdTallyKit"]),
     ]
 )

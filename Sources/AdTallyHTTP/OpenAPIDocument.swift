@@ -123,21 +123,12 @@ paths:
     get:
       summary: "The switch file of the key's own app (any key of one app, its ingest key too): the same answer as /v1/apps/{app}/mediation, for apps that ship only a key (AdTallyKit)."
       parameters:
-        - {name: placement, in: query, schema: {type: string, minLength: 1, maxLength: 64}}
-        - {name: country, in: query, schema: {type: string, pattern: "^[A-Za-z]{2}$"}}
-        - {name: If-None-Match, in: header, schema: {type: string}}
+        - {$ref: "#/components/parameters/SwitchPlacement"}
+        - {$ref: "#/components/parameters/SwitchCountry"}
+        - {$ref: "#/components/parameters/IfNoneMatch"}
       responses:
-        "200":
-          description: "The switch file: enable_advertising first, then why."
-          headers:
-            ETag: {required: true, schema: {type: string}}
-            Cache-Control: {required: true, schema: {type: string, pattern: "^max-age=[0-9]+$"}}
-          content: {application/json: {schema: {$ref: "#/components/schemas/MediationAnswer"}}}
-        "304":
-          description: The client's answer is current.
-          headers:
-            ETag: {required: true, schema: {type: string}}
-            Cache-Control: {required: true, schema: {type: string}}
+        "200": {$ref: "#/components/responses/Switch"}
+        "304": {$ref: "#/components/responses/SwitchCurrent"}
         "400": {$ref: "#/components/responses/Problem"}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
@@ -566,21 +557,12 @@ paths:
         wins (placement and country, placement, country, the app). A weighted policy draws each
         answer by weight; If-None-Match with a tag the client holds answers 304, so a client keeps its network.
       parameters:
-        - {name: placement, in: query, schema: {type: string, minLength: 1, maxLength: 64}}
-        - {name: country, in: query, schema: {type: string, pattern: "^[A-Za-z]{2}$"}}
-        - {name: If-None-Match, in: header, schema: {type: string}}
+        - {$ref: "#/components/parameters/SwitchPlacement"}
+        - {$ref: "#/components/parameters/SwitchCountry"}
+        - {$ref: "#/components/parameters/IfNoneMatch"}
       responses:
-        "200":
-          description: "The switch file: enable_advertising first, then why."
-          headers:
-            ETag: {required: true, schema: {type: string}}
-            Cache-Control: {required: true, schema: {type: string, pattern: "^max-age=[0-9]+$"}}
-          content: {application/json: {schema: {$ref: "#/components/schemas/MediationAnswer"}}}
-        "304":
-          description: The client's answer is current.
-          headers:
-            ETag: {required: true, schema: {type: string}}
-            Cache-Control: {required: true, schema: {type: string}}
+        "200": {$ref: "#/components/responses/Switch"}
+        "304": {$ref: "#/components/responses/SwitchCurrent"}
         "400": {$ref: "#/components/responses/Problem"}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
@@ -753,10 +735,25 @@ paths:
         "422": {$ref: "#/components/responses/Problem"}
         "429": {$ref: "#/components/responses/Problem"}
 components:
+  parameters:
+    SwitchPlacement: {name: placement, in: query, schema: {type: string, minLength: 1, maxLength: 64}}
+    SwitchCountry: {name: country, in: query, schema: {type: string, pattern: "^[A-Za-z]{2}$"}}
+    IfNoneMatch: {name: If-None-Match, in: header, schema: {type: string}}
   securitySchemes:
     bearer: {type: http, scheme: bearer}
     session: {type: apiKey, in: cookie, name: adtally_session}
   responses:
+    Switch:
+      description: "The switch file: enable_advertising first, then why."
+      headers:
+        ETag: {required: true, schema: {type: string}}
+        Cache-Control: {required: true, schema: {type: string, pattern: "^max-age=[0-9]+$"}}
+      content: {application/json: {schema: {$ref: "#/components/schemas/MediationAnswer"}}}
+    SwitchCurrent:
+      description: The client's answer is current.
+      headers:
+        ETag: {required: true, schema: {type: string}}
+        Cache-Control: {required: true, schema: {type: string}}
     HTML:
       description: An HTML page.
       content:

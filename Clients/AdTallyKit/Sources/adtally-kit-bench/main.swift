@@ -1,4 +1,5 @@
 import AdTallyKit
+import KitCommandLine
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -20,12 +21,6 @@ import Darwin
 // 4. sustained: SUSTAINED events recorded as fast as one thread can, then flush();
 //    events/s from the first record to the server's last answer;
 // 5. peak RSS of this process (VmHWM); the RESULT line.
-
-func option(_ name: String) -> String? {
-    let arguments = CommandLine.arguments
-    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
-    return arguments[index + 1]
-}
 
 guard let server = option("--server").flatMap(URL.init(string:)), let key = option("--key"), let dir = option("--dir") else {
     print("usage: adtally-kit-bench --server URL --key KEY --dir DIR [--events N] [--sustained N]")
@@ -61,19 +56,10 @@ func checkpoint(_ label: String) {
     }
 }
 
-func wait(_ body: @escaping @Sendable () async throws -> Void) {
-    let done = DispatchSemaphore(value: 0)
-    Task.detached {
-        do { try await body() } catch { print("failed: \(error)"); exit(1) }
-        done.signal()
-    }
-    done.wait()
-}
-
 checkpoint("start")
 // The process's floor before the kit: Foundation and one URLSession request (on Linux,
 // libcurl's), measured in this run so that the kit's own part can be told apart.
-wait {
+waitFor {
     var probe = URLRequest(url: server.appendingPathComponent("healthz"))
     probe.httpMethod = "GET"
     _ = try await URLSession.shared.data(for: probe)
@@ -121,7 +107,7 @@ do {
         }
         latencies.append(UInt32(clamping: now() - start))
     }
-    wait { try await tally.flush() }
+    waitFor { try await tally.flush() }
 }
 checkpoint("after the latency run")
 let recordP = percentiles(latencies)
@@ -139,7 +125,7 @@ do {
         try tally.sessionStarted()
         synced.append(UInt32(clamping: now() - start))
     }
-    wait { try await tally.flush() }
+    waitFor { try await tally.flush() }
 }
 checkpoint("after the fsync run")
 let syncedP = percentiles(synced)
@@ -160,7 +146,7 @@ do {
     }
     let recorded = now()
     checkpoint("sustained: recorded")
-    wait { try await tally.flush() }
+    waitFor { try await tally.flush() }
     checkpoint("sustained: flushed")
     let seconds = Double(now() - start) / 1e9
     rate = Double(sustained / 4 * 4) / seconds

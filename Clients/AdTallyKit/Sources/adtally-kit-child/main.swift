@@ -1,4 +1,5 @@
 import AdTallyKit
+import KitCommandLine
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -12,17 +13,6 @@ import Glibc
 //   adtally-kit-child --server URL --key KEY --dir DIR --seed N [--flush]
 //
 // --flush: record nothing, wait until the queue is empty, print `flushed`, exit.
-
-func option(_ name: String) -> String? {
-    let arguments = CommandLine.arguments
-    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
-    return arguments[index + 1]
-}
-
-func say(_ line: String) {
-    let bytes = Array((line + "\n").utf8)
-    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress!, $0.count) }
-}
 
 guard let server = option("--server").flatMap(URL.init(string:)), let key = option("--key"), let dir = option("--dir") else {
     say("usage: adtally-kit-child --server URL --key KEY --dir DIR --seed N [--flush]")
@@ -38,17 +28,10 @@ configuration.appVersion = "1.0"
 let tally = try AdTally(server: server, appKey: key, directory: URL(fileURLWithPath: dir), configuration: configuration)
 
 if CommandLine.arguments.contains("--flush") {
-    let semaphore = DispatchSemaphore(value: 0)
-    Task.detached {
-        do {
-            try await tally.flush()
-            say("flushed")
-        } catch {
-            say("flush failed: \(error)")
-        }
-        semaphore.signal()
+    waitFor {
+        try await tally.flush()
+        say("flushed")
     }
-    semaphore.wait()
     exit(0)
 }
 

@@ -1,16 +1,11 @@
 import AdTallyKit
+import KitCommandLine
 import Foundation
 
 // The kit's example: a session, a banner's and an interstitial's life sent to a
 // server (`make run`'s, by default), then the switch's answer.
 //
 //   swift run --package-path Clients/AdTallyKit adtally-kit-example --key KEY [--server http://127.0.0.1:8080]
-
-func option(_ name: String) -> String? {
-    let arguments = CommandLine.arguments
-    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
-    return arguments[index + 1]
-}
 
 guard let key = option("--key") ?? ProcessInfo.processInfo.environment["ADTALLY_KEY"] else {
     print("usage: adtally-kit-example --key INGEST_KEY [--server URL] [--dir FOLDER]")
@@ -41,17 +36,10 @@ try interstitial.requested()
 try interstitial.loaded()                                                    // interstitialAdDidLoad
 try interstitial.expired()                                                   // interstitialAdDidUnload
 
-let semaphore = DispatchSemaphore(value: 0)
-Task.detached {
-    do {
-        try await tally.flush()
-        let status = tally.status
-        print("sent: \(status.delivered) events delivered, \(status.pending) pending, \(status.deadLettered) refused")
-        let network = await tally.refreshNetwork(for: "home")
-        print("the switch says: show \(network ?? "nothing") on home")
-    } catch {
-        print("not sent: \(error)")
-    }
-    semaphore.signal()
+waitFor {
+    try await tally.flush()
+    let status = tally.status
+    print("sent: \(status.delivered) events delivered, \(status.pending) pending, \(status.deadLettered) refused")
+    let network = await tally.refreshNetwork(for: "home")
+    print("the switch says: show \(network ?? "nothing") on home")
 }
-semaphore.wait()
