@@ -1,13 +1,13 @@
 -- AdTally schema, part 11: sessions and revenue precision (DESIGN §2, issue 23).
 --
 -- A `session` event (the app came to the foreground) names no network or format.
--- It is stored with network '' and format '': no network name is empty (the
+-- It is stored with network '', format '' and placement '': no network name is empty (the
 -- validator's [a-z0-9_.-]{1,32}), so no filter, admission place or mediation
 -- policy can name it, and reports leave these rows out unless they ask for
 -- `sessions`. Sessions are counted in the same rollups as every other type (a
 -- column of their own beside requests .. wasted_fills), so the count stays
--- answerable after raw events age out, in every zone; their devices join the
--- sketches as any event's do.
+-- answerable after raw events age out, in every zone. Their devices go into the
+-- sketches' '' rows, which unique_devices (devices of ad events) does not read.
 --
 -- `revenue_precision` (precise, estimated, publisher_provided, unknown) is kept
 -- on the raw event beside the revenue it qualifies; NULL when the SDK did not say.

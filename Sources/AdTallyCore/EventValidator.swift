@@ -90,6 +90,8 @@ public struct EventValidator: Sendable {
         }
 
         var event = AdEvent(id: id, type: type, occurredAtMicros: occurredAt, network: network, format: format)
+        // A session has no placement either: stored as "", never as the ad slots' "default".
+        if type == .session { event.placement = "" }
 
         if let placement = try optionalString(raw.placement, "placement") {
             guard Self.isPlacement(placement) else {

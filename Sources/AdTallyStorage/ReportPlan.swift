@@ -101,12 +101,13 @@ struct ReportPlan {
 
     /// `AND column = ANY(values)` for each filter on a stored column (`alias.column`):
     /// pushed into every part of the source.
-    func columnFilters(_ alias: String) -> PostgresQuery {
+    func columnFilters(_ alias: String, devices: Bool = false) -> PostgresQuery {
         var sql: PostgresQuery = ""
         // Sessions are stored under no network (Migrations/0011): rows of their own that
         // only the sessions count reads; left out otherwise, so no grouping by network or
-        // format shows an empty one.
-        if !needed.contains(.sessions) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
+        // format shows an empty one. Their devices are never read: unique_devices counts
+        // the devices of ad events, whether sessions are asked for beside it or not.
+        if devices || !needed.contains(.sessions) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
         for filter in query.filters where !filter.dimension.isTime {
             let column = filter.dimension == .app ? "app_id" : filter.dimension.rawValue
             if filter.dimension == .errorCode {
@@ -205,7 +206,7 @@ struct ReportPlan {
             if devices {
                 parts.append("""
                     SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
-                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
+                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))
                     """)
             }
         case .hourly:
@@ -245,19 +246,20 @@ struct ReportPlan {
                 parts.append("""
                     SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))
                     """)
                 parts.append("""
                     SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
+                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r", devices: true))
                     """)
             }
         case .raw:
             preconditionFailure("raw events are not rollup parts")
         }
         // Deltas not yet compacted: every committed event is counted at once.
-        let deltaDevices = devices ? "(SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h)" : "NULL::hll"
+        // A session row's devices are not ad devices (see columnFilters).
+        let deltaDevices = devices ? "CASE WHEN r.network <> '' THEN (SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h) END" : "NULL::hll"
         parts.append("""
             SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: deltaDevices),
                    r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint
@@ -355,7 +357,7 @@ struct ReportPlan {
         var rows: PostgresQuery
         if source == .raw {
             let typed = "e.type IN ('impression', 'tap')"
-            let sketch = needsDevices ? Self.sketch("hll_hash_text(e.device)") + " FILTER (WHERE e.device IS NOT NULL)" : "NULL::hll"
+            let sketch = needsDevices ? Self.sketch("hll_hash_text(e.device)") + " FILTER (WHERE e.device IS NOT NULL AND e.type <> 'session')" : "NULL::hll"
             // Money needs each group split by UTC date, network, format, country and currency
             // (what rates and FX apply by); counts alone need only the dimensions.
             let n = dimensions.count

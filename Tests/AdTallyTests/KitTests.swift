@@ -87,6 +87,9 @@ struct KitTests {
             try await Self.withServer(fixture) { _, url, client, _ in
                 let misuses = Locked(0)
                 var configuration = Self.quick()
+                // Nothing is sent before the flush: the queue shows exactly what was recorded.
+                configuration.sendAfterEvents = 10_000
+                configuration.sendInterval = 3600
                 configuration.misuseHandler = { _ in misuses.withLock { $0 += 1 } }
                 let tally = try AdTally(server: url, appKey: fixture.ingest, directory: Self.folder(), configuration: configuration)
                 try tally.sessionStarted()
@@ -133,8 +136,8 @@ struct KitTests {
                 #expect(throws: AdTallyError.self) { try banner.shown() }
                 #expect(throws: AdTallyError.self) { try banner.actionCancelled() }
                 #expect(throws: AdTallyError.self) { try banner.shown(revenueMicros: 5, currency: nil) }
-                #expect(tally.status.pending <= pendingBefore + 2)
-                #expect(misuses.withLock { $0 } == 5)
+                #expect(tally.status.pending == pendingBefore + 2)
+                #expect(misuses.withLock { $0 } == 6)
 
                 try await Self.flush(tally)
                 #expect(tally.status.deadLettered == 0)
@@ -149,8 +152,11 @@ struct KitTests {
                 #expect(byFormat["banner"] == [11, 9, (9.0 / 11 * 1e6).rounded() / 1e6, 0, nil, 4, 1, 0.25, 0, 0, 2])
                 #expect(byFormat["interstitial"] == [6, 3, 0.5, 5, 0.6, 1, 1, 1.0, 5, 2, 1])
                 #expect(rows.count == 2, "\(rows)")
-                let sessions = try await Self.report(client, url, fixture, dimensions: "app", metrics: "sessions,requests")
+                let sessions = try await Self.report(client, url, fixture, dimensions: "app", metrics: "sessions,requests,unique_devices")
                 #expect(sessions.first.map { ($0[1] as? NSNumber)?.intValue } == 2, "\(sessions)")
+                // One device, counted once, whether sessions are asked for beside it or not.
+                let devices = try await Self.report(client, url, fixture, dimensions: "app", metrics: "unique_devices")
+                #expect(sessions.first.map { ($0[3] as? NSNumber)?.intValue } == 1 && devices.first.map { ($0[1] as? NSNumber)?.intValue } == 1, "\(sessions) \(devices)")
                 // Every event carries the install's facts.
                 let facts = try await fixture.sql("SELECT DISTINCT country, app_version, device, revenue_precision FROM events WHERE type = 'impression' AND format = 'interstitial'")
                 #expect(facts == [["JP", "2.1.0", tally.deviceID, "precise"]])
@@ -184,11 +190,14 @@ struct KitTests {
                 recorded.append(try slot.requested().uuidString.lowercased())
                 recorded.append(try slot.shown().uuidString.lowercased())
             }
-            let status = tally.status
-            let dropped = status.dropped[.queueFull] ?? 0
-            #expect(dropped > 0 && status.pending + dropped == 200, "\(status)")
-            #expect(status.pendingBytes <= 16 * 1024)
-            #expect(noticed.withLock { $0 } == dropped)
+            // A failed batch may be in flight as recording ends: the bound applies once it is back.
+            try await waitUntil("the bound held and every drop was told", within: 30) {
+                let status = tally.status
+                let dropped = status.dropped[.queueFull] ?? 0
+                return status.pendingBytes <= 16 * 1024 && status.pending + dropped == 200 && noticed.withLock { $0 } == dropped
+            }
+            let dropped = tally.status.dropped[.queueFull] ?? 0
+            #expect(dropped > 0)
             // flush waits while the server is down, and returns once it answered.
             let flushing = Task { try await Self.flush(tally, within: 90) }
             let flushingWhole = Task { try await Self.flush(roomy, within: 90) }
@@ -335,7 +344,7 @@ struct KitTests {
 
                 // A weighted split: each device stays on the side it drew.
                 var sides: Set<String> = []
-                for _ in 0..<12 {
+                for _ in 0..<20 {
                     let device = try AdTally(server: url, appKey: fixture.ingest, directory: Self.folder(), configuration: configuration)
                     let first = try #require(await device.refreshNetwork(for: "level_end"))
                     sides.insert(first)
@@ -358,7 +367,7 @@ struct KitTests {
 
     // MARK: - Kills
 
-    @Test("a child recording slots is SIGKILLed 55 times and the server 6 times: every event the child was told was recorded is counted exactly once")
+    @Test("a child recording slots is SIGKILLed 55 times, and the server 6 times under it: every event the child was told was recorded is counted exactly once")
     func killedAtRandom() async throws {
         try await TestDatabase.withDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
@@ -381,7 +390,18 @@ struct KitTests {
                 child.standardOutput = output
                 child.standardError = FileHandle.nullDevice
                 try child.run()
-                try await Task.sleep(for: .milliseconds(Int.random(in: 100...400, using: &generator)))
+                let alive = Int.random(in: 100...400, using: &generator)
+                if round % 10 == 5 {
+                    // The server dies under the child, while it records and sends; it comes back
+                    // before the child is killed in turn.
+                    try await Task.sleep(for: .milliseconds(alive / 2))
+                    server.kill()
+                    serverKills += 1
+                    server = try ServerProcess(databaseURL: conninfo, port: port, log: log)
+                    try await Task.sleep(for: .milliseconds(alive / 2 + 300))
+                } else {
+                    try await Task.sleep(for: .milliseconds(alive))
+                }
                 Foundation.kill(child.processIdentifier, SIGKILL)
                 let text = await onOwnThread { () -> String in
                     let data = output.fileHandleForReading.readDataToEndOfFile()
@@ -407,11 +427,6 @@ struct KitTests {
                     unconfirmed["any"] = (unconfirmed["any"] ?? 0) + 1
                 }
                 #expect(child.terminationReason == .uncaughtSignal, "the child exited by itself: \(text.suffix(300))")
-                if round % 10 == 5 {
-                    server.kill()
-                    serverKills += 1
-                    server = try ServerProcess(databaseURL: conninfo, port: port, log: log)
-                }
             }
             #expect(serverKills >= 5)
             #expect(told.count > 1000, "only \(told.count) events recorded")

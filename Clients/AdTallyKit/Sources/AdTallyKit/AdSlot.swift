@@ -58,7 +58,7 @@ public final class AdSlot: @unchecked Sendable {
     /// The network had no ad or failed (`error`, with its error code).
     @discardableResult
     public func failed(code: Int) throws -> UUID {
-        guard Int32(exactly: code) != nil else { throw AdTallyError.misuse("failed(code:): \(code) is not a 32-bit integer") }
+        try checked { guard Int32(exactly: code) != nil else { throw AdTallyError.misuse("failed(code:): \(code) is not a 32-bit integer") } }
         return try step("failed(code:)", from: [.requested], to: .idle, type: "error") { $0.add("error_code", Int64(code)) }
     }
 
@@ -66,7 +66,7 @@ public final class AdSlot: @unchecked Sendable {
     /// it when it did (AdMob's `paidEventHandler`: `value` in micros, `currencyCode`, `precision`).
     @discardableResult
     public func shown(revenueMicros: Int64? = nil, currency: String? = nil, precision: RevenuePrecision? = nil) throws -> UUID {
-        try Self.checkRevenue(revenueMicros, currency, precision, "shown")
+        try checked { try Self.checkRevenue(revenueMicros, currency, precision, "shown") }
         return try step("shown()", from: [.requested, .loaded], to: .shown, type: "impression") { json in
             json.add("revenue_micros", revenueMicros)
             json.add("currency", currency)
@@ -77,7 +77,7 @@ public final class AdSlot: @unchecked Sendable {
     /// The user tapped the ad (`tap`); `willLeave`: its action sends the user out of the app.
     @discardableResult
     public func tapped(willLeave: Bool = false, revenueMicros: Int64? = nil, currency: String? = nil, precision: RevenuePrecision? = nil) throws -> UUID {
-        try Self.checkRevenue(revenueMicros, currency, precision, "tapped")
+        try checked { try Self.checkRevenue(revenueMicros, currency, precision, "tapped") }
         return try step("tapped()", from: [.shown, .acting], to: .acting, type: "tap") { json in
             json.add("will_leave", willLeave)
             json.add("revenue_micros", revenueMicros)
@@ -96,13 +96,18 @@ public final class AdSlot: @unchecked Sendable {
     /// known by the slot (an interstitial that expires unshown is a wasted fill).
     @discardableResult
     public func expired() throws -> UUID {
-        lock.lock()
-        let wasShown = _state == .shown || _state == .acting
-        lock.unlock()
-        return try step("expired()", from: [.loaded, .shown, .acting], to: .idle, type: "expiry") { $0.add("shown", wasShown) }
+        try step("expired()", from: [.loaded, .shown, .acting], to: .idle, type: "expiry") { json, state in
+            json.add("shown", state == .shown || state == .acting)
+        }
     }
 
     private func step(_ call: String, from allowed: Set<State>, to next: State, type: String, fields: (inout EventJSON) -> Void) throws -> UUID {
+        try step(call, from: allowed, to: next, type: type) { json, _ in fields(&json) }
+    }
+
+    /// Records the event of `call` if the slot's state allows it, and moves the slot on;
+    /// `fields` sees the state the call found, under the slot's lock.
+    private func step(_ call: String, from allowed: Set<State>, to next: State, type: String, fields: (inout EventJSON, State) -> Void) throws -> UUID {
         lock.lock()
         defer { lock.unlock() }
         guard allowed.contains(_state) else {
@@ -110,9 +115,20 @@ public final class AdSlot: @unchecked Sendable {
             engine.reportMisuse(error)
             throw error
         }
-        let id = try engine.record(type: type, network: network, format: format, placement: placement, size: size, fields: fields)
+        let state = _state
+        let id = try engine.record(type: type, network: network, format: format, placement: placement, size: size) { fields(&$0, state) }
         _state = next
         return id
+    }
+
+    /// Runs a value check; a misuse it throws is reported to the app's handler first.
+    private func checked(_ check: () throws -> Void) throws {
+        do {
+            try check()
+        } catch let error as AdTallyError {
+            engine.reportMisuse(error)
+            throw error
+        }
     }
 
     private static func why(_ call: String, _ state: State) -> String {

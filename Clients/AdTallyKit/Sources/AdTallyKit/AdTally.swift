@@ -8,9 +8,11 @@ public struct AdTallyConfiguration: Sendable {
     /// Most bytes the queue holds on disk (default 8 MiB, ~25,000 events). Beyond it the
     /// oldest segment's events are dropped, counted and reported.
     public var maxQueueBytes = 8 << 20
-    /// Events older than this are dropped (counted) instead of sent: the server refuses
-    /// them anyway (default 7 days less an hour, inside the server's 7-day window).
-    public var maxEventAge: TimeInterval = 7 * 86_400 - 3600
+    /// Events older than this (by the device's clock) are dropped, counted, instead of
+    /// sent (default 30 days). The server's own window (7 days) decides what it takes:
+    /// older events come back as rejections with its reason. The kit's bound is wider, so
+    /// that a clock set forward by days does not drop a whole queue the server would take.
+    public var maxEventAge: TimeInterval = 30 * 86_400
     /// Size at which the queue starts a new segment file (default 256 KiB); the byte
     /// bound drops whole segments.
     public var segmentBytes = 256 << 10
@@ -40,7 +42,8 @@ public struct AdTallyConfiguration: Sendable {
     /// placement, else `defaultNetwork` (compiled into the app).
     public var defaultNetworks: [String: String] = [:]
     public var defaultNetwork: String?
-    /// Called (on a background thread) with drops, rejections and a refused key.
+    /// Called with drops, rejections and a refused key, in order, on a serial background
+    /// queue of the kit's (never on the thread that recorded).
     public var notices: (@Sendable (AdTallyNotice) -> Void)?
     /// Called with every misuse before it is thrown (e.g. `{ assertionFailure("\($0)") }` in debug builds).
     public var misuseHandler: (@Sendable (AdTallyError) -> Void)?
@@ -103,9 +106,14 @@ public final class AdTally: @unchecked Sendable {
 
     /// A slot for one banner, interstitial, native or rewarded ad of `network`.
     public func slot(network: String, format: AdFormat, placement: String? = nil, size: String? = nil) throws -> AdSlot {
-        try EventRules.checkNetwork(network)
-        if let placement { try EventRules.checkPlacement(placement) }
-        if let size { try EventRules.checkSize(size) }
+        do {
+            try EventRules.checkNetwork(network)
+            if let placement { try EventRules.checkPlacement(placement) }
+            if let size { try EventRules.checkSize(size) }
+        } catch let error as AdTallyError {
+            engine.reportMisuse(error)
+            throw error
+        }
         return AdSlot(engine: engine, network: network, format: format, placement: placement, size: size)
     }
 

@@ -12,10 +12,9 @@ import UIKit
 #endif
 
 /// The shared state behind every `AdTally` of one queue folder: the queue, the
-/// sender, the switch. One lock guards the queue and the counters.
+/// sender, the switch. One lock guards the queue and the counters; no file is read
+/// or fsynced under it but in `record` itself (and its fsync with `syncEveryRecord`).
 final class Engine: @unchecked Sendable {
-    let server: URL
-    let appKey: String
     let directory: URL
     let configuration: AdTallyConfiguration
     let deviceID: String
@@ -28,10 +27,15 @@ final class Engine: @unchecked Sendable {
     private let lockFD: Int32
     private var users = 1
     private var sender: Task<Void, Never>?
+    private var syncer: Task<Void, Never>?
     private let wakeup = Wakeup()
     private var isClosed = false
+    /// Notices and the flushes they precede are delivered in order, off the caller's thread.
+    private let notices = DispatchQueue(label: "adtally.notices")
 
     // Sending state (under `lock`).
+    private var server: URL
+    private var appKey: String
     private var inFlight = false
     private var failures = 0
     private var notBefore = Date.distantPast
@@ -56,23 +60,45 @@ final class Engine: @unchecked Sendable {
 
     // MARK: - Opening: one engine per folder per process
 
-    private static let registryLock = NSLock()
-    nonisolated(unsafe) private static var registry: [String: Engine] = [:]
+    /// The engines open in this process, by folder.
+    private final class Registry: @unchecked Sendable {
+        let lock = NSLock()
+        var engines: [String: Engine] = [:]
+    }
+
+    private static let registry = Registry()
 
     static func open(server: URL, appKey: String, directory: URL, configuration: AdTallyConfiguration) throws -> Engine {
         let path = directory.standardizedFileURL.resolvingSymlinksInPath().path
-        registryLock.lock()
-        defer { registryLock.unlock() }
-        if let engine = registry[path] {
-            engine.lock.lock()
-            engine.users += 1
-            engine.lock.unlock()
+        return try registry.lock.locked {
+            if let engine = registry.engines[path] {
+                engine.adopt(server: server, appKey: appKey)
+                return engine
+            }
+            let engine = try Engine(server: server, appKey: appKey, directory: directory, configuration: configuration)
+            registry.engines[path] = engine
+            engine.start()
             return engine
         }
-        let engine = try Engine(server: server, appKey: appKey, directory: directory, configuration: configuration)
-        registry[path] = engine
-        engine.start()
-        return engine
+    }
+
+    /// Another `AdTally` on this folder: it shares the engine; a new key or server it
+    /// names is used from now on (a key rotated after a refusal sends again).
+    private func adopt(server: URL, appKey: String) {
+        let changed = lock.locked { () -> Bool in
+            users += 1
+            guard server != self.server || appKey != self.appKey else { return false }
+            self.server = server
+            self.appKey = appKey
+            stoppedBy = nil
+            failures = 0
+            notBefore = .distantPast
+            return true
+        }
+        if changed {
+            switchboard.update(server: server, appKey: appKey)
+            wakeup.signal()
+        }
     }
 
     private init(server: URL, appKey: String, directory: URL, configuration: AdTallyConfiguration) throws {
@@ -85,7 +111,11 @@ final class Engine: @unchecked Sendable {
         self.configuration = configuration
         batchLimit = max(1, min(configuration.batchSize, 1000))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        lockFD = Glibc_open(directory.appendingPathComponent("queue.lock").path)
+        let device = try Self.deviceID(in: directory)
+        deviceID = device
+        // Checked before the folder is locked: a bad setting leaves nothing held.
+        commonFields = try Self.commonFields(configuration, device: device)
+        lockFD = openLockFile(directory.appendingPathComponent("queue.lock").path)
         guard lockFD >= 0 else { throw AdTallyError.storage("cannot open \(directory.path)/queue.lock") }
         guard flock(lockFD, LOCK_EX | LOCK_NB) == 0 else {
             close(lockFD)
@@ -93,20 +123,31 @@ final class Engine: @unchecked Sendable {
         }
         do {
             queue = try EventQueue(folder: directory.appendingPathComponent("queue"), segmentBytes: configuration.segmentBytes)
-            deviceID = try Self.deviceID(in: directory)
         } catch {
             close(lockFD)
             throw error
         }
-        commonFields = try Self.commonFields(configuration, device: deviceID)
         dropReports = DropReports(file: directory.appendingPathComponent("drops.json"))
         session = Self.sharedSession
         switchboard = Switchboard(server: server, appKey: appKey, file: directory.appendingPathComponent("switch.json"), configuration: configuration, session: session)
-        if queue.damagedOnOpen > 0 { noteDropped(queue.damagedOnOpen, .damaged) }
+        if queue.damagedOnOpen > 0 {
+            let damaged = queue.damagedOnOpen
+            dropReports.add(damaged, .damaged)
+            counters.dropped[.damaged] = damaged
+            deliver([.dropped(count: damaged, reason: .damaged)])
+        }
     }
 
     private func start() {
         sender = Task.detached(priority: .utility) { [self] in await self.sendLoop() }
+        if case .syncEvery(let interval) = configuration.durability {
+            syncer = Task.detached(priority: .utility) { [self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(nanoseconds: UInt64(max(0.01, interval) * 1e9))
+                    syncIfDirty()
+                }
+            }
+        }
         switchboard.refreshAll()
         #if canImport(UIKit) && !os(watchOS)
         NotificationCenter.default.addObserver(forName: UIApplication.didEnterBackgroundNotification, object: nil, queue: nil) { [weak self] _ in
@@ -115,25 +156,29 @@ final class Engine: @unchecked Sendable {
         #endif
     }
 
-    /// One `AdTally` of this engine went away; the last one closes it.
+    /// One `AdTally` of this engine went away; the last one closes it. A batch in
+    /// flight then changes nothing: its events stay queued, and a later instance sends
+    /// them again under the same ids.
     func release() {
-        Self.registryLock.lock()
-        lock.lock()
-        users -= 1
-        let last = users == 0
-        if last { isClosed = true }
-        let pending = last ? waiters : []
-        if last { waiters = [] }
-        lock.unlock()
-        if last { Self.registry = Self.registry.filter { $0.value !== self } }
-        Self.registryLock.unlock()
+        let last = Self.registry.lock.locked { () -> Bool in
+            let last = lock.locked { () -> Bool in
+                users -= 1
+                if users == 0 { isClosed = true }
+                return users == 0
+            }
+            if last { Self.registry.engines = Self.registry.engines.filter { $0.value !== self } }
+            return last
+        }
         guard last else { return }
-        for waiter in pending { waiter.continuation.resume(throwing: AdTallyError.closed) }
+        let pending = lock.locked { () -> [CheckedContinuation<Void, any Error>] in
+            defer { waiters = [] }
+            return waiters.map(\.continuation)
+        }
+        notices.async { for continuation in pending { continuation.resume(throwing: AdTallyError.closed) } }
         sender?.cancel()
+        syncer?.cancel()
         wakeup.signal()
-        lock.lock()
-        queue.sync()
-        lock.unlock()
+        lock.locked { queue.sync() }
         flock(lockFD, LOCK_UN)
         close(lockFD)
     }
@@ -169,44 +214,64 @@ final class Engine: @unchecked Sendable {
         if !inFlight { dropped = enforceBound() }
         let due = queue.pendingCount >= configuration.sendAfterEvents
         lock.unlock()
-        if dropped > 0 { noteDropped(dropped, .queueFull) }
+        if dropped > 0 { deliver([.dropped(count: dropped, reason: .queueFull)]) }
         if due { wakeup.signal() }
         return id
     }
 
-    /// Drops the oldest segments while the queue is over its byte bound (under `lock`, no batch in flight).
+    /// Drops the oldest segments while the queue is over its byte bound (under `lock`,
+    /// no batch in flight). Each drop is counted on disk (drops.json) before the head
+    /// passes the events, so a kill between the two over-counts at worst, never hides.
     private func enforceBound() -> Int {
         var dropped = 0
         while queue.pendingBytes > configuration.maxQueueBytes, queue.head.segment < queue.tail.segment {
-            guard let count = try? queue.dropOldestSegment() else { break }
+            let count = queue.headSegmentCount
+            if count > 0 { dropReports.add(count, .queueFull) }
+            guard (try? queue.dropOldestSegment()) != nil else {
+                // The head could not be written (a full disk): counted, and left for the next record.
+                if count > 0 { counters.dropped[.queueFull, default: 0] += count }
+                return dropped + count
+            }
+            counters.dropped[.queueFull, default: 0] += count
             dropped += count
         }
         return dropped
+    }
+
+    /// fsync of what was written since the last, outside the lock (the syncer, every interval).
+    private func syncIfDirty() {
+        guard let fd = lock.locked({ queue.takeSyncHandle() }) else { return }
+        EventQueue.sync(fd)
+        close(fd)
     }
 
     func reportMisuse(_ error: AdTallyError) {
         configuration.misuseHandler?(error)
     }
 
-    private func noteDropped(_ count: Int, _ reason: DropReason) {
-        lock.lock()
-        counters.dropped[reason, default: 0] += count
-        dropReports.add(count, reason)
-        lock.unlock()
-        configuration.notices?(.dropped(count: count, reason: reason))
+    /// Gives notices to the app in order, on the notices queue, then resumes `then`.
+    private func deliver(_ list: [AdTallyNotice], then continuations: [CheckedContinuation<Void, any Error>] = [], error: (any Error)? = nil) {
+        guard !list.isEmpty || !continuations.isEmpty else { return }
+        let handler = configuration.notices
+        notices.async {
+            if let handler { for notice in list { handler(notice) } }
+            for continuation in continuations {
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
     }
 
     var status: AdTallyStatus {
-        lock.lock()
-        defer { lock.unlock() }
-        var status = counters
-        status.pending = queue.pendingCount
-        status.pendingBytes = queue.pendingBytes
-        status.stoppedBy = stoppedBy?.status
         let switchCounts = switchboard.counts
-        status.switchFetches = switchCounts.fetches
-        status.switchNotModified = switchCounts.notModified
-        return status
+        return lock.locked {
+            var status = counters
+            status.pending = queue.pendingCount
+            status.pendingBytes = queue.pendingBytes
+            status.stoppedBy = stoppedBy?.status
+            status.switchFetches = switchCounts.fetches
+            status.switchNotModified = switchCounts.notModified
+            return status
+        }
     }
 
     // MARK: - Flushing
@@ -231,21 +296,27 @@ final class Engine: @unchecked Sendable {
                     continuation.resume()
                     return
                 }
+                if Task.isCancelled {
+                    // Cancelled before the waiter was added: the handler found nothing to cancel.
+                    lock.unlock()
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
                 waiters.append((queue.tail, id, continuation))
                 flushRequested = true
                 lock.unlock()
                 wakeup.signal()
             }
         } onCancel: {
-            lock.lock()
-            let index = waiters.firstIndex { $0.id == id }
-            let waiter = index.map { waiters.remove(at: $0) }
-            lock.unlock()
-            waiter?.continuation.resume(throwing: CancellationError())
+            let waiter = lock.locked { () -> CheckedContinuation<Void, any Error>? in
+                guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return waiters.remove(at: index).continuation
+            }
+            waiter?.resume(throwing: CancellationError())
         }
     }
 
-    /// Resumes the waiters whose events have all been answered (under `lock`); returns them.
+    /// The waiters whose events have all been answered (under `lock`), removed.
     private func answeredWaiters() -> [CheckedContinuation<Void, any Error>] {
         guard !dropReports.hasUnsent else { return [] }
         let head = queue.head
@@ -255,19 +326,17 @@ final class Engine: @unchecked Sendable {
     }
 
     func enteredBackground() {
-        lock.lock()
-        queue.sync()
-        flushRequested = true
-        lock.unlock()
+        lock.locked { flushRequested = true }
+        syncIfDirty()
         wakeup.signal()
     }
 
     func resumeSending() {
-        lock.lock()
-        stoppedBy = nil
-        failures = 0
-        notBefore = .distantPast
-        lock.unlock()
+        lock.locked {
+            stoppedBy = nil
+            failures = 0
+            notBefore = .distantPast
+        }
         wakeup.signal()
     }
 
@@ -280,106 +349,109 @@ final class Engine: @unchecked Sendable {
     }
 
     private func nextStep() -> Next {
-        lock.lock()
-        defer { lock.unlock() }
-        if isClosed { return .stop }
-        if stoppedBy != nil { return .wait(3600) }
-        let hasWork = queue.pendingCount > 0 || dropReports.hasUnsent || queue.head < queue.tail
-        guard hasWork else {
-            // Nothing to send: answer waiters that only wait for what is already done.
-            flushRequested = false
-            return .wait(configuration.sendInterval)
+        lock.locked {
+            if isClosed { return .stop }
+            if stoppedBy != nil { return .wait(3600) }
+            let hasWork = queue.head < queue.tail || dropReports.hasUnsent
+            guard hasWork else {
+                flushRequested = false
+                return .wait(configuration.sendInterval)
+            }
+            let now = Date()
+            if now < notBefore { return .wait(notBefore.timeIntervalSince(now)) }
+            if flushRequested || queue.pendingCount >= configuration.sendAfterEvents || failures > 0 { return .send }
+            let due = lastSend.addingTimeInterval(configuration.sendInterval)
+            return now >= due ? .send : .wait(due.timeIntervalSince(now))
         }
-        let now = Date()
-        if now < notBefore { return .wait(notBefore.timeIntervalSince(now)) }
-        if flushRequested || queue.pendingCount >= configuration.sendAfterEvents || failures > 0 { return .send }
-        let due = lastSend.addingTimeInterval(configuration.sendInterval)
-        return now >= due ? .send : .wait(due.timeIntervalSince(now))
     }
 
     private func sendLoop() async {
-        var lastSync = Date()
         while !Task.isCancelled {
             switch nextStep() {
             case .stop: return
             case .wait(let seconds):
-                if case .syncEvery(let interval) = configuration.durability {
-                    // Sync what waits at most `interval` after it was written.
-                    let wait = min(seconds, max(0.05, interval - Date().timeIntervalSince(lastSync)))
-                    await wakeup.sleep(wait)
-                    if Date().timeIntervalSince(lastSync) >= interval {
-                        lock.locked { queue.sync() }
-                        lastSync = Date()
-                    }
-                } else {
-                    await wakeup.sleep(seconds)
-                }
+                await wakeup.sleep(seconds)
             case .send:
                 await sendBatch()
-                await sendDropReports()
+                if lock.locked({ Date() >= notBefore && stoppedBy == nil }) { await sendDropReports() }
                 let ready = lock.locked { () -> [CheckedContinuation<Void, any Error>] in
                     let ready = answeredWaiters()
                     if queue.head >= queue.tail && !dropReports.hasUnsent { flushRequested = false }
                     return ready
                 }
-                for continuation in ready { continuation.resume() }
+                deliver([], then: ready)
             }
         }
     }
 
-    /// The batch to send from the head (synced to disk first), or nil when there is none.
-    private func takeBatch() -> [QueuedRecord]? {
-        lock.locked {
-            queue.sync()
-            let records: [QueuedRecord]
-            do {
-                records = try queue.read(limit: batchLimit, maxBytes: configuration.batchBytes)
-            } catch {
-                configuration.notices?(.sendFailed("cannot read the queue: \(error)"))
-                backOffLocked()
-                return nil
-            }
-            guard !records.isEmpty else {
-                // Only damage left between head and tail: pass it.
-                _ = try? queue.advance(to: queue.tail, records: queue.pendingCount)
-                return nil
-            }
+    /// The batch to send from the head, read outside the lock (no advance or drop runs
+    /// while it is in flight); nil when there is none.
+    private func takeBatch() -> (records: [QueuedRecord], server: URL, key: String)? {
+        guard let (plan, server, key) = lock.locked({ () -> (EventQueue.ReadPlan, URL, String)? in
+            guard queue.head < queue.tail, !inFlight else { return nil }
             inFlight = true
             lastSend = Date()
-            return records
+            return (queue.readPlan(), self.server, appKey)
+        }) else { return nil }
+        syncIfDirty()
+        let records: [QueuedRecord]
+        do {
+            records = try EventQueue.records(in: plan, limit: lock.locked { batchLimit }, maxBytes: configuration.batchBytes)
+        } catch {
+            lock.locked {
+                inFlight = false
+                backOffLocked()
+            }
+            deliver([.sendFailed("cannot read the queue: \(error)")])
+            return nil
         }
+        guard !records.isEmpty else {
+            // Only damage between head and tail: pass it.
+            lock.locked {
+                inFlight = false
+                _ = try? queue.advance(to: plan.tail, records: 0)
+            }
+            return nil
+        }
+        return (records, server, key)
     }
 
     private func sendBatch() async {
-        guard let records = takeBatch(), let last = records.last else { return }
+        guard let (records, server, key) = takeBatch(), let last = records.last else { return }
         let oldest = Int64((Date().timeIntervalSince1970 - configuration.maxEventAge) * 1000)
         let fresh = records.filter { $0.occurredAtMillis >= oldest }
         var outcome = Outcome.delivered(rejected: [])
         if !fresh.isEmpty {
-            outcome = await post(fresh)
+            outcome = await post(fresh, to: server, key: key)
         }
-        let (notices, dropped, refused) = lock.locked { () -> ([AdTallyNotice], Int, [CheckedContinuation<Void, any Error>]) in
-            let (notices, dropped) = finishBatch(records, fresh: fresh, last: last, outcome: outcome)
-            // A refused key fails the flushes waiting: after the app was told (below).
-            guard stoppedBy != nil else { return (notices, dropped, []) }
+        let (list, refused, stopped) = lock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>], (status: Int, detail: String)?) in
+            let list = finishBatch(records, fresh: fresh, last: last, outcome: outcome)
+            // A refused key fails the flushes waiting, after the app was told.
+            guard let stopped = stoppedBy else { return (list, [], nil) }
             defer { waiters = [] }
-            return (notices, dropped, waiters.map(\.continuation))
+            return (list, waiters.map(\.continuation), stopped)
         }
-        if dropped > 0 { noteDropped(dropped, .queueFull) }
-        for notice in notices { configuration.notices?(notice) }
-        if let stopped = lock.locked({ stoppedBy }) {
-            for continuation in refused { continuation.resume(throwing: AdTallyError.sendingStopped(status: stopped.status, detail: stopped.detail)) }
-        }
+        deliver(list, then: refused, error: stopped.map { AdTallyError.sendingStopped(status: $0.status, detail: $0.detail) })
     }
 
     /// Applies the server's answer to a batch (under `lock`): the queue's head, the
-    /// dead letters, the retry timing; returns the notices to give and the events the
-    /// bound dropped meanwhile.
-    private func finishBatch(_ records: [QueuedRecord], fresh: [QueuedRecord], last: QueuedRecord, outcome: Outcome) -> ([AdTallyNotice], Int) {
+    /// dead letters, the retry timing; returns the notices to give. Nothing changes once
+    /// the engine is closed (the events stay queued for the next instance).
+    private func finishBatch(_ records: [QueuedRecord], fresh: [QueuedRecord], last: QueuedRecord, outcome: Outcome) -> [AdTallyNotice] {
+        inFlight = false
+        guard !isClosed else { return [] }
         var notices: [AdTallyNotice] = []
         let expired = records.count - fresh.count
-        inFlight = false
         counters.requests += fresh.isEmpty ? 0 : 1
+        /// The batch leaves the queue: expired events counted (on disk first), then the head moves.
+        func finish() {
+            if expired > 0 {
+                dropReports.add(expired, .expired)
+                counters.dropped[.expired, default: 0] += expired
+                notices.append(.dropped(count: expired, reason: .expired))
+            }
+            _ = try? queue.advance(to: last.end, records: records.count)
+        }
         switch outcome {
         case .delivered(let rejected):
             counters.delivered += fresh.count - rejected.count
@@ -388,14 +460,11 @@ final class Engine: @unchecked Sendable {
                 DeadLetter.append(fresh[index].json, reason: reason, in: directory)
                 if let id = Self.id(of: fresh[index].json) { notices.append(.rejected(id: id, reason: reason)) }
             }
-            _ = try? queue.advance(to: last.end, records: records.count)
-            failures = 0
-            notBefore = .distantPast
-            batchLimit = min(max(1, min(configuration.batchSize, 1000)), batchLimit * 2)
-            if expired > 0 {
-                counters.dropped[.expired, default: 0] += expired
-                dropReports.add(expired, .expired)
-                notices.append(.dropped(count: expired, reason: .expired))
+            finish()
+            if !fresh.isEmpty {
+                failures = 0
+                notBefore = .distantPast
+                batchLimit = min(max(1, min(configuration.batchSize, 1000)), batchLimit * 2)
             }
         case .split(let detail):
             counters.splits += 1
@@ -404,7 +473,7 @@ final class Engine: @unchecked Sendable {
                 DeadLetter.append(fresh[0].json, reason: detail, in: directory)
                 counters.deadLettered += 1
                 if let id = Self.id(of: fresh[0].json) { notices.append(.rejected(id: id, reason: detail)) }
-                _ = try? queue.advance(to: last.end, records: records.count)
+                finish()
             } else {
                 batchLimit = max(1, fresh.count / 2)
             }
@@ -413,14 +482,22 @@ final class Engine: @unchecked Sendable {
             notices.append(.sendingStopped(status: status, detail: detail))
         case .retryAfter(let seconds, let detail):
             counters.throttled += 1
-            failures += 1
-            notBefore = Date().addingTimeInterval(seconds)
+            if let seconds {
+                // As long as the server asked, and a little more, at random, so that the
+                // devices it turned away do not all come back in the same second.
+                failures += 1
+                notBefore = Date().addingTimeInterval(seconds + Double.random(in: 0...max(0.05, seconds * 0.1)))
+            } else {
+                backOffLocked()
+            }
             notices.append(.sendFailed(detail))
         case .failed(let detail):
             backOffLocked()
             notices.append(.sendFailed(detail))
         }
-        return (notices, enforceBound())
+        let dropped = enforceBound()
+        if dropped > 0 { notices.append(.dropped(count: dropped, reason: .queueFull)) }
+        return notices
     }
 
     /// Exponential backoff with jitter: half the delay fixed, half random (under `lock`).
@@ -434,11 +511,11 @@ final class Engine: @unchecked Sendable {
         case delivered(rejected: [(Int, String)])
         case split(String)
         case stopped(Int, String)
-        case retryAfter(TimeInterval, String)
+        case retryAfter(TimeInterval?, String)
         case failed(String)
     }
 
-    private func post(_ records: [QueuedRecord]) async -> Outcome {
+    private func post(_ records: [QueuedRecord], to server: URL, key: String) async -> Outcome {
         var body: [UInt8] = []
         body.reserveCapacity(records.reduce(0) { $0 + $1.json.count + 1 })
         for record in records {
@@ -447,7 +524,7 @@ final class Engine: @unchecked Sendable {
         }
         var request = URLRequest(url: server.appendingPathComponent("v1/events"), timeoutInterval: configuration.requestTimeout)
         request.httpMethod = "POST"
-        request.setValue("Bearer \(appKey)", forHTTPHeaderField: "Authorization")
+        request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
         request.setValue("application/x-ndjson", forHTTPHeaderField: "Content-Type")
         request.setValue("AdTallyKit/1", forHTTPHeaderField: "User-Agent")
         if let compressed = Gzip.compress(body) {
@@ -465,6 +542,8 @@ final class Engine: @unchecked Sendable {
         }
         guard let http = response as? HTTPURLResponse else { return .failed("not an HTTP answer") }
         let detail = Self.detail(data, status: http.statusCode)
+        // AdTally's own errors are problem+json; a proxy's 400 or 413 is not about the events.
+        let isProblem = (http.value(forHTTPHeaderField: "Content-Type") ?? "").hasPrefix("application/problem+json")
         switch http.statusCode {
         case 200:
             guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
@@ -476,33 +555,43 @@ final class Engine: @unchecked Sendable {
                 guard let index = (entry["index"] as? NSNumber)?.intValue else { return nil }
                 return (index, (entry["error"] as? String) ?? "rejected")
             })
-        case 400, 413:
-            return .split("\(http.statusCode): \(detail)")
+        case 413:
+            return .split("413: \(detail)")
+        case 400 where isProblem:
+            return .split("400: \(detail)")
         case 401, 403:
             return .stopped(http.statusCode, detail)
         case 429, 503:
-            let seconds = Self.retryAfter(http.value(forHTTPHeaderField: "Retry-After")) ?? configuration.retryBase
-            return .retryAfter(seconds, "\(http.statusCode): \(detail)")
+            return .retryAfter(Self.retryAfter(http.value(forHTTPHeaderField: "Retry-After")), "\(http.statusCode): \(detail)")
         default:
             return .failed("\(http.statusCode): \(detail)")
         }
     }
 
-    /// Sends the counts of dropped events (`POST /v1/client-drops`), each report once by its id.
+    /// Sends the counts of dropped events (`POST /v1/client-drops`), each report once by
+    /// its id; a failure backs off like a batch's.
     private func sendDropReports() async {
-        let (reports, stopped) = lock.locked { (dropReports.seal(), stoppedBy != nil) }
-        guard !stopped else { return }
+        let (reports, server, key) = lock.locked { (dropReports.seal(), self.server, appKey) }
         for report in reports {
             var request = URLRequest(url: server.appendingPathComponent("v1/client-drops"), timeoutInterval: configuration.requestTimeout)
             request.httpMethod = "POST"
-            request.setValue("Bearer \(appKey)", forHTTPHeaderField: "Authorization")
+            request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
             request.httpBody = Data(#"{"id":"\#(report.id.uuidString.lowercased())","reason":"\#(report.reason)","dropped":\#(report.count)}"#.utf8)
-            guard let (_, response) = try? await session.adTallyData(for: request), let http = response as? HTTPURLResponse else { return }
-            // 400 or 404: a report this server cannot take will never be taken; it is not resent.
-            let done = [200, 400, 404].contains(http.statusCode)
-            if done { lock.locked { dropReports.remove(report.id) } }
-            if !done { return }
+            let status = (try? await session.adTallyData(for: request)).flatMap { ($0.1 as? HTTPURLResponse)?.statusCode }
+            lock.locked {
+                lastSend = Date()
+                switch status {
+                case 200, 400, 404:
+                    // 400 or 404: a report this server cannot take will never be taken; not resent.
+                    dropReports.remove(report.id)
+                case 401, 403:
+                    stoppedBy = (status ?? 401, "the server refused the key")
+                default:
+                    backOffLocked()
+                }
+            }
+            guard status == 200 || status == 400 || status == 404 else { return }
         }
     }
 
@@ -549,10 +638,8 @@ final class Engine: @unchecked Sendable {
         var json = EventJSON(id: UUID(), type: "", occurredAtMillis: 0)
         let start = json.bytes.count
         let country = configuration.country ?? Self.localeCountry()
-        if let country {
-            guard country.utf8.count == 2, country.utf8.allSatisfy({ (0x41...0x5A).contains($0) }) else {
-                throw AdTallyError.misuse("country \"\(country)\" must be an ISO 3166-1 alpha-2 code in capitals")
-            }
+        if let country, !Countries.codes.contains(country) {
+            throw AdTallyError.misuse("country \"\(country)\" must be an ISO 3166-1 alpha-2 code in capitals (ZZ for unknown)")
         }
         json.add("country", country)
         let platform = configuration.platform ?? Self.systemPlatform
@@ -576,7 +663,8 @@ final class Engine: @unchecked Sendable {
         } else {
             code = Locale.current.regionCode
         }
-        guard let code, code.utf8.count == 2, code.utf8.allSatisfy({ (0x41...0x5A).contains($0) }) else { return nil }
+        // A region that is no ISO country (IC, EA, DG, a number) is left out: the server counts ZZ.
+        guard let code, Countries.codes.contains(code) else { return nil }
         return code
     }
 
@@ -603,7 +691,8 @@ extension NSLock {
     }
 }
 
-private func Glibc_open(_ path: String) -> Int32 {
+/// The folder's lock file, opened (`open(2)`: Engine has a static `open` of its own).
+private func openLockFile(_ path: String) -> Int32 {
     open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
 }
 

@@ -84,7 +84,8 @@ final class EventQueue {
             let start = number == head.segment ? min(head.offset, data.count) : 0
             var records = 0
             var lastEnd = start
-            let damaged = Self.scan(data, from: start) { _, _, end in
+            var damageStarts: [Int] = []
+            Self.scan(data, from: start, damage: { damageStarts.append($0) }) { _, _, end in
                 records += 1
                 lastEnd = end
             }
@@ -98,7 +99,7 @@ final class EventQueue {
                     size = lastEnd
                 }
             }
-            damagedOnOpen += damaged
+            for offset in damageStarts where offset < size { damage.insert(QueuePosition(segment: number, offset: offset)) }
             segmentCounts[number] = records
             segmentSizes[number] = size
             pendingCount += records
@@ -106,7 +107,30 @@ final class EventQueue {
             if number == tail.segment { tail.offset = size }
         }
         if head.offset > (segmentSizes[head.segment] ?? 0) { head.offset = segmentSizes[head.segment] ?? 0 }
+        // Damage stays in its file until the head passes it: count each stretch once,
+        // not again at every launch (the stretches counted are kept in `damage`).
+        let known = Set(Self.readDamage(folder))
+        damagedOnOpen = damage.subtracting(known).count
+        if damage != known { Self.writeDamage(folder, damage) }
         try openForAppend()
+    }
+
+    /// Damaged stretches found on open (each counted once as a dropped event: a damaged
+    /// record's length cannot be trusted, so neither can a count of what it held).
+    private var damage: Set<QueuePosition> = []
+
+    static func readDamage(_ folder: URL) -> [QueuePosition] {
+        guard let text = try? String(contentsOf: folder.appendingPathComponent("damage"), encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let segment = UInt32(parts[0]), let offset = Int(parts[1]) else { return nil }
+            return QueuePosition(segment: segment, offset: offset)
+        }
+    }
+
+    static func writeDamage(_ folder: URL, _ damage: Set<QueuePosition>) {
+        let text = damage.sorted().map { "\($0.segment) \($0.offset)\n" }.joined()
+        try? Data(text.utf8).write(to: folder.appendingPathComponent("damage"), options: .atomic)
     }
 
     deinit { if writeFD >= 0 { close(writeFD) } }
@@ -153,6 +177,24 @@ final class EventQueue {
         return position
     }
 
+    /// A descriptor to fsync the segment being appended to with, outside the caller's
+    /// lock (a duplicate, so a rotation meanwhile cannot close it), or nil when nothing
+    /// was written since the last; the caller closes it.
+    func takeSyncHandle() -> Int32? {
+        guard isDirty, writeFD >= 0 else { return nil }
+        isDirty = false
+        let fd = dup(writeFD)
+        return fd >= 0 ? fd : nil
+    }
+
+    static func sync(_ fd: Int32) {
+        #if canImport(Darwin)
+        _ = fcntl(fd, F_FULLFSYNC)
+        #else
+        _ = fdatasync(fd)
+        #endif
+    }
+
     /// fsync of the segment being appended to (earlier segments were synced when they were closed).
     func sync() {
         guard isDirty, writeFD >= 0 else { return }
@@ -184,42 +226,67 @@ final class EventQueue {
 
     // MARK: - Reading and finishing
 
-    /// Up to `limit` records (and about `maxBytes` of JSON) from the head on.
-    func read(limit: Int, maxBytes: Int) throws -> [QueuedRecord] {
+    /// What lies between the head and the tail now: the segments and byte ranges to read.
+    /// Taken under the caller's lock; read with `records(in:)` outside it, while no
+    /// advance or drop runs (the sender holds the batch in flight).
+    struct ReadPlan {
+        var folder: URL
+        var ranges: [(segment: UInt32, from: Int, to: Int)]
+        var tail: QueuePosition
+    }
+
+    func readPlan() -> ReadPlan {
+        var ranges: [(segment: UInt32, from: Int, to: Int)] = []
+        var segment = head.segment
+        while segment <= tail.segment {
+            let end = segment == tail.segment ? tail.offset : (segmentSizes[segment] ?? 0)
+            let from = segment == head.segment ? head.offset : 0
+            if from < end { ranges.append((segment, from, end)) }
+            segment += 1
+        }
+        return ReadPlan(folder: folder, ranges: ranges, tail: tail)
+    }
+
+    /// Up to `limit` records (and about `maxBytes` of JSON) of a plan, in order.
+    static func records(in plan: ReadPlan, limit: Int, maxBytes: Int) throws -> [QueuedRecord] {
         var records: [QueuedRecord] = []
         var bytes = 0
-        var segment = head.segment
-        var offset = head.offset
-        while records.count < limit, bytes < maxBytes, segment <= tail.segment {
-            let end = segment == tail.segment ? tail.offset : (segmentSizes[segment] ?? 0)
-            if offset < end {
-                let data = try Self.read(Self.segmentURL(folder, segment), upTo: end)
-                var stop = false
-                _ = Self.scan(data, from: offset) { range, millis, recordEnd in
-                    if stop { return }
-                    records.append(QueuedRecord(
-                        occurredAtMillis: millis, json: Array(data[range]),
-                        position: QueuePosition(segment: segment, offset: range.lowerBound - Self.headerBytes),
-                        end: QueuePosition(segment: segment, offset: recordEnd)
-                    ))
-                    bytes += range.count
-                    if records.count >= limit || bytes >= maxBytes { stop = true }
-                }
+        for range in plan.ranges where records.count < limit && bytes < maxBytes {
+            let data = try read(segmentURL(plan.folder, range.segment), upTo: range.to)
+            var stop = false
+            scan(data, from: range.from) { json, millis, recordEnd in
+                if stop { return }
+                records.append(QueuedRecord(
+                    occurredAtMillis: millis, json: Array(data[json]),
+                    position: QueuePosition(segment: range.segment, offset: json.lowerBound - headerBytes),
+                    end: QueuePosition(segment: range.segment, offset: recordEnd)
+                ))
+                bytes += json.count
+                if records.count >= limit || bytes >= maxBytes { stop = true }
             }
-            segment += 1
-            offset = 0
         }
         return records
     }
+
+    /// Up to `limit` records from the head on (tests; the sender reads a plan outside its lock).
+    func read(limit: Int, maxBytes: Int) throws -> [QueuedRecord] {
+        try Self.records(in: readPlan(), limit: limit, maxBytes: maxBytes)
+    }
+
+    /// Records in the head's segment from the head on: what `dropOldestSegment` would drop.
+    var headSegmentCount: Int { segmentCounts[head.segment] ?? 0 }
 
     /// Moves the head to `position` (never back), counting the records passed, and
     /// deletes the segments wholly before it. Returns how many records left.
     @discardableResult
     func advance(to position: QueuePosition, records: Int) throws -> Int {
         guard head < position else { return 0 }
+        var newHead = position
+        if newHead.segment == tail.segment && newHead.offset > tail.offset { newHead.offset = tail.offset }
+        // On disk first: a head that cannot be written leaves every count as it was.
+        try writeHead(newHead)
         let oldHead = head
-        head = position
-        if head.segment == tail.segment && head.offset > tail.offset { head.offset = tail.offset }
+        head = newHead
         // Bytes passed: whole segments from the old head, then the part of the new head's.
         var passedBytes = 0
         for number in oldHead.segment..<head.segment {
@@ -239,7 +306,6 @@ final class EventQueue {
                 segmentCounts[number] = max(0, inSegment - left)
             }
         }
-        try writeHead()
         if oldHead.segment < head.segment {
             for number in oldHead.segment..<head.segment { unlink(Self.segmentURL(folder, number).path) }
         }
@@ -255,7 +321,7 @@ final class EventQueue {
         return dropped
     }
 
-    private func writeHead() throws {
+    private func writeHead(_ head: QueuePosition) throws {
         let text = "\(head.segment) \(head.offset)\n"
         let temporary = folder.appendingPathComponent("head.tmp")
         try Data(text.utf8).write(to: temporary)
@@ -309,7 +375,7 @@ final class EventQueue {
     /// Calls `record` with each whole record's JSON range, time and end offset from
     /// `start`; returns how many damaged stretches were skipped.
     @discardableResult
-    static func scan(_ data: [UInt8], from start: Int, _ record: (Range<Int>, Int64, Int) -> Void) -> Int {
+    static func scan(_ data: [UInt8], from start: Int, damage: (Int) -> Void = { _ in }, _ record: (Range<Int>, Int64, Int) -> Void) -> Int {
         var offset = start
         var damaged = 0
         var inDamage = false
@@ -321,13 +387,19 @@ final class EventQueue {
                     offset = end
                     inDamage = false
                 } else {
-                    if !inDamage { damaged += 1 }
+                    if !inDamage {
+                        damaged += 1
+                        damage(offset)
+                    }
                     inDamage = true
                     offset += 1
                 }
             }
         }
-        if offset < data.count && !inDamage { damaged += 1 }
+        if offset < data.count && !inDamage {
+            damaged += 1
+            damage(offset)
+        }
         return damaged
     }
 

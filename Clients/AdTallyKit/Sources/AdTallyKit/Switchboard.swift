@@ -18,8 +18,8 @@ final class Switchboard: @unchecked Sendable {
         var fetchedAt: Date
     }
 
-    private let server: URL
-    private let appKey: String
+    private var server: URL
+    private var appKey: String
     private let file: URL
     private let configuration: AdTallyConfiguration
     private let session: URLSession
@@ -44,6 +44,15 @@ final class Switchboard: @unchecked Sendable {
         self.configuration = configuration
         self.session = session
         answers = (try? JSONDecoder().decode([String: Answer].self, from: Data(contentsOf: file))) ?? [:]
+    }
+
+    /// Another `AdTally` on the folder named another server or key.
+    func update(server: URL, appKey: String) {
+        lock.locked {
+            self.server = server
+            self.appKey = appKey
+            retryAt = [:]
+        }
     }
 
     private static func key(_ placement: String, _ country: String?) -> String { placement + "|" + (country ?? "") }
@@ -81,14 +90,16 @@ final class Switchboard: @unchecked Sendable {
 
     func refresh(placement: String, country: String?) async {
         let key = Self.key(placement, country)
-        let start: (go: Bool, held: Answer?) = lock.locked {
-            guard !refreshing.contains(key) else { return (false, nil) }
+        let start: (go: Bool, held: Answer?, server: URL, appKey: String) = lock.locked {
+            guard !refreshing.contains(key) else { return (false, nil, self.server, self.appKey) }
             refreshing.insert(key)
             _counts.fetches += 1
-            return (true, answers[key])
+            return (true, answers[key], self.server, self.appKey)
         }
         guard start.go else { return }
         let held = start.held
+        let server = start.server
+        let appKey = start.appKey
         defer { lock.locked { _ = refreshing.remove(key) } }
 
         var components = URLComponents(url: server.appendingPathComponent("v1/mediation"), resolvingAgainstBaseURL: false)!
