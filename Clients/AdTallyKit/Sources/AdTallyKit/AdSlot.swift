@@ -28,12 +28,14 @@ public final class AdSlot: @unchecked Sendable {
     public let format: AdFormat
     public let placement: String?
     public let size: String?
-    private let engine: Engine
+    /// The instance the slot came from, kept alive while the slot lives.
+    private let owner: AdTally
+    private var engine: Engine { owner.engine }
     private let lock = NSLock()
     private var _state = State.idle
 
-    init(engine: Engine, network: String, format: AdFormat, placement: String?, size: String?) {
-        self.engine = engine
+    init(owner: AdTally, network: String, format: AdFormat, placement: String?, size: String?) {
+        self.owner = owner
         self.network = network
         self.format = format
         self.placement = placement
@@ -109,12 +111,14 @@ public final class AdSlot: @unchecked Sendable {
     /// `fields` sees the state the call found, under the slot's lock.
     private func step(_ call: String, from allowed: Set<State>, to next: State, type: String, fields: (inout EventJSON, State) -> Void) throws -> UUID {
         lock.lock()
-        defer { lock.unlock() }
         guard allowed.contains(_state) else {
             let error = AdTallyError.misuse("\(call) on \(network)/\(format.rawValue)\(placement.map { "/" + $0 } ?? ""): \(Self.why(call, _state))")
+            lock.unlock()
+            // The app's handler runs outside the slot's lock: it may look at the slot.
             engine.reportMisuse(error)
             throw error
         }
+        defer { lock.unlock() }
         let state = _state
         let id = try engine.record(type: type, network: network, format: format, placement: placement, size: size) { fields(&$0, state) }
         _state = next

@@ -114,7 +114,7 @@ public final class AdTally: @unchecked Sendable {
             engine.reportMisuse(error)
             throw error
         }
-        return AdSlot(engine: engine, network: network, format: format, placement: placement, size: size)
+        return AdSlot(owner: self, network: network, format: format, placement: placement, size: size)
     }
 
     /// The app came to the foreground: a session starts (a `session` event).

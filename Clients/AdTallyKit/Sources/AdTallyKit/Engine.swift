@@ -105,6 +105,9 @@ final class Engine: @unchecked Sendable {
         guard configuration.maxQueueBytes >= 2 * configuration.segmentBytes, configuration.segmentBytes >= 4096 else {
             throw AdTallyError.misuse("maxQueueBytes must be at least two segments (segmentBytes ≥ 4096)")
         }
+        guard configuration.batchBytes >= EventQueue.maxRecordBytes, configuration.batchSize >= 1 else {
+            throw AdTallyError.misuse("batchBytes must be at least \(EventQueue.maxRecordBytes) and batchSize at least 1")
+        }
         self.server = server
         self.appKey = appKey
         self.directory = directory
@@ -131,10 +134,13 @@ final class Engine: @unchecked Sendable {
         session = Self.sharedSession
         switchboard = Switchboard(server: server, appKey: appKey, file: directory.appendingPathComponent("switch.json"), configuration: configuration, session: session)
         if queue.damagedOnOpen > 0 {
+            // Counted on disk first, then marked as counted: a kill between the two counts it again, never never.
             let damaged = queue.damagedOnOpen
-            dropReports.add(damaged, .damaged)
+            if dropReports.add(damaged, .damaged) { queue.commitDamage() } else { dropReports.add(-damaged, .damaged) }
             counters.dropped[.damaged] = damaged
             deliver([.dropped(count: damaged, reason: .damaged)])
+        } else {
+            queue.commitDamage()
         }
     }
 
@@ -143,7 +149,7 @@ final class Engine: @unchecked Sendable {
         if case .syncEvery(let interval) = configuration.durability {
             syncer = Task.detached(priority: .utility) { [self] in
                 while !Task.isCancelled {
-                    try? await Task.sleep(nanoseconds: UInt64(max(0.01, interval) * 1e9))
+                    try? await Task.sleep(nanoseconds: UInt64(min(3600, max(0.01, interval)) * 1e9))
                     syncIfDirty()
                 }
             }
@@ -160,27 +166,27 @@ final class Engine: @unchecked Sendable {
     /// flight then changes nothing: its events stay queued, and a later instance sends
     /// them again under the same ids.
     func release() {
-        let last = Self.registry.lock.locked { () -> Bool in
-            let last = lock.locked { () -> Bool in
+        // All under the registry's lock: an instance opened meanwhile on this folder waits
+        // for the folder's lock to be free rather than finding it held (directoryInUse).
+        Self.registry.lock.locked {
+            let pending = lock.locked { () -> [CheckedContinuation<Void, any Error>]? in
                 users -= 1
-                if users == 0 { isClosed = true }
-                return users == 0
+                guard users == 0 else { return nil }
+                isClosed = true
+                queue.sync()
+                defer { waiters = [] }
+                return waiters.map(\.continuation)
             }
-            if last { Self.registry.engines = Self.registry.engines.filter { $0.value !== self } }
-            return last
+            guard let pending else { return }
+            Self.registry.engines = Self.registry.engines.filter { $0.value !== self }
+            deliver([], then: pending, error: AdTallyError.closed)
+            sender?.cancel()
+            syncer?.cancel()
+            wakeup.signal()
+            // The sender may finish a request after this; closed, it changes no file.
+            flock(lockFD, LOCK_UN)
+            close(lockFD)
         }
-        guard last else { return }
-        let pending = lock.locked { () -> [CheckedContinuation<Void, any Error>] in
-            defer { waiters = [] }
-            return waiters.map(\.continuation)
-        }
-        notices.async { for continuation in pending { continuation.resume(throwing: AdTallyError.closed) } }
-        sender?.cancel()
-        syncer?.cancel()
-        wakeup.signal()
-        lock.locked { queue.sync() }
-        flock(lockFD, LOCK_UN)
-        close(lockFD)
     }
 
     // MARK: - Recording
@@ -212,9 +218,10 @@ final class Engine: @unchecked Sendable {
         }
         if configuration.durability == .syncEveryRecord { queue.sync() }
         if !inFlight { dropped = enforceBound() }
+        // Enqueued under the lock: the notice goes before any flush the sender answers next.
+        if dropped > 0 { deliver([.dropped(count: dropped, reason: .queueFull)]) }
         let due = queue.pendingCount >= configuration.sendAfterEvents
         lock.unlock()
-        if dropped > 0 { deliver([.dropped(count: dropped, reason: .queueFull)]) }
         if due { wakeup.signal() }
         return id
     }
@@ -226,11 +233,16 @@ final class Engine: @unchecked Sendable {
         var dropped = 0
         while queue.pendingBytes > configuration.maxQueueBytes, queue.head.segment < queue.tail.segment {
             let count = queue.headSegmentCount
-            if count > 0 { dropReports.add(count, .queueFull) }
+            // Nothing is dropped that could not be counted on disk first (a full disk: the
+            // queue stays over its bound until a write succeeds again).
+            if count > 0, !dropReports.add(count, .queueFull) {
+                dropReports.add(-count, .queueFull)
+                break
+            }
             guard (try? queue.dropOldestSegment()) != nil else {
-                // The head could not be written (a full disk): counted, and left for the next record.
-                if count > 0 { counters.dropped[.queueFull, default: 0] += count }
-                return dropped + count
+                // The head could not be written: nothing left, so the count is taken back.
+                if count > 0 { dropReports.add(-count, .queueFull) }
+                break
             }
             counters.dropped[.queueFull, default: 0] += count
             dropped += count
@@ -281,25 +293,26 @@ final class Engine: @unchecked Sendable {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 lock.lock()
+                // Answered at once through the notices queue too, after the notices before it.
                 if let stopped = stoppedBy {
+                    deliver([], then: [continuation], error: AdTallyError.sendingStopped(status: stopped.status, detail: stopped.detail))
                     lock.unlock()
-                    continuation.resume(throwing: AdTallyError.sendingStopped(status: stopped.status, detail: stopped.detail))
                     return
                 }
                 if isClosed {
+                    deliver([], then: [continuation], error: AdTallyError.closed)
                     lock.unlock()
-                    continuation.resume(throwing: AdTallyError.closed)
                     return
                 }
-                if queue.head >= queue.tail && !dropReports.hasUnsent {
+                if queue.head >= queue.tail {
+                    deliver([], then: [continuation])
                     lock.unlock()
-                    continuation.resume()
                     return
                 }
                 if Task.isCancelled {
                     // Cancelled before the waiter was added: the handler found nothing to cancel.
+                    deliver([], then: [continuation], error: CancellationError())
                     lock.unlock()
-                    continuation.resume(throwing: CancellationError())
                     return
                 }
                 waiters.append((queue.tail, id, continuation))
@@ -316,9 +329,9 @@ final class Engine: @unchecked Sendable {
         }
     }
 
-    /// The waiters whose events have all been answered (under `lock`), removed.
+    /// The waiters whose events have all been answered (under `lock`), removed. Drop
+    /// reports are not waited for: they are sent as soon as the server takes them.
     private func answeredWaiters() -> [CheckedContinuation<Void, any Error>] {
-        guard !dropReports.hasUnsent else { return [] }
         let head = queue.head
         let done = waiters.filter { $0.target <= head }
         waiters.removeAll { $0.target <= head }
@@ -376,7 +389,7 @@ final class Engine: @unchecked Sendable {
                 if lock.locked({ Date() >= notBefore && stoppedBy == nil }) { await sendDropReports() }
                 let ready = lock.locked { () -> [CheckedContinuation<Void, any Error>] in
                     let ready = answeredWaiters()
-                    if queue.head >= queue.tail && !dropReports.hasUnsent { flushRequested = false }
+                    if queue.head >= queue.tail { flushRequested = false }
                     return ready
                 }
                 deliver([], then: ready)
@@ -388,7 +401,7 @@ final class Engine: @unchecked Sendable {
     /// while it is in flight); nil when there is none.
     private func takeBatch() -> (records: [QueuedRecord], server: URL, key: String)? {
         guard let (plan, server, key) = lock.locked({ () -> (EventQueue.ReadPlan, URL, String)? in
-            guard queue.head < queue.tail, !inFlight else { return nil }
+            guard queue.head < queue.tail, !inFlight, !isClosed else { return nil }
             inFlight = true
             lastSend = Date()
             return (queue.readPlan(), self.server, appKey)
@@ -406,10 +419,12 @@ final class Engine: @unchecked Sendable {
             return nil
         }
         guard !records.isEmpty else {
-            // Only damage between head and tail: pass it.
+            // Every stretch between head and tail was read, and none holds a whole record:
+            // damage only (counted when the queue was opened). Pass it.
             lock.locked {
                 inFlight = false
-                _ = try? queue.advance(to: plan.tail, records: 0)
+                guard !isClosed else { return }
+                if (try? queue.advance(to: plan.tail, records: 0)) == nil { backOffLocked() }
             }
             return nil
         }
@@ -418,7 +433,7 @@ final class Engine: @unchecked Sendable {
 
     private func sendBatch() async {
         guard let (records, server, key) = takeBatch(), let last = records.last else { return }
-        let oldest = Int64((Date().timeIntervalSince1970 - configuration.maxEventAge) * 1000)
+        let oldest = Int64((Date().timeIntervalSince1970 - min(configuration.maxEventAge, 100 * 365 * 86_400)) * 1000)
         let fresh = records.filter { $0.occurredAtMillis >= oldest }
         var outcome = Outcome.delivered(rejected: [])
         if !fresh.isEmpty {
@@ -443,24 +458,37 @@ final class Engine: @unchecked Sendable {
         var notices: [AdTallyNotice] = []
         let expired = records.count - fresh.count
         counters.requests += fresh.isEmpty ? 0 : 1
-        /// The batch leaves the queue: expired events counted (on disk first), then the head moves.
-        func finish() {
+        /// The batch leaves the queue: expired events counted (on disk first), then the head
+        /// moves. False when the head could not be written (a full disk): the batch stays,
+        /// uncounted, to be sent again (the server counts it once) after a backoff.
+        func finish() -> Bool {
+            if expired > 0, !dropReports.add(expired, .expired) {
+                dropReports.add(-expired, .expired)
+                backOffLocked()
+                notices.append(.sendFailed("cannot write drops.json"))
+                return false
+            }
+            guard (try? queue.advance(to: last.end, records: records.count)) != nil else {
+                if expired > 0 { dropReports.add(-expired, .expired) }
+                backOffLocked()
+                notices.append(.sendFailed("cannot write the queue's head"))
+                return false
+            }
             if expired > 0 {
-                dropReports.add(expired, .expired)
                 counters.dropped[.expired, default: 0] += expired
                 notices.append(.dropped(count: expired, reason: .expired))
             }
-            _ = try? queue.advance(to: last.end, records: records.count)
+            return true
         }
         switch outcome {
         case .delivered(let rejected):
+            guard finish() else { break }
             counters.delivered += fresh.count - rejected.count
             counters.deadLettered += rejected.count
             for (index, reason) in rejected where index < fresh.count {
                 DeadLetter.append(fresh[index].json, reason: reason, in: directory)
                 if let id = Self.id(of: fresh[index].json) { notices.append(.rejected(id: id, reason: reason)) }
             }
-            finish()
             if !fresh.isEmpty {
                 failures = 0
                 notBefore = .distantPast
@@ -470,10 +498,11 @@ final class Engine: @unchecked Sendable {
             counters.splits += 1
             if fresh.count == 1 {
                 // One event the server cannot take at all: it leaves with the reason.
-                DeadLetter.append(fresh[0].json, reason: detail, in: directory)
-                counters.deadLettered += 1
-                if let id = Self.id(of: fresh[0].json) { notices.append(.rejected(id: id, reason: detail)) }
-                finish()
+                if finish() {
+                    DeadLetter.append(fresh[0].json, reason: detail, in: directory)
+                    counters.deadLettered += 1
+                    if let id = Self.id(of: fresh[0].json) { notices.append(.rejected(id: id, reason: detail)) }
+                }
             } else {
                 batchLimit = max(1, fresh.count / 2)
             }
@@ -571,27 +600,49 @@ final class Engine: @unchecked Sendable {
     /// Sends the counts of dropped events (`POST /v1/client-drops`), each report once by
     /// its id; a failure backs off like a batch's.
     private func sendDropReports() async {
-        let (reports, server, key) = lock.locked { (dropReports.seal(), self.server, appKey) }
+        guard let (reports, server, key) = lock.locked({ () -> ([DropReports.Report], URL, String)? in
+            isClosed ? nil : (dropReports.seal(), self.server, appKey)
+        }) else { return }
         for report in reports {
             var request = URLRequest(url: server.appendingPathComponent("v1/client-drops"), timeoutInterval: configuration.requestTimeout)
             request.httpMethod = "POST"
             request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
             request.httpBody = Data(#"{"id":"\#(report.id.uuidString.lowercased())","reason":"\#(report.reason)","dropped":\#(report.count)}"#.utf8)
-            let status = (try? await session.adTallyData(for: request)).flatMap { ($0.1 as? HTTPURLResponse)?.statusCode }
-            lock.locked {
+            let answer = try? await session.adTallyData(for: request)
+            let http = answer?.1 as? HTTPURLResponse
+            let status = http?.statusCode
+            let done = lock.locked { () -> Bool in
+                guard !isClosed else { return false }
                 lastSend = Date()
                 switch status {
                 case 200, 400, 404:
                     // 400 or 404: a report this server cannot take will never be taken; not resent.
                     dropReports.remove(report.id)
+                    return true
                 case 401, 403:
-                    stoppedBy = (status ?? 401, "the server refused the key")
+                    // The key is refused here as for a batch: the app is told, flushes waiting fail.
+                    let detail = answer.map { Self.detail($0.0, status: status ?? 401) } ?? "the key was refused"
+                    stoppedBy = (status ?? 401, detail)
+                    let waiting = waiters.map(\.continuation)
+                    waiters = []
+                    deliver([.sendingStopped(status: status ?? 401, detail: detail)], then: waiting,
+                            error: AdTallyError.sendingStopped(status: status ?? 401, detail: detail))
+                    return false
+                case 429, 503:
+                    if let seconds = Self.retryAfter(http?.value(forHTTPHeaderField: "Retry-After")) {
+                        failures += 1
+                        notBefore = Date().addingTimeInterval(seconds + Double.random(in: 0...max(0.05, seconds * 0.1)))
+                    } else {
+                        backOffLocked()
+                    }
+                    return false
                 default:
                     backOffLocked()
+                    return false
                 }
             }
-            guard status == 200 || status == 400 || status == 404 else { return }
+            guard done else { return }
         }
     }
 
@@ -770,13 +821,17 @@ struct DropReports {
 
     var hasUnsent: Bool { !reports.isEmpty }
 
-    mutating func add(_ count: Int, _ reason: DropReason) {
+    /// Adds `count` (negative: takes it back) to the open report of `reason`; true when
+    /// drops.json was written.
+    @discardableResult
+    mutating func add(_ count: Int, _ reason: DropReason) -> Bool {
         if let index = reports.firstIndex(where: { !$0.sealed && $0.reason == reason.rawValue }) {
             reports[index].count += count
-        } else {
+            if reports[index].count <= 0 { reports.remove(at: index) }
+        } else if count > 0 {
             reports.append(Report(id: UUID(), reason: reason.rawValue, count: count, sealed: false))
         }
-        save()
+        return save()
     }
 
     /// Every report, sealed for sending.
@@ -792,11 +847,13 @@ struct DropReports {
         save()
     }
 
-    private func save() {
+    @discardableResult
+    private func save() -> Bool {
         if reports.isEmpty {
             try? FileManager.default.removeItem(at: file)
-        } else if let data = try? JSONEncoder().encode(reports) {
-            try? data.write(to: file, options: .atomic)
+            return true
         }
+        guard let data = try? JSONEncoder().encode(reports) else { return false }
+        return (try? data.write(to: file, options: .atomic)) != nil
     }
 }

@@ -95,7 +95,9 @@ final class EventQueue {
                 // between records before it was skipped above and stays skipped.
                 let tailDamage = Self.scan(data, from: lastEnd) { _, _, _ in }
                 if tailDamage > 0 {
-                    _ = truncate(Self.segmentURL(folder, number).path, off_t(lastEnd))
+                    guard truncate(Self.segmentURL(folder, number).path, off_t(lastEnd)) == 0 else {
+                        throw AdTallyError.storage("cannot cut the torn tail of \(Self.segmentURL(folder, number).path) (\(String(cString: strerror(errno))))")
+                    }
                     size = lastEnd
                 }
             }
@@ -111,8 +113,12 @@ final class EventQueue {
         // not again at every launch (the stretches counted are kept in `damage`).
         let known = Set(Self.readDamage(folder))
         damagedOnOpen = damage.subtracting(known).count
-        if damage != known { Self.writeDamage(folder, damage) }
         try openForAppend()
+    }
+
+    /// Marks the damage found on open as counted (once its count is on disk).
+    func commitDamage() {
+        if damage != Set(Self.readDamage(folder)) { Self.writeDamage(folder, damage) }
     }
 
     /// Damaged stretches found on open (each counted once as a dropped event: a damaged
@@ -140,6 +146,8 @@ final class EventQueue {
     /// Appends one record; it is in the file (the page cache) when this returns.
     @discardableResult
     func append(json: [UInt8], occurredAtMillis: Int64) throws -> QueuePosition {
+        // A rotation whose new file could not be opened is tried again here.
+        if writeFD < 0 { try openForAppend() }
         if tail.offset >= segmentBytes { try rotate() }
         let length = 8 + json.count
         var frame = [UInt8](repeating: 0, count: 12 + length)
@@ -219,9 +227,12 @@ final class EventQueue {
 
     private func openForAppend() throws {
         let path = Self.segmentURL(folder, tail.segment).path
+        let isNew = access(path, F_OK) != 0
         writeFD = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
         guard writeFD >= 0 else { throw AdTallyError.storage("cannot open \(path) (\(String(cString: strerror(errno))))") }
         if segmentSizes[tail.segment] == nil { segmentSizes[tail.segment] = 0 }
+        // A new file's name must survive power loss as its records do.
+        if isNew { Self.syncFolder(folder) }
     }
 
     // MARK: - Reading and finishing
@@ -252,7 +263,10 @@ final class EventQueue {
         var records: [QueuedRecord] = []
         var bytes = 0
         for range in plan.ranges where records.count < limit && bytes < maxBytes {
-            let data = try read(segmentURL(plan.folder, range.segment), upTo: range.to)
+            let data = try read(segmentURL(plan.folder, range.segment), upTo: range.to, mustExist: true)
+            guard data.count == range.to else {
+                throw AdTallyError.storage("\(segmentURL(plan.folder, range.segment).path) is shorter than the queue wrote it (\(data.count) of \(range.to) bytes)")
+            }
             var stop = false
             scan(data, from: range.from) { json, millis, recordEnd in
                 if stop { return }
@@ -350,10 +364,10 @@ final class EventQueue {
         return QueuePosition(segment: segment, offset: offset)
     }
 
-    static func read(_ url: URL, upTo end: Int? = nil) throws -> [UInt8] {
+    static func read(_ url: URL, upTo end: Int? = nil, mustExist: Bool = false) throws -> [UInt8] {
         let fd = open(url.path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            if errno == ENOENT { return [] }
+            if errno == ENOENT && !mustExist { return [] }
             throw AdTallyError.storage("cannot read \(url.path) (\(String(cString: strerror(errno))))")
         }
         defer { close(fd) }
@@ -365,6 +379,7 @@ final class EventQueue {
         while done < size {
             let count = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, size - done, off_t(done)) }
             if count < 0 && errno == EINTR { continue }
+            if count < 0 { throw AdTallyError.storage("cannot read \(url.path) (\(String(cString: strerror(errno))))") }
             guard count > 0 else { break }
             done += count
         }

@@ -116,7 +116,7 @@ final class Switchboard: @unchecked Sendable {
         }
         let maxAge = Self.maxAge(http.value(forHTTPHeaderField: "Cache-Control")) ?? 60
         let now = Date()
-        let snapshot: [String: Answer] = lock.locked {
+        lock.locked {
             switch http.statusCode {
             case 200:
                 let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
@@ -138,9 +138,25 @@ final class Switchboard: @unchecked Sendable {
             default:
                 retryAt[key] = now.addingTimeInterval(30)
             }
-            return answers
         }
-        if let data = try? JSONEncoder().encode(snapshot) { try? data.write(to: file, options: .atomic) }
+        save()
+    }
+
+    private let saving = NSLock()
+    private var version = 0
+    private var savedVersion = 0
+
+    /// Writes the answers held now; a write that started earlier never lands after a later one.
+    private func save() {
+        let mine = lock.locked { () -> Int in
+            version += 1
+            return version
+        }
+        saving.locked {
+            guard mine > savedVersion, let data = try? JSONEncoder().encode(lock.locked { answers }) else { return }
+            savedVersion = lock.locked { version }
+            try? data.write(to: file, options: .atomic)
+        }
     }
 
     private func failed(_ key: String) {
