@@ -318,6 +318,34 @@ struct KitTests {
         }
     }
 
+    @Test("events too old to send are counted; a refused key on that count is told to the app like a batch's")
+    func refusedDropReport() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let fixture = try await KitFixture.make(conninfo)
+            try await Self.withServer(fixture) { _, url, client, _ in
+                let stopped = Locked<Int?>(nil)
+                var configuration = Self.quick()
+                // Every event is past the kit's age bound by the time it could be sent.
+                configuration.maxEventAge = 0.001
+                configuration.notices = { notice in
+                    if case .sendingStopped(let status, _) = notice { stopped.withLock { $0 = status } }
+                }
+                let (status, body) = try await kitHTTP(client, .DELETE, url.absoluteString + "/v1/keys/\(fixture.ingestKeyID)", key: fixture.admin)
+                #expect(status == 200 || status == 204, "\(body)")
+                let tally = try AdTally(server: url, appKey: fixture.ingest, directory: Self.folder(), configuration: configuration)
+                for _ in 0..<3 { try tally.sessionStarted() }
+                try await Task.sleep(for: .milliseconds(10))
+                // The batch leaves as expired without a request; only the drop report reaches the server.
+                try await Self.flush(tally)
+                #expect(tally.status.dropped[.expired] == 3 && tally.status.requests == 0, "\(tally.status)")
+                try await waitUntil("the refused drop report was told", within: 30) { stopped.withLock { $0 } == 401 }
+                #expect(tally.status.stoppedBy == 401)
+                await #expect(throws: AdTallyError.self) { try await tally.flush() }
+                #expect(try await fixture.sql("SELECT count(*)::text FROM client_drops") == [["0"]])
+            }
+        }
+    }
+
     // MARK: - The switch
 
     @Test("the switch: revalidated with its ETag (304), the last good answer offline, the default on a fresh install offline, a weighted split kept per device")

@@ -386,13 +386,14 @@ final class Engine: @unchecked Sendable {
                 await wakeup.sleep(seconds)
             case .send:
                 await sendBatch()
-                if lock.locked({ Date() >= notBefore && stoppedBy == nil }) { await sendDropReports() }
+                // Flushes whose events are answered return now, whatever the drop reports meet.
                 let ready = lock.locked { () -> [CheckedContinuation<Void, any Error>] in
                     let ready = answeredWaiters()
                     if queue.head >= queue.tail { flushRequested = false }
                     return ready
                 }
                 deliver([], then: ready)
+                if lock.locked({ Date() >= notBefore && stoppedBy == nil }) { await sendDropReports() }
             }
         }
     }
