@@ -88,15 +88,26 @@ public struct EventStore: Sendable {
     /// pass in progress (it locks the same row), so the answer covers that pass too.
     @discardableResult
     public func widenIDHorizon(to maxAge: Duration) async throws -> Int64? {
-        let rows = try await pool.query("""
-            UPDATE id_horizon SET max_event_age_seconds = GREATEST(max_event_age_seconds, \(maxAge.components.seconds))
-            RETURNING (extract(epoch FROM pruned_before) * 1000000)::bigint
-            """)
-        return try rows.first?.decode(0, as: Int64?.self)
+        // Two statements in one transaction, not a RETURNING that computes: Citus refuses
+        // a function that is not IMMUTABLE in the RETURNING of a write to its tables. The
+        // SELECT runs after the UPDATE took the row's lock, so it sees any pruning pass.
+        try await pool.withTransaction { connection in
+            _ = try connection.query("""
+                UPDATE id_horizon SET max_event_age_seconds = GREATEST(max_event_age_seconds, \(maxAge.components.seconds))
+                """)
+            return try connection.query("SELECT (extract(epoch FROM pruned_before) * 1000000)::bigint FROM id_horizon")
+                .first?.decode(0, as: Int64?.self)
+        }
     }
 
     /// Some id of the group is in the ledger already: the COPY that claims ids failed.
     struct KnownIDs: Error {}
+
+    /// Citus reports a duplicate key met by a COPY on a worker as XX000 (internal error)
+    /// with PostgreSQL's own message, not as 23505.
+    static func isCitusDuplicateKey(_ error: PostgresError) -> Bool {
+        error.sqlState?.rawValue == "XX000" && error.message.contains("duplicate key value violates unique constraint")
+    }
 
     static func write(
         _ events: [AppEvent], claimInBulk: Bool, isAdmitted: (AppEvent) -> Bool, on connection: PostgresConnection
@@ -111,11 +122,19 @@ public struct EventStore: Sendable {
         let apps = ordered.map { events[$0].appID }
         let ids = ordered.map { events[$0].event.id }
         if claimInBulk {
-            let known = try connection.query("""
-                SELECT 1 FROM unnest(\(array: apps)::text[], \(array: ids)::uuid[]) AS k (app_id, event_id)
-                WHERE EXISTS (SELECT 1 FROM event_ids e WHERE e.app_id = k.app_id AND e.event_id = k.event_id) LIMIT 1
-                """)
-            guard known.isEmpty else { throw KnownIDs() }
+            // One probe per app (a group holds a few), shaped `app_id = $1 AND event_id =
+            // ANY($2)`: one index scan each, and on Citus one shard each (a correlated
+            // subquery over unnest() is refused there).
+            var start = 0
+            while start < ordered.count {
+                var end = start + 1
+                while end < ordered.count && apps[end] == apps[start] { end += 1 }
+                let known = try connection.query("""
+                    SELECT 1 FROM event_ids WHERE app_id = \(apps[start]) AND event_id = ANY(\(array: Array(ids[start..<end]))::uuid[]) LIMIT 1
+                    """)
+                guard known.isEmpty else { throw KnownIDs() }
+                start = end
+            }
             var ledger = PostgresCopyBuffer(columns: 3, capacity: ordered.count * 60)
             for index in ordered {
                 let event = events[index]
@@ -126,7 +145,7 @@ public struct EventStore: Sendable {
             }
             do {
                 try connection.copyIn(unsafeSQL: "COPY event_ids (app_id, event_id, occurred_at) FROM STDIN (FORMAT binary)", data: ledger)
-            } catch let error as PostgresError where error.sqlState == .uniqueViolation {
+            } catch let error as PostgresError where error.sqlState == .uniqueViolation || Self.isCitusDuplicateKey(error) {
                 throw KnownIDs()
             }
             for index in ordered { isNew[index] = true }
