@@ -33,8 +33,10 @@ public struct MoneyStore: Sendable {
                                          \(array: part.map(\.country))::text[], \(array: part.map(\.currency))::text[],
                                          \(array: part.map(\.cpmMicros))::bigint[], \(array: part.map(\.cptMicros))::bigint[],
                                          \(array: part.map(\.effectiveFrom))::date[])
+                    -- excluded.updated_at is the column's default, now(): Citus refuses a
+                    -- function that is not IMMUTABLE in DO UPDATE SET.
                     ON CONFLICT (network, format, country, effective_from) DO UPDATE SET
-                        currency = excluded.currency, cpm_micros = excluded.cpm_micros, cpt_micros = excluded.cpt_micros, updated_at = now()
+                        currency = excluded.currency, cpm_micros = excluded.cpm_micros, cpt_micros = excluded.cpt_micros, updated_at = excluded.updated_at
                     """)
                 start += Self.chunk
             }
@@ -177,7 +179,7 @@ public struct MoneyStore: Sendable {
             SELECT DISTINCT day::date, base, currency, rate::numeric FROM fx_staging
             UNION
             SELECT DISTINCT day::date, base, base, 1::numeric FROM fx_staging
-            ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = NULL, updated_at = now()
+            ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = NULL, updated_at = excluded.updated_at
             RETURNING r.currency <> r.base
             """).filter { (try? $0.decode(0, as: Bool.self)) == true }.count
         var carried = 0
@@ -198,7 +200,7 @@ public struct MoneyStore: Sendable {
                 SELECT g::date, p.base, p.currency, p.rate, p.day
                 FROM published p, generate_series(p.day + 1, p.next - 1, interval '1 day') AS g
                 WHERE p.next - p.day BETWEEN 2 AND \(Self.maxCarriedDays + 1)
-                ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = excluded.carried_from, updated_at = now()
+                ON CONFLICT (day, currency, base) DO UPDATE SET rate = excluded.rate, carried_from = excluded.carried_from, updated_at = excluded.updated_at
                 WHERE r.carried_from IS NOT NULL AND (r.rate, r.carried_from) IS DISTINCT FROM (excluded.rate, excluded.carried_from)
                 RETURNING r.currency <> r.base
                 """).filter { (try? $0.decode(0, as: Bool.self)) == true }.count

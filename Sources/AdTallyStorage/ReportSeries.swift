@@ -75,7 +75,7 @@ public struct ReportSeriesWriter: Sendable {
                 // Recorded apart from the rolled-back attempt, so every server sees it and waits.
                 _ = try? await pool.query("""
                     INSERT INTO report_series_refresh (app_id, attempted_at, error) VALUES (\(app.id), now(), \(String(describing: error)))
-                    ON CONFLICT (app_id) DO UPDATE SET attempted_at = now(), error = excluded.error
+                    ON CONFLICT (app_id) DO UPDATE SET attempted_at = excluded.attempted_at, error = excluded.error
                     """)
             }
         }
@@ -205,7 +205,7 @@ public struct ReportSeriesWriter: Sendable {
                 """)
             try connection.query("""
                 INSERT INTO report_series_refresh (app_id, attempted_at, refreshed_at, rows, error) VALUES (\(app.id), now(), now(), \(count), NULL)
-                ON CONFLICT (app_id) DO UPDATE SET attempted_at = now(), refreshed_at = now(), rows = excluded.rows, error = NULL
+                ON CONFLICT (app_id) DO UPDATE SET attempted_at = excluded.attempted_at, refreshed_at = excluded.refreshed_at, rows = excluded.rows, error = NULL
                 """)
         }
         return count

@@ -145,7 +145,7 @@ public struct MediationStore: Sendable {
                         return same
                     }
                 }
-                let row = try connection.query("""
+                try connection.query("""
                     INSERT INTO mediation_policies (app_id, placement, country, rule, network, weights, networks, default_network, window_hours,
                                                     min_requests, hysteresis, max_age_seconds)
                     VALUES (\(scope.app), \(scope.placement ?? ""), \(scope.country ?? ""), \(policy.rule.rawValue), \(policy.network), \(weights)::jsonb,
@@ -154,14 +154,17 @@ public struct MediationStore: Sendable {
                     ON CONFLICT (app_id, placement, country) DO UPDATE SET
                         rule = excluded.rule, network = excluded.network, weights = excluded.weights, networks = excluded.networks,
                         default_network = excluded.default_network, window_hours = excluded.window_hours, min_requests = excluded.min_requests,
-                        hysteresis = excluded.hysteresis, max_age_seconds = excluded.max_age_seconds, updated_at = clock_timestamp()
-                    RETURNING \(unsafeRaw: Self.columns)
+                        hysteresis = excluded.hysteresis, max_age_seconds = excluded.max_age_seconds, updated_at = excluded.updated_at
                     """)
+                // Read back, not RETURNING: Citus refuses non-IMMUTABLE functions (to_json,
+                // clock_timestamp) in a write's RETURNING and DO UPDATE SET; the default
+                // (clock_timestamp()) stamps updated_at.
+                let row = try Self.read(scope, on: connection)
                 try Self.record(
                     scope, kind: "policy", from: before?.policy.summary, to: policy.summary,
                     reason: before == nil ? "policy created" : "policy replaced", actor: actor, on: connection
                 )
-                return try Self.decode(row.first!).policy
+                return try Self.decode(row!).policy
             }
         } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
             throw MediationStoreError.unknownApp(scope.app)
@@ -171,11 +174,10 @@ public struct MediationStore: Sendable {
     /// Deletes a policy and records it; requests it answered fall to a broader policy (or none).
     public func delete(_ scope: MediationScope, actor: String) async throws {
         let deleted = try await pool.withTransaction { connection in
-            let rows = try connection.query("""
+            guard let row = try Self.read(scope, lock: true, on: connection) else { return false }
+            try connection.query("""
                 DELETE FROM mediation_policies WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "")
-                RETURNING \(unsafeRaw: Self.columns)
                 """)
-            guard let row = rows.first else { return false }
             try Self.record(scope, kind: "deleted", from: try Self.decode(row).policy.summary, to: nil, reason: "policy deleted", actor: actor, on: connection)
             return true
         }
@@ -194,6 +196,14 @@ public struct MediationStore: Sendable {
                 kind: try row.decode(4), from: try row.decode(5), to: try row.decode(6), reason: try row.decode(7), actor: try row.decode(8)
             )
         }
+    }
+
+    /// A policy's row as `decode` reads it (locked when `lock`); nil when there is none.
+    static func read(_ scope: MediationScope, lock: Bool = false, on connection: PostgresConnection) throws -> PostgresRow? {
+        try connection.query("""
+            SELECT \(unsafeRaw: columns) FROM mediation_policies
+            WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "")\(unsafeRaw: lock ? " FOR UPDATE" : "")
+            """).first
     }
 
     /// Stores a decision for a policy as it was when its numbers were read (`updatedAt`):
@@ -217,15 +227,15 @@ public struct MediationStore: Sendable {
             let choice = decide(current.chosen)
             let changed = choice.network != current.chosen
             let since = changed ? now : current.chosenSince ?? now
-            let stored = try connection.query("""
+            try connection.query("""
                 UPDATE mediation_policies SET chosen = \(choice.network), chosen_since = \(since), decision = \(answer(choice, since, now)), decided_at = \(now)
                 WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "")
-                RETURNING \(unsafeRaw: Self.columns)
                 """)
+            let stored = try Self.read(scope, on: connection)
             if changed {
                 try Self.record(scope, kind: "switch", from: current.chosen, to: choice.network, reason: choice.reason, actor: actor, on: connection)
             }
-            return .stored(try Self.decode(stored.first!))
+            return .stored(try Self.decode(stored!))
         }
     }
 
