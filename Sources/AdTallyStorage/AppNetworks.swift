@@ -60,46 +60,44 @@ public final class AppNetworks: Sendable {
         if !unknown.isEmpty {
             let apps = unknown.keys.sorted()
             let pairs = order.filter { unknown[$0.app] != nil }
-            try connection.withTransaction { connection in
-            // One admitter per app at a time, so the count is exact; taken in app order.
-            _ = try connection.query("SELECT pg_advisory_xact_lock(2022, hashtext(a)) FROM unnest(\(array: apps)::text[]) AS a ORDER BY a")
-            _ = try connection.query("""
-                WITH wanted AS (
-                    SELECT w.app_id, w.network, w.seen FROM unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[])
-                        WITH ORDINALITY AS w (app_id, network, seen)
-                    WHERE NOT EXISTS (SELECT 1 FROM app_networks x WHERE x.app_id = w.app_id AND x.network = w.network)
-                ), ranked AS (
-                    SELECT w.app_id, w.network, a.networks AS declared,
-                           row_number() OVER (PARTITION BY w.app_id ORDER BY w.seen)
-                               + (SELECT count(*) FROM app_networks x WHERE x.app_id = w.app_id) AS place
-                    FROM wanted w JOIN apps a ON a.app_id = w.app_id
-                )
-                INSERT INTO app_networks (app_id, network)
-                SELECT app_id, network FROM ranked
-                WHERE CASE WHEN declared IS NULL THEN place <= \(Self.maxPerApp) ELSE network = ANY(declared) END
-                ON CONFLICT DO NOTHING
-                """)
-            // A declared list is the admitted set itself; else the networks admitted so far.
-            let rows = try connection.query("""
-                SELECT a.app_id, a.networks IS NOT NULL, x.network
-                FROM apps a LEFT JOIN LATERAL unnest(coalesce(a.networks, ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = a.app_id))) AS x (network) ON true
-                WHERE a.app_id = ANY(\(array: apps)::text[])
-                """)
-            var fresh: [String: Entry] = [:]
-            for row in rows {
-                let app: String = try row.decode(0)
-                let isDeclared: Bool = try row.decode(1)
-                var entry = fresh[app] ?? Entry(admitted: [], isClosed: isDeclared, expires: now + ttl)
-                if let network = try row.decode(2, as: String?.self) { entry.admitted.insert(network) }
-                fresh[app] = entry
+            // Per app, in statements that name one app_id each (Citus routes them to one
+            // shard; it refuses correlated subqueries over unnest()), under the app's
+            // admission lock, taken in app order so that two admitters cannot deadlock.
+            let fresh = try connection.withTransaction { connection -> [String: Entry] in
+                var fresh: [String: Entry] = [:]
+                for app in apps {
+                    _ = try connection.query("SELECT pg_advisory_xact_lock(2022, hashtext(\(app)))")
+                    guard let row = try connection.query("SELECT to_json(networks)::text FROM apps WHERE app_id = \(app)").first else {
+                        // An app that does not exist admits nothing (no key sends for it; tests may).
+                        fresh[app] = Entry(admitted: [], isClosed: true, expires: now + ttl)
+                        continue
+                    }
+                    let declared = try row.decode(0, as: String?.self).map { try JSONDecoder().decode([String].self, from: Data($0.utf8)) }
+                    var admitted = Set(try connection.query("SELECT network FROM app_networks WHERE app_id = \(app)").map { try $0.decode(0, as: String.self) })
+                    // New networks in the order first seen: within the declared list, or while places are left.
+                    var new: [String] = []
+                    for pair in pairs where pair.app == app && !admitted.contains(pair.network) && !new.contains(pair.network) {
+                        if let declared {
+                            if declared.contains(pair.network) { new.append(pair.network) }
+                        } else if admitted.count + new.count < Self.maxPerApp {
+                            new.append(pair.network)
+                        }
+                    }
+                    if !new.isEmpty {
+                        _ = try connection.query("""
+                            INSERT INTO app_networks (app_id, network) SELECT \(app), n FROM unnest(\(array: new)::text[]) AS n ON CONFLICT DO NOTHING
+                            """)
+                        admitted.formUnion(new)
+                    }
+                    // A declared list is the admitted set itself; else the networks admitted so far.
+                    let effective = declared.map(Set.init) ?? admitted
+                    fresh[app] = Entry(admitted: effective, isClosed: declared != nil || effective.count >= Self.maxPerApp, expires: now + ttl)
+                }
+                return fresh
             }
-            for (app, entry) in fresh where !entry.isClosed && entry.admitted.count >= Self.maxPerApp { fresh[app]?.isClosed = true }
-            // An app that does not exist admits nothing (no key sends for it; tests may).
-            for app in apps where fresh[app] == nil { fresh[app] = Entry(admitted: [], isClosed: true, expires: now + ttl) }
             cache.withLock { cache in
                 // Bounded like the apps themselves: one entry an app that sent events.
                 for (app, entry) in fresh { cache[app] = entry }
-            }
             }
         }
         let known = cache.withLock { cache in wanted.keys.reduce(into: [String: Set<String>]()) { $0[$1] = cache[$1]?.admitted ?? [] } }

@@ -120,8 +120,9 @@ public struct ServiceStatus: Sendable, Encodable {
         let migrations = try await migrator.status(pool)
         return try await pool.withTransaction { connection in
             let database = try connection.query("SELECT current_setting('server_version'), pg_database_size(current_database())")[0]
+            let size = RelationSizes.sql("c.oid", total: true, citus: try RelationSizes.hasCitus(connection))
             let tables = try connection.query("""
-                SELECT coalesce(parent.relname, c.relname), count(*)::int, sum(pg_total_relation_size(c.oid))::bigint
+                SELECT coalesce(parent.relname, c.relname), count(*)::int, sum(\(unsafeRaw: size))::bigint
                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                 LEFT JOIN pg_inherits i ON i.inhrelid = c.oid LEFT JOIN pg_class parent ON parent.oid = i.inhparent
                 WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')
