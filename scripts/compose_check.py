@@ -182,9 +182,20 @@ postgres_image = open(path("deploy/postgres/Dockerfile")).read()
 major = re.search(r"FROM postgres:(\d+)", postgres_image)
 if not major or f"postgresql-{major.group(1)}-hll" not in postgres_image:
     problem("deploy/postgres/Dockerfile does not install hll for its PostgreSQL major")
+# The Citus nodes run the same major as the single-node image, with Citus 12.1 and hll
+# for it, Citus preloaded, and the extension created in each new database.
 citus_image = open(path("deploy/citus/Dockerfile")).read()
-if "citusdata/citus:12" not in citus_image or "postgresql-16-hll" not in citus_image:
-    problem("deploy/citus/Dockerfile does not install hll for Citus 12's PostgreSQL 16")
+citus_major = re.search(r"FROM postgres:(\d+)", citus_image)
+if not citus_major or not major or citus_major.group(1) != major.group(1):
+    problem("deploy/citus/Dockerfile is not on the PostgreSQL major of deploy/postgres/Dockerfile")
+elif (f"postgresql-{citus_major.group(1)}-citus-12.1" not in citus_image
+      or f"postgresql-{citus_major.group(1)}-hll" not in citus_image):
+    problem("deploy/citus/Dockerfile does not install Citus 12.1 and hll for its PostgreSQL major")
+if "shared_preload_libraries='citus'" not in citus_image:
+    problem("deploy/citus/Dockerfile does not preload citus")
+for match in re.finditer(r"^COPY\s+(\S+)\s", citus_image, re.M):
+    if not os.path.exists(path(os.path.join("deploy/citus", match.group(1)))):
+        problem(f"deploy/citus/Dockerfile copies {match.group(1)}, which deploy/citus lacks")
 checked.append("PostgreSQL images")
 
 for line in checked:
