@@ -58,9 +58,10 @@ public struct ReportSummary: Sendable {
 ///   keeps (placement, size, country, platform, versions, error code) and for
 ///   unique devices.
 ///
-/// Day, hour, week and month are computed by PostgreSQL with the session's TimeZone
-/// set to the report's zone for the transaction, so PostgreSQL's zone data decides
-/// every local midnight, DST day and repeated hour.
+/// Day, hour, week and month are computed by PostgreSQL in the report's zone, named in
+/// the SQL at every conversion (`AT TIME ZONE`, date_trunc's zone), so PostgreSQL's
+/// zone data decides every local midnight, DST day and repeated hour, on one node and
+/// on Citus workers alike (the session's TimeZone is not used: Citus does not pass it on).
 public struct ReportEngine: Sendable {
     /// Where reports read: the primary, or a streaming replica close enough behind.
     public let reads: ReportReads
@@ -211,8 +212,11 @@ public struct ReportEngine: Sendable {
             // default 4 MB, so an export's grouping and sort stay in memory longer. No merge
             // joins: the rate card's rows per day are estimated far off, and the merge joins
             // chosen on them sorted every priced row (44 ms against 11 ms hashed, per 8 k rows).
+            // The zone is not a session setting (Citus does not send it to its workers):
+            // the plan's SQL names it at every conversion. Checked here, so that a zone
+            // PostgreSQL does not know is the parameter's error, before any report SQL.
             try connection.query("""
-                SELECT set_config('TimeZone', \(query.timezone), true), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
+                SELECT now() AT TIME ZONE \(query.timezone), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
                        set_config('enable_mergejoin', 'off', true)
                 """)
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
@@ -239,7 +243,7 @@ public struct ReportEngine: Sendable {
         return totals
     }
 
-    /// The notes of a JSON page (the transaction's zone already set). A day is
+    /// The notes of a JSON page. A day is
     /// provisional until the accepted event age has passed since its end — measured
     /// on a replica from what it holds (now minus its replay lag), so that a lagging
     /// replica never calls a day final before every event of it has reached it.
@@ -252,7 +256,7 @@ public struct ReportEngine: Sendable {
         if plan.source == .raw {
             // Partitions are named events_YYYYMMDD (UTC days); the oldest holds the first raw events kept.
             let oldest = try connection.query("""
-                SELECT first - DATE '1970-01-01', \(ReportQuery.formatDate(query.from))::date::timestamptz < first::timestamp AT TIME ZONE 'UTC'
+                SELECT first - DATE '1970-01-01', \(plan.t0) < first::timestamp AT TIME ZONE 'UTC'
                 FROM (SELECT min(to_date(substr(c.relname, 8), 'YYYYMMDD')) AS first FROM pg_inherits i
                       JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'events') AS o
                 WHERE first IS NOT NULL
@@ -260,10 +264,11 @@ public struct ReportEngine: Sendable {
             if let row = oldest.first, try row.decode(1, as: Bool.self) { notes.rawEventsFrom = try row.decode(0, as: Int.self) }
         }
         let days = try connection.query("""
-            SELECT d::date - DATE '1970-01-01', extract(epoch FROM (d::date + 1)::timestamptz - d::date::timestamptz)::bigint,
-                   (d::date + 1)::timestamptz > now() - make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)),
-                   extract(epoch FROM (d::date + 1)::timestamptz + make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)))::bigint
-            FROM generate_series(\(ReportQuery.formatDate(query.from))::date, \(ReportQuery.formatDate(query.to))::date, interval '1 day') AS d
+            SELECT d - DATE '1970-01-01', extract(epoch FROM e - s)::bigint,
+                   e > now() - make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)),
+                   extract(epoch FROM e + make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)))::bigint
+            FROM (SELECT g::date AS d, g::date::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS s, (g::date + 1)::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS e
+                  FROM generate_series(\(ReportQuery.formatDate(query.from))::date, \(ReportQuery.formatDate(query.to))::date, interval '1 day') AS g) AS days
             """)
         for row in days {
             let day = try row.decode(0, as: Int.self)

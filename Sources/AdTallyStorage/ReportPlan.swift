@@ -49,26 +49,39 @@ struct ReportPlan {
 
     // MARK: - Fragments
 
-    /// Start of the range: local midnight of `from` in the session's zone (the report's).
-    var t0: PostgresQuery { "\(ReportQuery.formatDate(query.from))::date::timestamptz" }
-    /// End of the range (exclusive): local midnight after `to`.
-    var t1: PostgresQuery { "(\(ReportQuery.formatDate(query.to))::date + 1)::timestamptz" }
+    /// The report's zone as an SQL literal. Every local day and hour below is computed
+    /// with it explicitly (AT TIME ZONE, date_trunc's zone argument), never with the
+    /// session's TimeZone, which Citus does not send to the workers a query is pushed
+    /// to: the same SQL is right on one node and on a cluster. The name was checked
+    /// against PostgreSQL's own list (DatabaseTimeZones), so quoting it is enough.
+    var zone: String { "'" + query.timezone.replacingOccurrences(of: "'", with: "''") + "'" }
 
-    /// A time dimension's value over the instant `time`, in the session's zone (raw
+    /// Start of the range: local midnight of `from` in the report's zone.
+    var t0: PostgresQuery { "(\(ReportQuery.formatDate(query.from))::date::timestamp AT TIME ZONE \(unsafeRaw: zone))" }
+    /// End of the range (exclusive): local midnight after `to`.
+    var t1: PostgresQuery { "((\(ReportQuery.formatDate(query.to))::date + 1)::timestamp AT TIME ZONE \(unsafeRaw: zone))" }
+
+    /// An instant's local date and time (timestamp without zone) in the report's zone.
+    func local(_ instant: String) -> String { "((\(instant)) AT TIME ZONE \(zone))" }
+
+    /// A time dimension's value over the instant `time`, in the report's zone (raw
     /// events: one zone conversion per event).
-    static func timeExpression(_ dimension: ReportDimension, _ time: String) -> String {
+    func timeExpression(_ dimension: ReportDimension, _ time: String) -> String {
         switch dimension {
-        case .date: "(\(time))::date::text"
-        case .week: "date_trunc('week', \(time))::date::text"
-        case .month: "to_char(\(time), 'YYYY-MM')"
-        case .hour: hourText("date_trunc('hour', \(time))")
+        case .date: "\(local(time))::date::text"
+        case .week: "date_trunc('week', \(local(time)))::date::text"
+        case .month: "to_char(\(local(time)), 'YYYY-MM')"
+        case .hour: hourText("date_trunc('hour', \(time), \(zone))")
         default: preconditionFailure("not a time dimension")
         }
     }
 
-    /// `YYYY-MM-DDTHH:MM:SS±HH:MM` of an instant, in the session's zone.
-    static func hourText(_ instant: String) -> String {
-        "to_char(\(instant), 'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM')"
+    /// `YYYY-MM-DDTHH:MM:SS±HH:MM` of an instant, in the report's zone: the local time
+    /// and its offset from UTC at that instant (a repeated hour on a DST day is two).
+    func hourText(_ instant: String) -> String {
+        let offset = "(\(local(instant)) - ((\(instant)) AT TIME ZONE 'UTC'))"
+        return "(to_char(\(local(instant)), 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN \(offset) < interval '0' "
+            + "THEN '-' || to_char(-\(offset), 'HH24:MI') ELSE '+' || to_char(\(offset), 'HH24:MI') END)"
     }
 
     /// A time dimension's value from a rollup row's local date `s.d` (no zone
@@ -87,7 +100,7 @@ struct ReportPlan {
     func expression(_ dimension: ReportDimension) -> String {
         let row = source == .raw ? "e" : "s"
         switch dimension {
-        case .date, .week, .month, .hour: return source == .raw ? Self.timeExpression(dimension, "e.occurred_at") : Self.rollupTimeExpression(dimension)
+        case .date, .week, .month, .hour: return source == .raw ? timeExpression(dimension, "e.occurred_at") : Self.rollupTimeExpression(dimension)
         case .app: return "\(row).app_id"
         case .network: return "\(row).network"
         case .format: return "\(row).format"
@@ -166,7 +179,8 @@ struct ReportPlan {
         let money = needsMoney
         let devices = needsDevices
         // Per-row zone conversions only for the few rows of cut hours and pending deltas.
-        let rowHour = needsHour ? Self.hourText("date_trunc('hour', r.bucket)") : "NULL::text"
+        let rowHour = needsHour ? hourText("date_trunc('hour', r.bucket, \(zone))") : "NULL::text"
+        let rowDate = "\(local("r.bucket"))::date"
         let utcOfBucket = "(r.bucket AT TIME ZONE 'UTC')::date"
         // A rate-card country's unpriced counts, where the card has an entry for it in force:
         // priced at that entry, less the any-country price the all-country row gave them
@@ -219,7 +233,7 @@ struct ReportPlan {
                 WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                 """)
             parts.append("""
-                SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
+                SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
                 FROM rollup_15m_compacted r
                 WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                 """)
@@ -236,7 +250,7 @@ struct ReportPlan {
                 ))
                 // Cut hours: every country's row, each priced at its own rate.
                 parts.append("""
-                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
@@ -249,7 +263,7 @@ struct ReportPlan {
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))
                     """)
                 parts.append("""
-                    SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
+                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r", devices: true))
                     """)
@@ -261,7 +275,7 @@ struct ReportPlan {
         // A session row's devices are not ad devices (see columnFilters).
         let deltaDevices = devices ? "CASE WHEN r.network <> '' THEN (SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h) END" : "NULL::hll"
         parts.append("""
-            SELECT r.app_id, r.bucket::date, \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: deltaDevices),
+            SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: deltaDevices),
                    r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
             """)
@@ -282,16 +296,16 @@ struct ReportPlan {
         let finest: ReportDimension? = used.contains(.hour) ? .hour : used.contains(where: { $0 == .date || $0 == .week || $0 == .month }) ? .date : nil
         let sameGroup: String
         switch finest {
-        case .hour?: sameGroup = "date_trunc('hour', h) = date_trunc('hour', h + interval '45 minutes')"
-        case .date?: sameGroup = "h::date = (h + interval '45 minutes')::date"
-        case .week?: sameGroup = "date_trunc('week', h) = date_trunc('week', h + interval '45 minutes')"
-        case .month?: sameGroup = "date_trunc('month', h) = date_trunc('month', h + interval '45 minutes')"
+        case .hour?: sameGroup = "date_trunc('hour', h, \(zone)) = date_trunc('hour', h + interval '45 minutes', \(zone))"
+        case .date?: sameGroup = "\(local("h"))::date = \(local("h + interval '45 minutes'"))::date"
+        case .week?: sameGroup = "date_trunc('week', \(local("h"))) = date_trunc('week', \(local("h + interval '45 minutes'")))"
+        case .month?: sameGroup = "date_trunc('month', \(local("h"))) = date_trunc('month', \(local("h + interval '45 minutes'")))"
         default: sameGroup = "true"
         }
         return """
             hours AS MATERIALIZED (
                 SELECT h, (h >= \(t0) AND h + interval '1 hour' <= \(t1) AND \(unsafeRaw: sameGroup)) AS whole,
-                       h::date AS d, \(unsafeRaw: needsHour ? Self.hourText("date_trunc('hour', h)") : "NULL::text") AS hk
+                       \(unsafeRaw: local("h"))::date AS d, \(unsafeRaw: needsHour ? hourText("date_trunc('hour', h, \(zone))") : "NULL::text") AS hk
                 FROM generate_series(date_trunc('hour', \(t0), 'UTC'), \(t1) - interval '15 minutes', interval '1 hour') AS h
             ), cut AS (
                 -- The quarter hours of the cut hours, as one array: an index lookup each, and
