@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command against a throwaway three-node Citus cluster on loopback: a
 # coordinator and two workers, each a PostgreSQL cluster created here, started with
-# citus (and hll) preloaded, and stopped and deleted on exit (also on failure).
+# citus preloaded (and hll created), and stopped and deleted on exit (also on failure).
 # Needs the Citus extension installed for the server's major version (DEVELOPERS.md
 # says how to build it); exits 77 when it is not, so a caller can say it skipped.
 # The command sees ADTALLY_CITUS_COORDINATOR (a conninfo for database "adtally" on the
@@ -11,6 +11,10 @@ bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 libdir=$("$bindir/pg_config" --pkglibdir 2>/dev/null || true)
 if [ -z "$libdir" ] || [ ! -f "$libdir/citus.so" ]; then
   echo "Citus is not installed for $("$bindir/postgres" --version 2>/dev/null || echo PostgreSQL): skipped (DEVELOPERS.md: building Citus)" >&2
+  exit 77
+fi
+if [ ! -f "$("$bindir/pg_config" --sharedir)/extension/hll.control" ]; then
+  echo "the hll extension is not installed (make deps installs it): skipped" >&2
   exit 77
 fi
 root=$(mktemp -d /tmp/adtally-citus.XXXXXX)

@@ -213,8 +213,14 @@ public struct ReportEngine: Sendable {
             // joins: the rate card's rows per day are estimated far off, and the merge joins
             // chosen on them sorted every priced row (44 ms against 11 ms hashed, per 8 k rows).
             // The zone is not a session setting (Citus does not send it to its workers):
-            // the plan's SQL names it at every conversion. Checked here, so that a zone
-            // PostgreSQL does not know is the parameter's error, before any report SQL.
+            // the plan's SQL names it at every conversion, as a literal, so its name may
+            // hold only what zone names hold. Checked here, so that a zone PostgreSQL does
+            // not know is the parameter's error, before any report SQL.
+            guard query.timezone.utf8.allSatisfy({ byte in
+                (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) || "/_+-".utf8.contains(byte)
+            }) else {
+                throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
+            }
             try connection.query("""
                 SELECT now() AT TIME ZONE \(query.timezone), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
                        set_config('enable_mergejoin', 'off', true)
@@ -267,8 +273,9 @@ public struct ReportEngine: Sendable {
             SELECT d - DATE '1970-01-01', extract(epoch FROM e - s)::bigint,
                    e > now() - make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)),
                    extract(epoch FROM e + make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)))::bigint
-            FROM (SELECT g::date AS d, g::date::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS s, (g::date + 1)::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS e
-                  FROM generate_series(\(ReportQuery.formatDate(query.from))::date, \(ReportQuery.formatDate(query.to))::date, interval '1 day') AS g) AS days
+            FROM (SELECT g.d, g.d::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS s, (g.d + 1)::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS e
+                  FROM (SELECT \(ReportQuery.formatDate(query.from))::date + n AS d
+                        FROM generate_series(0, \(ReportQuery.formatDate(query.to))::date - \(ReportQuery.formatDate(query.from))::date) AS n) AS g) AS days
             """)
         for row in days {
             let day = try row.decode(0, as: Int.self)

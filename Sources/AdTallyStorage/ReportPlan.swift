@@ -52,8 +52,8 @@ struct ReportPlan {
     /// The report's zone as an SQL literal. Every local day and hour below is computed
     /// with it explicitly (AT TIME ZONE, date_trunc's zone argument), never with the
     /// session's TimeZone, which Citus does not send to the workers a query is pushed
-    /// to: the same SQL is right on one node and on a cluster. The name was checked
-    /// against PostgreSQL's own list (DatabaseTimeZones), so quoting it is enough.
+    /// to: the same SQL is right on one node and on a cluster. ReportEngine.prepare
+    /// refuses a name with anything but letters, digits and `/_+-` before any of it runs.
     var zone: String { "'" + query.timezone.replacingOccurrences(of: "'", with: "''") + "'" }
 
     /// Start of the range: local midnight of `from` in the report's zone.
