@@ -47,18 +47,15 @@ struct KitFixture: Sendable {
 
     /// Rows of a SQL query on the app's database, as text.
     func sql(_ text: String) async throws -> [[String?]] {
-        try await onOwnThread {
-            let connection = try PostgresConnection(connecting: conninfo)
-            let rows = try connection.execute(unsafeSQL: text)
-            return try rows.map { row in try rows.columns.indices.map { try row.decode($0, as: String?.self) } }
-        }
+        try await runSQL(conninfo, [text])
     }
 }
 
-/// An HTTP call to a server of the kit's tests: status, headers and JSON body.
-func kitHTTP(
-    _ client: HTTPClient, _ method: HTTPMethod, _ url: String, key: String, body: String? = nil
-) async throws -> (status: Int, body: [String: Any]) {
+/// An HTTP request with a key, and a JSON body when given: its status and body text
+/// (the servers' tests in this suite share it).
+func authorizedCall(
+    _ client: HTTPClient, _ method: HTTPMethod, _ url: String, key: String, body: String? = nil, timeout: Int64 = 30
+) async throws -> (status: Int, body: String) {
     var request = HTTPClientRequest(url: url)
     request.method = method
     request.headers.add(name: "Authorization", value: "Bearer \(key)")
@@ -66,10 +63,17 @@ func kitHTTP(
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(ByteBuffer(string: body))
     }
-    let response = try await client.execute(request, timeout: .seconds(30))
-    let bytes = try await response.body.collect(upTo: 1 << 24)
-    let object = (try? JSONSerialization.jsonObject(with: Data(bytes.readableBytesView))) as? [String: Any] ?? [:]
-    return (Int(response.status.code), object)
+    let response = try await client.execute(request, timeout: .seconds(timeout))
+    return (Int(response.status.code), String(buffer: try await response.body.collect(upTo: 1 << 24)))
+}
+
+/// `authorizedCall` with the answer read as a JSON object (empty when it is none).
+func kitHTTP(
+    _ client: HTTPClient, _ method: HTTPMethod, _ url: String, key: String, body: String? = nil
+) async throws -> (status: Int, body: [String: Any]) {
+    let (status, text) = try await authorizedCall(client, method, url, key: key, body: body)
+    let object = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] ?? [:]
+    return (status, object)
 }
 
 /// The kit's executables (`make test` builds them with the kit's own package).
@@ -80,10 +84,17 @@ func kitBinary(_ name: String) -> String {
         .appendingPathComponent("Clients/AdTallyKit/.build/debug/\(name)").path
 }
 
-/// Runs statements on a database by its conninfo (the cluster's maintenance database for ALTER DATABASE).
-func runSQL(_ conninfo: String, _ statements: [String]) async throws {
+/// Runs statements on a database by its conninfo (the cluster's maintenance database
+/// for ALTER DATABASE); the last one's rows, as text.
+@discardableResult
+func runSQL(_ conninfo: String, _ statements: [String]) async throws -> [[String?]] {
     try await onOwnThread {
         let connection = try PostgresConnection(connecting: conninfo)
-        for statement in statements { _ = try connection.execute(unsafeSQL: statement) }
+        var rows: [[String?]] = []
+        for statement in statements {
+            let result = try connection.execute(unsafeSQL: statement)
+            rows = try result.map { row in try result.columns.indices.map { try row.decode($0, as: String?.self) } }
+        }
+        return rows
     }
 }

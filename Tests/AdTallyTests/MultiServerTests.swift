@@ -60,15 +60,7 @@ struct MultiServerTests {
         let alive = Locked(Set(servers.indices))
         func url(_ index: Int, _ path: String) -> String { "http://127.0.0.1:\(servers[index].port)\(path)" }
         func call(_ index: Int, _ method: HTTPMethod, _ path: String, key: String, body: String? = nil) async throws -> (Int, String) {
-            var request = HTTPClientRequest(url: url(index, path))
-            request.method = method
-            request.headers.add(name: "Authorization", value: "Bearer \(key)")
-            if let body {
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.body = .bytes(ByteBuffer(string: body))
-            }
-            let response = try await client.execute(request, timeout: .seconds(20))
-            return (Int(response.status.code), String(buffer: try await response.body.collect(upTo: 1 << 22)))
+            try await authorizedCall(client, method, url(index, path), key: key, body: body, timeout: 20)
         }
 
         // Who holds the export runner's session lock and the compactor's transaction

@@ -22,12 +22,4 @@ public struct ClientDropStore: Sendable {
             """)
         return !rows.isEmpty
     }
-
-    /// Events dropped per app and reason over the last `days` days, largest first.
-    public func totals(days: Int) async throws -> [(app: String, reason: String, dropped: Int64)] {
-        try await pool.query("""
-            SELECT app_id, reason, sum(dropped)::bigint AS dropped FROM client_drops
-            WHERE received_at > now() - make_interval(days => \(days)) GROUP BY app_id, reason ORDER BY 3 DESC, 1, 2
-            """).map { (try $0.decode("app_id"), try $0.decode("reason"), try $0.decode("dropped")) }
-    }
 }

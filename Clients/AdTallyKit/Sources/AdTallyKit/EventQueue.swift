@@ -24,8 +24,6 @@ struct QueuedRecord {
     var occurredAtMillis: Int64
     /// The event object, as sent.
     var json: [UInt8]
-    /// The record's own position.
-    var position: QueuePosition
     /// The position just after it.
     var end: QueuePosition
 }
@@ -206,11 +204,7 @@ final class EventQueue {
     /// fsync of the segment being appended to (earlier segments were synced when they were closed).
     func sync() {
         guard isDirty, writeFD >= 0 else { return }
-        #if canImport(Darwin)
-        _ = fcntl(writeFD, F_FULLFSYNC)
-        #else
-        _ = fdatasync(writeFD)
-        #endif
+        Self.sync(writeFD)
         isDirty = false
     }
 
@@ -272,7 +266,6 @@ final class EventQueue {
                 if stop { return }
                 records.append(QueuedRecord(
                     occurredAtMillis: millis, json: Array(data[json]),
-                    position: QueuePosition(segment: range.segment, offset: json.lowerBound - headerBytes),
                     end: QueuePosition(segment: range.segment, offset: recordEnd)
                 ))
                 bytes += json.count
