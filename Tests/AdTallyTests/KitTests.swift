@@ -325,8 +325,11 @@ struct KitTests {
             try await Self.withServer(fixture) { _, url, client, _ in
                 let stopped = Locked<Int?>(nil)
                 var configuration = Self.quick()
-                // Every event is past the kit's age bound by the time it could be sent.
+                // Every event is past the kit's age bound by the time it could be sent,
+                // and nothing is sent before the flush (the sender would race it otherwise).
                 configuration.maxEventAge = 0.001
+                configuration.sendAfterEvents = 1000
+                configuration.sendInterval = 3600
                 configuration.notices = { notice in
                     if case .sendingStopped(let status, _) = notice { stopped.withLock { $0 = status } }
                 }
