@@ -16,13 +16,17 @@ public enum Server {
     /// and an embedded cluster this process started is stopped before it returns.
     public static func run(settings: Settings, logger: Logger) async throws {
         // The exports root: made when missing (the default's parents too, a named root's
-        // parent must exist), so a fresh install can take schedules.
-        do {
-            try FileManager.default.createDirectory(atPath: settings.exportsRoot, withIntermediateDirectories: settings.exportsRoot.hasPrefix(
-                URL(fileURLWithPath: settings.dataDirectory).standardizedFileURL.path
-            ))
-        } catch {
-            logger.error("the exports root cannot be made; scheduled exports will fail until it exists", metadata: ["root": "\(settings.exportsRoot)", "error": "\(error)"])
+        // parent must exist), so a fresh install can take schedules. One that exists is
+        // used as it is (creating it again without its parents fails "File exists").
+        var isDirectory: ObjCBool = false
+        if !(FileManager.default.fileExists(atPath: settings.exportsRoot, isDirectory: &isDirectory) && isDirectory.boolValue) {
+            do {
+                try FileManager.default.createDirectory(atPath: settings.exportsRoot, withIntermediateDirectories: settings.exportsRoot.hasPrefix(
+                    URL(fileURLWithPath: settings.dataDirectory).standardizedFileURL.path
+                ))
+            } catch {
+                logger.error("the exports root cannot be made; scheduled exports will fail until it exists", metadata: ["root": "\(settings.exportsRoot)", "error": "\(error)"])
+            }
         }
         let database = try await Database.open(settings, logger: logger)
         do {

@@ -9,7 +9,7 @@ import Testing
 struct ServeProcessTests {
     /// Tests in one process share swift-metrics' one-time bootstrap, so only a fresh
     /// process shows whether metrics made at start-up reach /metrics.
-    @Test("ingest and rollup metrics made at start-up reach /metrics")
+    @Test("ingest and rollup metrics made at start-up reach /metrics, and a start with an exports root that exists logs no error")
     func metricsFromStartUp() async throws {
         try await TestDatabase.withDatabase { conninfo in
             let (database, secret) = try await openWithApp(conninfo, app: "metrics")
@@ -37,6 +37,9 @@ struct ServeProcessTests {
                 #expect(text.contains("adtally_ingest_flush_seconds_count"))
                 #expect(text.contains("adtally_ingest_queue_events"))
                 #expect(text.contains("adtally_rollup_delta_rows_compacted_total"))
+                // The exports root (the temporary folder) exists already: nothing to report.
+                let lines = try String(contentsOf: log, encoding: .utf8).split(separator: "\n")
+                #expect(!lines.contains { $0.contains(" error ") || $0.contains(" critical ") }, "\(lines.filter { $0.contains(" error ") })")
             } catch {
                 try? await client.shutdown()
                 throw error
