@@ -132,7 +132,7 @@ extension AppStore {
     /// An app's declared and admitted networks; nil for an unknown app.
     public func networks(app: String) async throws -> AppNetworkList? {
         let rows = try await pool.query("""
-            SELECT to_json(a.networks)::text, coalesce(to_json(ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = a.app_id ORDER BY n.network))::text, '[]')
+            SELECT to_json(a.networks)::text, coalesce(to_json(ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = \(app) ORDER BY n.network))::text, '[]')
             FROM apps a WHERE a.app_id = \(app)
             """)
         guard let row = rows.first else { return nil }

@@ -150,10 +150,11 @@ public struct AppStore: Sendable {
     /// Revokes a key; its secret stops working. Revoking twice is not an error.
     @discardableResult
     public func revokeKey(_ id: String) async throws -> APIKey {
-        let rows = try await pool.query("""
-            UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE key_id = \(id)
-            RETURNING key_id, app_id, scope, created_at, revoked_at
-            """)
+        // The first revocation's time is kept. now() stands alone in SET, which Citus
+        // evaluates once (it refuses one inside COALESCE or CASE, as api_keys is a reference
+        // table there), and the key is read back by a second statement.
+        _ = try await pool.query("UPDATE api_keys SET revoked_at = now() WHERE key_id = \(id) AND revoked_at IS NULL")
+        let rows = try await pool.query("SELECT key_id, app_id, scope, created_at, revoked_at FROM api_keys WHERE key_id = \(id)")
         guard let row = rows.first else { throw AppStoreError.unknownKey(id) }
         return try Self.key(row)
     }

@@ -80,19 +80,21 @@ public enum StoredDecision: Sendable {
 public struct MediationStore: Sendable {
     let pool: PostgresPool
 
-    /// A store over a pool of the primary.
     /// The networks an app's events may name (Migrations/0010): its declared list, else
     /// those admitted so far. An automatic policy without a list chooses among these
     /// only, so a name invented before the app declared its list never wins.
     public func admittedNetworks(app: String) async throws -> [String] {
+        // Two uncorrelated subqueries, each naming the app: Citus refuses a subquery of
+        // app_networks (distributed) correlated with apps (a reference table there).
         let rows = try await pool.query("""
-            SELECT coalesce(to_json(coalesce(a.networks, ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = a.app_id)))::text, '[]')
-            FROM apps a WHERE a.app_id = \(app)
+            SELECT coalesce(to_json(coalesce((SELECT a.networks FROM apps a WHERE a.app_id = \(app)),
+                                             ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = \(app))))::text, '[]')
             """)
         guard let text = try rows.first?.decode(0, as: String.self) else { return [] }
         return try JSONDecoder().decode([String].self, from: Data(text.utf8)).sorted()
     }
 
+    /// A store over a pool of the primary.
     public init(pool: PostgresPool) {
         self.pool = pool
     }
