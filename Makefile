@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client fuzz
+.PHONY: deps build build-release run test test-citus screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -22,13 +22,23 @@ run: build-release
 
 ## test: install what is missing and run the whole suite against a throwaway
 ## PostgreSQL that is started and stopped around it: the app-side kit's own tests
-## (Clients/AdTallyKit), then the server's, which drive the kit's executables too.
+## (Clients/AdTallyKit), then the server's, which drive the kit's executables too,
+## then test-citus where the Citus extension is installed (it says so when it skips).
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) build --build-tests --package-path Clients/AdTallyKit
 	$(SWIFT) test --skip-build --package-path Clients/AdTallyKit
 	ADTALLY_KIT_BIN="$$($(SWIFT) build --package-path Clients/AdTallyKit --show-bin-path)" \
 	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh scripts/test-summary.sh $(SWIFT) test --skip-build
+	SWIFT="$(SWIFT)" ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/run-test-citus.sh --optional
+
+## test-citus: deploy/citus-setup.sql, placement, ingest, reports in four zones, money,
+## mediation, the series, exports and maintenance on a throwaway three-node Citus
+## cluster, each against one plain node with the same traffic. Needs Citus installed
+## (DEVELOPERS.md); fails without it.
+test-citus: deps
+	$(SWIFT) build --build-tests
+	SWIFT="$(SWIFT)" ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/run-test-citus.sh
 
 ## screenshot: docs/dashboard.png, made by the dashboard's browser test (headless
 ## Chromium against a server holding demo data); `make test` writes it to .build/.

@@ -1,9 +1,17 @@
 -- Run once on the Citus coordinator after the first `adtally serve` (or
 -- `adtally migrate`) created the schema: register the workers and distribute
--- every per-app table by app_id. Idempotent.
-SELECT citus_set_coordinator_host('citus-coordinator', 5432);
-SELECT * FROM citus_add_node('citus-worker-1', 5432) WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = 'citus-worker-1');
-SELECT * FROM citus_add_node('citus-worker-2', 5432) WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = 'citus-worker-2');
+-- every per-app table by app_id. Idempotent; run it with psql -v ON_ERROR_STOP=1.
+-- The nodes are compose's unless given: psql -v coordinator_host=H -v coordinator_port=P
+-- -v worker1_host=H -v worker1_port=P -v worker2_host=H -v worker2_port=P.
+\if :{?coordinator_host} \else \set coordinator_host citus-coordinator \endif
+\if :{?coordinator_port} \else \set coordinator_port 5432 \endif
+\if :{?worker1_host} \else \set worker1_host citus-worker-1 \endif
+\if :{?worker1_port} \else \set worker1_port 5432 \endif
+\if :{?worker2_host} \else \set worker2_host citus-worker-2 \endif
+\if :{?worker2_port} \else \set worker2_port 5432 \endif
+SELECT citus_set_coordinator_host(:'coordinator_host', :coordinator_port);
+SELECT * FROM citus_add_node(:'worker1_host', :worker1_port) WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = :'worker1_host' AND nodeport = :worker1_port);
+SELECT * FROM citus_add_node(:'worker2_host', :worker2_port) WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = :'worker2_host' AND nodeport = :worker2_port);
 
 -- Citus distributes no table that has triggers. apps has one (Migrations/0004:
 -- an app's zone is fixed, as its daily rollups are kept in it); on Citus that rule is

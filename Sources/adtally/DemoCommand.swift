@@ -12,13 +12,31 @@ struct DemoCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var database: DatabaseOptions
-    @Option(help: "Days of history, ending now.") var days = 28
+    @Option(help: "Days of history, ending now (or at --until).") var days = 28
     @Option(help: "Traffic multiplier (1: about 0.8 M events over 28 days).") var scale = 1.0
     @Option(help: "Random seed (the same seed makes the same traffic).") var seed: UInt64 = 2026
+    @Option(help: "End of the history, an RFC 3339 time within the last --days (default: now). The same seed and end load the same traffic, e.g. on two databases to compare.")
+    var until: String?
+
+    /// `--until` in microseconds, or nil for now.
+    var untilMicros: Int64? {
+        get throws {
+            guard let until else { return nil }
+            guard let micros = RFC3339.parseMicros(until) else {
+                throw ValidationError("--until must be an RFC 3339 time with an offset, e.g. 2026-11-20T12:00:00Z")
+            }
+            let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+            guard micros <= now + 60_000_000, micros > now - Int64(days) * 86_400_000_000 else {
+                throw ValidationError("--until must lie between --days ago and now")
+            }
+            return micros
+        }
+    }
 
     func validate() throws {
         guard (1...120).contains(days) else { throw ValidationError("--days must be from 1 to 120") }
         guard scale > 0, scale <= 50 else { throw ValidationError("--scale must be above 0 and at most 50") }
+        _ = try untilMicros
     }
 
     func run() async throws {
@@ -29,9 +47,10 @@ struct DemoCommand: AsyncParsableCommand {
         let isTerminal = isatty(STDERR_FILENO) == 1
         let started = ContinuousClock.now
         var lastLine = ContinuousClock.now
+        let end = try untilMicros.map { Date(timeIntervalSince1970: Double($0) / 1_000_000) } ?? Date()
         let summary = try await database.withDatabase { database, logger in
             do {
-                return try await DemoLoader(database: database, days: days, scale: scale, seed: seed, logger: logger).load { progress in
+                return try await DemoLoader(database: database, days: days, scale: scale, seed: seed, logger: logger).load(now: end) { progress in
                     let percent = progress.total > 0 ? progress.done * 100 / progress.total : 100
                     let status = "\(percent)% — \(progress.events) events"
                     if isTerminal {

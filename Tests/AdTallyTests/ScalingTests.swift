@@ -59,4 +59,67 @@ struct ScalingTests {
             #expect(named.subtracting(tables).isEmpty, "deploy/citus-setup.sql names tables the schema does not have: \(named.subtracting(tables).sorted())")
         }
     }
+
+    /// The Citus coordinator `make test-citus` migrated and ran deploy/citus-setup.sql on.
+    static let citusDatabase = ProcessInfo.processInfo.environment["ADTALLY_CITUS_DATABASE_URL"]
+
+    @Test(
+        "On a real Citus cluster, every table with app_id is hash-distributed by it in events' co-location group on the workers, and every other table is placed as the setup script says",
+        .enabled(if: citusDatabase != nil, "runs under make test-citus, on a migrated three-node cluster")
+    )
+    func citusPlacementIsReal() async throws {
+        let setup = try String(contentsOf: Self.setupFile, encoding: .utf8)
+        let reference = try Self.names(#"create_reference_table\('([a-z0-9_]+)'\)"#, in: setup)
+        let local = Set(try Self.names(#"-- local: ([a-z0-9_, ]+)"#, in: setup).flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
+        let pool = PostgresPool(configuration: .init(conninfo: try #require(Self.citusDatabase), maxConnections: 1))
+        do {
+            try await Self.checkPlacement(pool, reference: reference, local: local)
+        } catch {
+            await pool.shutdown()
+            throw error
+        }
+        await pool.shutdown()
+    }
+
+    static func checkPlacement(_ pool: PostgresPool, reference: Set<String>, local: Set<String>) async throws {
+        // Every table of the schema, partitions included, with what Citus made of it:
+        // method (h: hash-distributed, n: reference; none: not Citus's), the distribution
+        // column, the co-location group, and on how many worker nodes its shards lie.
+        let rows = try await pool.query("""
+            SELECT c.relname::text, c.relispartition,
+                   EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'app_id' AND NOT a.attisdropped),
+                   coalesce(p.partmethod::text, 'none'),
+                   coalesce(CASE WHEN p.partmethod = 'h' THEN column_to_column_name(p.logicalrelid, p.partkey) END, ''),
+                   coalesce(p.colocationid, -1) = coalesce((SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'events'::regclass), -2),
+                   (SELECT count(DISTINCT (n.nodename, n.nodeport)) FROM pg_dist_shard s JOIN pg_dist_placement pl USING (shardid)
+                      JOIN pg_dist_node n USING (groupid) WHERE s.logicalrelid = c.oid AND n.groupid <> 0)::int
+            FROM pg_class c LEFT JOIN pg_dist_partition p ON p.logicalrelid = c.oid
+            WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+            """)
+        let workers = try await pool.query("SELECT count(*)::int FROM pg_dist_node WHERE groupid <> 0 AND isactive AND noderole = 'primary'")
+            .map { try $0.decode(0, as: Int.self) }.first ?? 0
+        #expect(workers == 2, "the cluster has two workers")
+        var seen = Set<String>()
+        for row in rows {
+            let name = try row.decode(0, as: String.self), isPartition = try row.decode(1, as: Bool.self)
+            let hasApp = try row.decode(2, as: Bool.self), method = try row.decode(3, as: String.self)
+            let column = try row.decode(4, as: String.self), withEvents = try row.decode(5, as: Bool.self)
+            let nodes = try row.decode(6, as: Int.self)
+            seen.insert(name)
+            if hasApp && name != "apps" && name != "api_keys" {
+                #expect(method == "h" && column == "app_id", "\(name)\(isPartition ? " (a partition)" : ""): has app_id, but Citus holds it as \(method) by '\(column)', not hash-distributed by app_id")
+                #expect(withEvents, "\(name): not in events' co-location group, so a single-app report joining it leaves one worker")
+                #expect(nodes == workers, "\(name): its shards lie on \(nodes) of the \(workers) workers")
+            } else if reference.contains(name) {
+                #expect(method == "n", "\(name): the setup script makes it a reference table; Citus holds it as \(method)")
+                #expect(nodes == workers, "\(name): a reference table on \(nodes) of the \(workers) workers")
+            } else {
+                #expect(local.contains(name) && method == "none", "\(name): neither per-app nor reference nor named local by the setup script (Citus: \(method))")
+            }
+        }
+        #expect(seen.contains("events") && seen.count > 20, "the coordinator holds the migrated schema")
+        // A single-app read of events is routed to one shard on one worker.
+        let plan = try await pool.query("EXPLAIN SELECT count(*) FROM events WHERE app_id = 'any-app'").map { try $0.decode(0, as: String.self) }
+        #expect(plan.contains { $0.contains("Task Count: 1") } && plan.contains { $0.contains("Custom Scan (Citus Adaptive)") }, "plan: \(plan)")
+    }
 }

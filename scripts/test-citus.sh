@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# make test-citus: AdTally's black-box checks on a real three-node Citus cluster,
+# against one plain PostgreSQL node loaded with the same traffic in the same run.
+# Run as scripts/with-citus-cluster.sh scripts/with-test-postgres.sh scripts/test-citus.sh
+# (the Makefile does): it needs ADTALLY_CITUS_COORDINATOR / ADTALLY_CITUS_PORTS (the
+# cluster), ADTALLY_TEST_DATABASE_URL (the single node), ADTALLY_BIN (adtally) and
+# SWIFT (the test build, for ScalingTests' placement check).
+#
+# What it checks, in order: deploy/citus-setup.sql runs under ON_ERROR_STOP, twice,
+# the second changing nothing; every table's real placement (ScalingTests); the demo's
+# traffic loaded on both (the same seed and end), compacted as it loads; reports in
+# UTC, New York, Kolkata and Kathmandu, by date, hour, week, network and country,
+# every metric, equal on both nodes and, for the counts, equal to a GROUP BY over
+# events written with explicit AT TIME ZONE; then two servers (one per database):
+# ingest with a duplicate batch, reports over HTTP, rate card and FX writes, a
+# mediation policy set and decided, the Grafana series, a scheduled export, status
+# and table sizes, and no error in either server's log.
+set -euo pipefail
+: "${ADTALLY_CITUS_COORDINATOR:?run under scripts/with-citus-cluster.sh}" "${ADTALLY_TEST_DATABASE_URL:?run under scripts/with-test-postgres.sh}"
+: "${ADTALLY_BIN:?the adtally binary}" "${SWIFT:=swift}"
+bin=$ADTALLY_BIN
+citus=$ADTALLY_CITUS_COORDINATOR
+read -r coordinator_port worker1_port worker2_port <<<"$ADTALLY_CITUS_PORTS"
+psql "$ADTALLY_TEST_DATABASE_URL" -qAt -v ON_ERROR_STOP=1 -c "CREATE DATABASE adtally_single" >/dev/null
+single=${ADTALLY_TEST_DATABASE_URL/dbname=postgres/dbname=adtally_single}
+work=$(mktemp -d /tmp/adtally-test-citus.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ "${keep_work:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+failures=0
+ok() { echo "ok    $*"; }
+fail() { echo "FAIL  $*"; failures=$((failures + 1)); }
+# same DESCRIPTION FILE1 FILE2: the two files are equal and not empty.
+same() {
+  if [ ! -s "$2" ]; then fail "$1: no rows"; elif cmp -s "$2" "$3"; then ok "$1 ($(wc -l <"$2") rows)"; else
+    fail "$1: $(diff "$2" "$3" | grep -c '^[<>]') lines differ"; diff "$2" "$3" | head -n 6 | sed 's/^/      /'
+  fi
+}
+sql() { local db=$1; shift; psql "$db" -qAt -v ON_ERROR_STOP=1 "$@"; }
+
+echo "== schema and placement"
+"$bin" migrate --database-url "$citus" >"$work/migrate-citus.log" 2>&1 || { cat "$work/migrate-citus.log"; exit 1; }
+"$bin" migrate --database-url "$single" >"$work/migrate-single.log" 2>&1 || { cat "$work/migrate-single.log"; exit 1; }
+setup() {
+  psql "$citus" -qAt -v ON_ERROR_STOP=1 -v coordinator_host=127.0.0.1 -v coordinator_port="$coordinator_port" \
+    -v worker1_host=127.0.0.1 -v worker1_port="$worker1_port" -v worker2_host=127.0.0.1 -v worker2_port="$worker2_port" \
+    -f deploy/citus-setup.sql
+}
+placement() { sql "$citus" -F' ' -c "SELECT table_name, citus_table_type, colocation_id, shard_count FROM citus_tables ORDER BY 1"; }
+if setup >"$work/setup1.log" 2>&1; then ok "deploy/citus-setup.sql under ON_ERROR_STOP"; else fail "deploy/citus-setup.sql: $(grep -m1 ERROR "$work/setup1.log")"; fi
+placement >"$work/placement1"
+if setup >"$work/setup2.log" 2>&1; then ok "deploy/citus-setup.sql a second time"; else fail "deploy/citus-setup.sql, second run: $(grep -m1 ERROR "$work/setup2.log")"; fi
+placement >"$work/placement2"
+same "the second run changes no placement" "$work/placement1" "$work/placement2"
+if ADTALLY_CITUS_DATABASE_URL="$citus" "$SWIFT" test --skip-build --filter 'ScalingTests/citusPlacementIsReal' >"$work/placement-test.log" 2>&1 \
+  && grep -q 'citusPlacementIsReal\|On a real Citus cluster.*passed' "$work/placement-test.log" && ! grep -q 'skipped' "$work/placement-test.log"; then
+  ok "ScalingTests: every table's real placement ($(wc -l <"$work/placement1") Citus tables)"
+else
+  fail "ScalingTests' placement check"; grep -E 'Expectation failed|error|skipped' "$work/placement-test.log" | head -n 12 | sed 's/^/      /'
+fi
+
+echo "== the same traffic on both"
+until=$(date -u -d '-2 minutes' +%FT%TZ)
+for db in "$citus" "$single"; do
+  "$bin" demo --database-url "$db" --days 3 --scale 0.5 --until "$until" >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+done
+echo "      $(grep -m1 'Demo loaded' "$work/demo.log")"
+counts() { sql "$1" -F' ' -c "SELECT app_id, type, count(*) FROM events GROUP BY 1, 2 ORDER BY 1, 2"; }
+counts "$citus" >"$work/counts-citus"; counts "$single" >"$work/counts-single"
+same "events by app and type" "$work/counts-citus" "$work/counts-single"
+
+echo "== reports (CLI), Citus against one node and against GROUP BY over events"
+from=$(date -u -d '-3 days' +%F); to=$(date -u +%F)
+metrics=requests,impressions,fill_rate,loads,errors,taps,ctr,action_cancels,expiries,wasted_fills,revenue,reported_revenue,estimated_revenue,ecpm,unique_devices
+# A report as CSV, or its error (which then differs from the other node's rows).
+report() { { "$bin" report --database-url "$1" --from "$from" --to "$to" --format csv --limit 100000 "${@:2}" 2>&1 || true; } | tr -d '\r'; }
+for tz in UTC America/New_York Asia/Kolkata Asia/Kathmandu; do
+  for dims in app,date app,hour week,network date,country,format; do
+    for currency in USD EUR; do
+      report "$citus" --tz "$tz" --dimensions "$dims" --metrics "$metrics" --currency "$currency" >"$work/r-citus"
+      report "$single" --tz "$tz" --dimensions "$dims" --metrics "$metrics" --currency "$currency" >"$work/r-single"
+      same "$tz $dims $currency: Citus = one node" "$work/r-citus" "$work/r-single"
+    done
+  done
+  # The counts by explicit zone arithmetic, the definition DESIGN §3 gives.
+  for grain in date hour; do
+    report "$citus" --tz "$tz" --dimensions "app,$grain" --metrics requests,impressions,taps | tail -n +2 >"$work/r-citus"
+    if [ "$grain" = date ]; then
+      key="(occurred_at AT TIME ZONE '$tz')::date::text"
+    else
+      key="to_char(date_trunc('hour', occurred_at, '$tz') AT TIME ZONE '$tz', 'YYYY-MM-DD\"T\"HH24:MI:SS')
+           || CASE WHEN (date_trunc('hour', occurred_at, '$tz') AT TIME ZONE '$tz') < (date_trunc('hour', occurred_at, '$tz') AT TIME ZONE 'UTC') THEN '-' ELSE '+' END
+           || to_char(abs(extract(epoch FROM (date_trunc('hour', occurred_at, '$tz') AT TIME ZONE '$tz') - (date_trunc('hour', occurred_at, '$tz') AT TIME ZONE 'UTC'))) * interval '1 second', 'HH24:MI')"
+    fi
+    sql "$citus" -F, -c "
+      SELECT app_id, $key, count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'impression'), count(*) FILTER (WHERE type = 'tap')
+      FROM events
+      WHERE occurred_at >= '$from'::timestamp AT TIME ZONE '$tz' AND occurred_at < ('$to'::date + 1)::timestamp AT TIME ZONE '$tz'
+      GROUP BY 1, 2 HAVING count(*) FILTER (WHERE type IN ('request', 'impression', 'tap')) > 0 ORDER BY 1, 2" >"$work/r-sql"
+    same "$tz app,$grain: Citus = GROUP BY … AT TIME ZONE '$tz'" "$work/r-citus" "$work/r-sql"
+  done
+done
+
+echo "== two servers: ingest, HTTP reports, money, mediation, series, exports"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+declare -A port key admin
+for node in citus single; do
+  db=$citus; [ "$node" = single ] && db=$single
+  mkdir -p "$work/exports-$node"
+  port[$node]=$(free_port)
+  key[$node]=$("$bin" keys create --app demo-puzzle --scope ingest --database-url "$db" | tail -n 1)
+  admin[$node]=$("$bin" keys create --admin --database-url "$db" | tail -n 1)
+  "$bin" serve --database-url "$db" --host 127.0.0.1 --port "${port[$node]}" --exports-root "$work/exports-$node" \
+    --mediation-refresh 5 >"$work/serve-$node.log" 2>&1 &
+  pids+=($!)
+done
+for node in citus single; do
+  for _ in $(seq 1 120); do curl -fs "http://127.0.0.1:${port[$node]}/readyz" >/dev/null && break; sleep 0.5; done
+  curl -fs "http://127.0.0.1:${port[$node]}/readyz" >/dev/null && ok "$node: serve is ready" || fail "$node: serve is not ready"
+done
+call() { curl -sS -H "Authorization: Bearer $2" "${@:4}" "http://127.0.0.1:${port[$1]}$3"; }
+
+now=$(date -u +%FT%TZ)
+batch="{\"events\":[{\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0001\",\"type\":\"request\",\"occurred_at\":\"$now\",\"network\":\"admob\",\"format\":\"banner\",\"placement\":\"citus-check\"},
+ {\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0002\",\"type\":\"impression\",\"occurred_at\":\"$now\",\"network\":\"admob\",\"format\":\"banner\",\"placement\":\"citus-check\",\"revenue_micros\":1500,\"currency\":\"USD\"},
+ {\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0003\",\"type\":\"session\",\"occurred_at\":\"$now\"}]}"
+for node in citus single; do
+  first=$(call $node "${key[$node]}" /v1/events -X POST -H 'Content-Type: application/json' -d "$batch")
+  again=$(call $node "${key[$node]}" /v1/events -X POST -H 'Content-Type: application/json' -d "$batch")
+  [ "$first" = '{"accepted":3,"duplicates":0,"rejected":[]}' ] && ok "$node: a batch of 3 accepted" || fail "$node: the batch: $first"
+  [ "$again" = '{"accepted":0,"duplicates":3,"rejected":[]}' ] && ok "$node: its retry counted as 3 duplicates" || fail "$node: the retry: $again"
+done
+db_of() { if [ "$1" = citus ]; then echo "$citus"; else echo "$single"; fi; }
+[ "$(sql "$citus" -c "SELECT count(*) FROM events WHERE app_id = 'demo-puzzle' AND placement = 'citus-check'")" = 2 ] \
+  && ok "citus: the batch's events stored once" || fail "citus: the batch's events not stored once"
+
+for node in citus single; do
+  "$bin" rates set --network admob --format banner --currency USD --cpm 0.95 --cpt 0.06 --from "$from" --database-url "$(db_of $node)" >/dev/null 2>"$work/rates.err" \
+    && "$bin" rates set --network admob --format banner --currency USD --cpm 0.90 --cpt 0.05 --from "$from" --database-url "$(db_of $node)" >/dev/null 2>>"$work/rates.err" \
+    && "$bin" fx set --date "$to" --currency USD --rate 1.07 --database-url "$(db_of $node)" >/dev/null 2>>"$work/rates.err" \
+    && "$bin" fx set --date "$to" --currency USD --rate 1.0712 --database-url "$(db_of $node)" >/dev/null 2>>"$work/rates.err" \
+    && ok "$node: a rate card entry and an FX rate set, then changed" || fail "$node: rates/fx: $(head -n 2 "$work/rates.err")"
+done
+for tz in Asia/Kathmandu America/New_York; do
+  q="/v1/reports?apps=demo-puzzle,demo-news&from=$from&to=$to&tz=$tz&dimensions=date,network,placement&metrics=$metrics&currency=EUR&format=csv&limit=10000"
+  call citus "${admin[citus]}" "$q" | tr -d '\r' >"$work/h-citus"; call single "${admin[single]}" "$q" | tr -d '\r' >"$work/h-single"
+  same "GET /v1/reports $tz, after ingest and new rates: Citus = one node" "$work/h-citus" "$work/h-single"
+done
+
+for node in citus single; do
+  "$bin" mediation set demo-puzzle --rule automatic --default nend --min-requests 10 --window-hours 48 --database-url "$(db_of $node)" >"$work/mediation-$node.log" 2>&1 \
+    || fail "$node: mediation set: $(tail -n 1 "$work/mediation-$node.log")"
+done
+for node in citus single; do
+  for _ in $(seq 1 40); do
+    code=$(call $node "${key[$node]}" /v1/mediation -o "$work/switch-$node" -w '%{http_code}')
+    [ "$code" = 200 ] && break; sleep 0.5
+  done
+  [ "$code" = 200 ] && ok "$node: GET /v1/mediation decided: $(head -c 120 "$work/switch-$node")" || fail "$node: GET /v1/mediation: $code"
+done
+python3 - "$work/switch-citus" "$work/switch-single" <<'EOF' && ok "the switch chose the same network on both, from the reports" || fail "the switches differ, or chose the default"
+import json, sys
+try:
+    a, b = (json.load(open(p)) for p in sys.argv[1:3])
+except (OSError, ValueError):
+    sys.exit(1)
+# The choice (weights) and its basis, from the reports over the trailing window.
+pick = lambda d: (d.get("weights"), d.get("decided_by"), [n.get("network") for n in d.get("networks", []) if n.get("trusted")])
+sys.exit(0 if pick(a) == pick(b) and a.get("decided_by") == "best" else 1)
+EOF
+
+series() {
+  sql "$1" -F' ' -c "SELECT app_id, grain, network, period_start, local_start, requests, impressions, taps, revenue, estimated_revenue, ecpm
+                     FROM report_series WHERE grain = 'day' AND period_start < date_trunc('day', now() - interval '1 day') ORDER BY 1, 2, 3, 4"
+}
+for node in citus single; do
+  for _ in $(seq 1 60); do
+    [ "$(sql "$(db_of $node)" -c "SELECT count(*) FROM report_series_refresh WHERE refreshed_at IS NOT NULL AND error IS NULL")" -ge 3 ] && break; sleep 1
+  done
+done
+sql "$citus" -c "SELECT app_id || ': ' || coalesce(error, 'ok') FROM report_series_refresh ORDER BY 1" | sed 's/^/      series /'
+series "$citus" >"$work/s-citus"; series "$single" >"$work/s-single"
+same "the Grafana series (whole past days): Citus = one node" "$work/s-citus" "$work/s-single"
+
+for node in citus single; do
+  "$bin" exports create citus-check --cron '@daily' --tz Asia/Kolkata --dir "$work/exports-$node" --apps demo-puzzle,demo-runner --days 2 \
+    --dimensions date,network,country --metrics "$metrics" --database-url "$(db_of $node)" --exports-root "$work/exports-$node" >/dev/null
+  "$bin" exports run-now citus-check --database-url "$(db_of $node)" --exports-root "$work/exports-$node" >/dev/null
+done
+for node in citus single; do
+  for _ in $(seq 1 60); do ls "$work/exports-$node"/citus-check/*.csv >/dev/null 2>&1 && break; sleep 1; done
+done
+cat "$work"/exports-citus/citus-check/*.csv 2>/dev/null >"$work/e-citus" || true
+cat "$work"/exports-single/citus-check/*.csv 2>/dev/null >"$work/e-single" || true
+same "a scheduled export's file: Citus = one node" "$work/e-citus" "$work/e-single"
+
+echo "== the other commands, and every route under schemathesis"
+printf '%s\n' "{\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0101\",\"type\":\"request\",\"occurred_at\":\"$now\",\"network\":\"unity\",\"format\":\"rewarded\"}" \
+  "{\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0102\",\"type\":\"load\",\"occurred_at\":\"$now\",\"network\":\"unity\",\"format\":\"rewarded\"}" >"$work/events.ndjson"
+for node in citus single; do
+  "$bin" ingest --app demo-runner "$work/events.ndjson" --database-url "$(db_of $node)" >"$work/ingest1-$node" 2>&1 || true
+  "$bin" ingest --app demo-runner "$work/events.ndjson" --database-url "$(db_of $node)" >"$work/ingest2-$node" 2>&1 || true
+done
+cat "$work/ingest1-citus" "$work/ingest2-citus" >"$work/i-citus"; cat "$work/ingest1-single" "$work/ingest2-single" >"$work/i-single"
+same "adtally ingest of a file, then again: Citus = one node" "$work/i-citus" "$work/i-single"
+grep -q '2 duplicates\|duplicates: 2\|2 duplicate' "$work/ingest2-citus" && ok "citus: the file's second import counted 2 duplicates" || fail "citus: the second import: $(tr '\n' ' ' <"$work/ingest2-citus")"
+for cmd in "apps list" "apps networks demo-puzzle" "rates list" "fx list" "mediation show demo-puzzle"; do
+  # shellcheck disable=SC2086
+  "$bin" $cmd --database-url "$citus" 2>&1 | sed -E 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z/TIME/g' >"$work/c-citus"
+  # shellcheck disable=SC2086
+  "$bin" $cmd --database-url "$single" 2>&1 | sed -E 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z/TIME/g' >"$work/c-single"
+  same "adtally $cmd: Citus = one node" "$work/c-citus" "$work/c-single"
+done
+for cmd in "keys list" "mediation history demo-puzzle" "exports list" "exports runs citus-check" "status --format json"; do
+  # shellcheck disable=SC2086
+  "$bin" $cmd --database-url "$citus" >"$work/c-citus" 2>&1 && ok "adtally $cmd on Citus" || fail "adtally $cmd on Citus: $(tail -n 1 "$work/c-citus")"
+done
+# The schemathesis run of the suite (SchemathesisTests), fewer examples, against the
+# Citus server: no 5xx and every answer as /openapi.yaml says.
+if python3 -c 'import schemathesis' 2>/dev/null; then
+  "$bin" apps create fuzz --timezone Asia/Kolkata --database-url "$citus" >/dev/null
+  "$bin" apps create fuzz-keys --database-url "$citus" >/dev/null
+  for name in fuzz-daily fuzz-doomed; do
+    "$bin" exports create "$name" --cron '0 6 * * *' --dir "$work/exports-citus" --apps fuzz --days 1 --database-url "$citus" --exports-root "$work/exports-citus" >/dev/null
+  done
+  "$bin" mediation set fuzz --rule pinned --network admob --database-url "$citus" >/dev/null
+  export ADTALLY_ST_ADMIN=${admin[citus]} ADTALLY_ST_APP=fuzz ADTALLY_ST_EXPORT=fuzz-daily ADTALLY_ST_EXPORT_DELETE=fuzz-doomed
+  ADTALLY_ST_INGEST=$("$bin" keys create --app fuzz-keys --scope ingest --database-url "$citus" | tail -n 1)
+  ADTALLY_ST_SPARE_KEY=$("$bin" keys create --app fuzz --scope read --database-url "$citus" | sed -n 's/^created read key \([a-z0-9_]*\) .*/\1/p')
+  ADTALLY_ST_APP_READ=$("$bin" keys create --app fuzz --scope read --database-url "$citus" | tail -n 1)
+  export ADTALLY_ST_INGEST ADTALLY_ST_SPARE_KEY ADTALLY_ST_APP_READ
+  if python3 -c "import sys; from schemathesis.cli import schemathesis; sys.argv[0] = 'schemathesis'; schemathesis()" \
+      --config-file scripts/schemathesis.toml run "http://127.0.0.1:${port[citus]}/openapi.yaml" \
+      --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+      --phases fuzzing,stateful --max-examples 25 --seed 20261126 --workers 1 --request-timeout 30 --generation-database none --no-color \
+      >"$work/schemathesis.log" 2>&1; then
+    ok "schemathesis on the Citus server: $(grep -oE '[0-9]+ generated' "$work/schemathesis.log" | head -n 1), no 5xx, every answer as the spec says"
+  else
+    fail "schemathesis on the Citus server"; grep -E 'Server error|FAILED|[0-9]+ (failures|errors)|not_a_server_error' "$work/schemathesis.log" | head -n 8 | sed 's/^/      /'
+  fi
+else
+  fail "schemathesis is not installed (make deps installs it)"
+fi
+
+echo "== maintenance"
+"$bin" status --database-url "$citus" >"$work/status" 2>&1 && ok "adtally status" || fail "adtally status: $(tail -n 1 "$work/status")"
+shards=$(sql "$citus" -c "SELECT sum(citus_total_relation_size(logicalrelid)) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'events\\_%'")
+shown=$(sed -n 's/^ *events[: ] *\([0-9.]*\) \(kB\|MB\|GB\).*/\1 \2/p' "$work/status" | head -n 1)
+echo "      events on the workers: $shards bytes; status shows: ${shown:-?}"
+python3 - "$shards" "$shown" <<'EOF' && ok "status shows the shards' size" || fail "status does not show the shards' size"
+import sys
+shards, shown = int(sys.argv[1] or 0), sys.argv[2].split()
+size = float(shown[0]) * {"kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}[shown[1]] if len(shown) == 2 else 0
+sys.exit(0 if shards > 0 and 0.8 * shards <= size <= 1.2 * shards else 1)
+EOF
+for _ in $(seq 1 30); do
+  pending=$(sql "$citus" -c "SELECT count(*) FROM rollup_delta")
+  [ "$pending" -lt 10 ] && break; sleep 1
+done
+[ "$pending" -lt 10 ] && ok "compaction: $pending rows pending in rollup_delta" || fail "compaction: $pending rows pending"
+for node in citus single; do
+  errors=$(grep -ciE ' (error|critical) ' "$work/serve-$node.log" || true)
+  [ "$errors" = 0 ] && ok "$node: no error in the server's log" || { fail "$node: $errors errors in the server's log"; grep -iE ' (error|critical) ' "$work/serve-$node.log" | head -n 5 | cut -c1-300 | sed 's/^/      /'; }
+done
+
+if [ "$failures" -gt 0 ]; then
+  keep_work=1
+  echo "test-citus: $failures checks failed (logs kept in $work)"
+  exit 1
+fi
+echo "test-citus: all checks passed"
