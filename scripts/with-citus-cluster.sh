@@ -4,8 +4,14 @@
 # citus preloaded (and hll created), and stopped and deleted on exit (also on failure).
 # Needs the Citus extension installed for the server's major version (DEVELOPERS.md
 # says how to build it); exits 77 when it is not, so a caller can say it skipped.
+# The nodes listen on 127.0.0.1 (Citus's nodes connect to each other over TCP) and
+# take a password there, generated here (scram-sha-256): any local user can reach a
+# loopback port, and a superuser can run programs as the server's user. The password
+# is in a pgpass file only the server's user (and root) can read; the nodes use it to
+# reach each other, the command through PGPASSFILE.
 # The command sees ADTALLY_CITUS_COORDINATOR (a conninfo for database "adtally" on the
-# coordinator, the workers added) and ADTALLY_CITUS_PORTS (coordinator and workers).
+# coordinator) and ADTALLY_CITUS_PORTS (coordinator and workers). The workers are not
+# registered yet: deploy/citus-setup.sql does that (psql -v worker1_port=… …).
 set -euo pipefail
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 libdir=$("$bindir/pg_config" --pkglibdir 2>/dev/null || true)
@@ -32,20 +38,21 @@ cleanup() {
   rm -rf "$root"
 }
 trap cleanup EXIT
+password=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+(umask 077; printf '%s\n' "$password" >"$root/password"; printf '127.0.0.1:*:*:adtally:%s\n' "$password" >"$root/pgpass")
+[ "$(id -u)" -eq 0 ] && chown postgres:postgres "$root/password" "$root/pgpass"
+export PGPASSFILE="$root/pgpass"
 for node in 0 1 2; do
-  as_server "$bindir/initdb" -D "$root/node$node" -U adtally -A trust -E UTF8 --locale=C.UTF-8 --no-instructions >/dev/null
-  as_server "$bindir/pg_ctl" start -w -D "$root/node$node" -l "$root/node$node.log" \
+  as_server "$bindir/initdb" -D "$root/node$node" -U adtally --auth-local=trust --auth-host=scram-sha-256 \
+    --pwfile="$root/password" -E UTF8 --locale=C.UTF-8 --no-instructions >/dev/null
+  as_server env PGPASSFILE="$root/pgpass" "$bindir/pg_ctl" start -w -D "$root/node$node" -l "$root/node$node.log" \
     -o "-c listen_addresses=127.0.0.1 -c port=${ports[$node]} -c unix_socket_directories='$root' -c shared_preload_libraries=citus -c fsync=off -c synchronous_commit=off -c max_connections=300 -c max_prepared_transactions=100" >/dev/null
   psql -h 127.0.0.1 -p "${ports[$node]}" -U adtally -d postgres -qAt -v ON_ERROR_STOP=1 \
     -c "CREATE DATABASE adtally" >/dev/null
   psql -h 127.0.0.1 -p "${ports[$node]}" -U adtally -d adtally -qAt -v ON_ERROR_STOP=1 \
     -c "CREATE EXTENSION citus" -c "CREATE EXTENSION IF NOT EXISTS hll" >/dev/null
 done
-coordinator="host=127.0.0.1 port=${ports[0]} user=adtally dbname=adtally"
-psql "$coordinator" -qAt -v ON_ERROR_STOP=1 \
-  -c "SELECT citus_set_coordinator_host('127.0.0.1', ${ports[0]})" \
-  -c "SELECT citus_add_node('127.0.0.1', ${ports[1]})" \
-  -c "SELECT citus_add_node('127.0.0.1', ${ports[2]})" >/dev/null
+coordinator="host=127.0.0.1 port=${ports[0]} user=adtally dbname=adtally passfile=$root/pgpass"
 export ADTALLY_CITUS_COORDINATOR="$coordinator"
 export ADTALLY_CITUS_PORTS="${ports[*]}"
 "$@"

@@ -41,13 +41,15 @@ struct DemoCommand: AsyncParsableCommand {
 
     func run() async throws {
         let retention = try Settings.resolve(flags: database.flags).retentionDays
-        guard days < retention else {
-            throw ValidationError("--days must be less than the retention period (\(retention) days), or its oldest events would be dropped at once")
+        let end = try untilMicros.map { Date(timeIntervalSince1970: Double($0) / 1_000_000) } ?? Date()
+        // The oldest day loaded lies --days before the end, which --until may move back.
+        let reach = days + max(0, Int(Date().timeIntervalSince(end) / 86_400))
+        guard reach < retention else {
+            throw ValidationError("--days (plus --until's days before now) must be less than the retention period (\(retention) days), or the oldest events would be dropped at once")
         }
         let isTerminal = isatty(STDERR_FILENO) == 1
         let started = ContinuousClock.now
         var lastLine = ContinuousClock.now
-        let end = try untilMicros.map { Date(timeIntervalSince1970: Double($0) / 1_000_000) } ?? Date()
         let summary = try await database.withDatabase { database, logger in
             do {
                 return try await DemoLoader(database: database, days: days, scale: scale, seed: seed, logger: logger).load(now: end) { progress in

@@ -495,6 +495,23 @@ struct ExportTests {
         }
     }
 
+    @Test("adtally demo --until refuses a malformed time, a future one, one before --days, and a reach past retention, naming the rule")
+    func demoUntilIsChecked() async throws {
+        let iso = ISO8601DateFormatter()
+        func demo(_ arguments: [String]) async throws -> (Int32, String) {
+            try await runProcess([adtallyBinary(), "demo", "--database-url", "host=/nonexistent-adtally-socket dbname=x"] + arguments)
+        }
+        let malformed = try await demo(["--until", "2026-11-20 12:00"])
+        #expect(malformed.0 != 0 && malformed.1.contains("--until must be an RFC 3339 time with an offset"), "\(malformed.1)")
+        let future = try await demo(["--until", iso.string(from: Date().addingTimeInterval(3600))])
+        #expect(future.0 != 0 && future.1.contains("--until must lie between --days ago and now"), "\(future.1)")
+        let early = try await demo(["--days", "3", "--until", iso.string(from: Date().addingTimeInterval(-4 * 86_400))])
+        #expect(early.0 != 0 && early.1.contains("--until must lie between --days ago and now"), "\(early.1)")
+        // 80 days ending 20 days ago reach 100 days back, past the default 90 of retention.
+        let far = try await demo(["--days", "80", "--until", iso.string(from: Date().addingTimeInterval(-20 * 86_400))])
+        #expect(far.0 != 0 && far.1.contains("must be less than the retention period (90 days)"), "\(far.1)")
+    }
+
     @Test("adtally demo loads apps, money and weeks of valid traffic once; status reads the database")
     func demoAndStatus() async throws {
         try await TestDatabase.withDatabase { conninfo in
