@@ -104,9 +104,13 @@ public struct EventStore: Sendable {
     struct KnownIDs: Error {}
 
     /// Citus reports a duplicate key met by a COPY on a worker as XX000 (internal error)
-    /// with PostgreSQL's own message, not as 23505.
+    /// with PostgreSQL's own message, not as 23505, and without the constraint's field:
+    /// `duplicate key value violates unique constraint "event_ids_pkey_102049"`. The
+    /// ledger's key is recognised by its name, which no server language translates (the
+    /// English text alone, or its quotes, would miss a worker with another `lc_messages`).
     static func isCitusDuplicateKey(_ error: PostgresError) -> Bool {
-        error.sqlState?.rawValue == "XX000" && error.message.contains("duplicate key value violates unique constraint")
+        error.sqlState?.rawValue == "XX000"
+            && (error.message.contains("event_ids_pkey") || error.message.contains("duplicate key value violates unique constraint"))
     }
 
     static func write(

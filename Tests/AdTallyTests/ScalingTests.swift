@@ -1,4 +1,4 @@
-import AdTallyStorage
+@testable import AdTallyStorage
 import AdTallyTestSupport
 import Foundation
 import PostgresKit
@@ -58,6 +58,18 @@ struct ScalingTests {
             let named = distributed.union(reference).union(local)
             #expect(named.subtracting(tables).isEmpty, "deploy/citus-setup.sql names tables the schema does not have: \(named.subtracting(tables).sorted())")
         }
+    }
+
+    @Test("a duplicate ledger key that Citus reports from a worker's COPY (XX000) is known as one, in any server language")
+    func citusDuplicateKeyIsRecognised() {
+        // As Citus 12.1 raised it on a three-node cluster (make test-citus's), then as a
+        // worker with lc_messages = 'de_DE' words it, then an unrelated internal error.
+        let english = PostgresError(kind: .server, sqlState: SQLState(rawValue: "XX000"), message: #"duplicate key value violates unique constraint "event_ids_pkey_102049""#)
+        let german = PostgresError(kind: .server, sqlState: SQLState(rawValue: "XX000"), message: #"doppelter Schlüsselwert verletzt Unique-Constraint »event_ids_pkey_102049«"#)
+        let other = PostgresError(kind: .server, sqlState: SQLState(rawValue: "XX000"), message: "could not connect to the worker")
+        #expect(EventStore.isCitusDuplicateKey(english))
+        #expect(EventStore.isCitusDuplicateKey(german))
+        #expect(!EventStore.isCitusDuplicateKey(other))
     }
 
     /// The Citus coordinator `make test-citus` migrated and ran deploy/citus-setup.sql on.
