@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test test-citus screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client fuzz
+.PHONY: deps build build-release run test test-citus screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client bench-citus fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -71,6 +71,13 @@ bench-mediation: build-release
 ## from one process to a local server, and that process's RSS, against write(2) of a same-sized record.
 bench-client: build-release
 	bench/client.sh
+
+## bench-citus: docs/scaling.md's Citus figures: ingest rate through the coordinator, the default
+## report's p50 (one app: one worker), compaction passes, each against one plain node in the same run
+## (a throwaway three-node cluster on this machine; needs Citus installed, DEVELOPERS.md).
+bench-citus: build-release
+	$(SWIFT) build -c release --product adtally-bench
+	scripts/with-citus-cluster.sh scripts/with-test-postgres.sh bench/citus.sh
 
 ## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator and on
 ## the CSV reader of adtally ingest, FUZZ_SECONDS each (default 600). Not part of test.
