@@ -38,8 +38,8 @@ psql "$ADTALLY_TEST_DATABASE_URL" -qAt -v ON_ERROR_STOP=1 -c "CREATE DATABASE ad
 single=${ADTALLY_TEST_DATABASE_URL/dbname=postgres/dbname=adtally_single}
 declare -A db=([citus]=$citus [single]=$single) port key admin
 
-"$bin/adtally" migrate --database-url "$citus" >/dev/null 2>&1
-"$bin/adtally" migrate --database-url "$single" >/dev/null 2>&1
+"$bin/adtally" migrate --database-url "$citus" >"$work/migrate.log" 2>&1 || { cat "$work/migrate.log"; exit 1; }
+"$bin/adtally" migrate --database-url "$single" >"$work/migrate.log" 2>&1 || { cat "$work/migrate.log"; exit 1; }
 PGOPTIONS='-c client_min_messages=warning' psql "$citus" -qAt -v ON_ERROR_STOP=1 -v coordinator_host=127.0.0.1 -v coordinator_port="$coordinator_port" \
   -v worker1_host=127.0.0.1 -v worker1_port="$worker1_port" -v worker2_host=127.0.0.1 -v worker2_port="$worker2_port" \
   -f deploy/citus-setup.sql >/dev/null
@@ -57,6 +57,7 @@ for node in single citus; do
   pids+=($!)
   eval "pid_$node=$!"
   for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:${port[$node]}/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -fs "http://127.0.0.1:${port[$node]}/readyz" >/dev/null || { cat "$work/serve-$node.log"; exit 1; }
   admin[$node]=$("$bin/adtally" keys create --admin --database-url "${db[$node]}" | tail -n 1)
   : >"$work/keys-$node.tsv"
   for i in $(seq 0 19); do
