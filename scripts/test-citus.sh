@@ -296,6 +296,12 @@ done
 passes=$(sql "$citus" -c "SELECT count(*) FROM rollup_compaction_passes WHERE started_at > '$serve_started' AND delta_rows > 0 AND server NOT LIKE 'adtally pid %'")
 [ "$pending" = 0 ] && [ "$passes" -ge 1 ] && ok "compaction: the server's $passes passes left no delta pending" \
   || fail "compaction: $pending delta rows pending, $passes passes by the server"
+# The views of migrations 0002/0011 (the rollups with pending deltas, for operators'
+# SQL; the server reads the tables) answer on the coordinator as on one node.
+views() { sql "$1" -F' ' -c "SELECT (SELECT sum(requests) FROM rollup_15m WHERE app_id LIKE 'demo-%'), (SELECT sum(revenue_micros) FROM rollup_revenue_15m WHERE app_id LIKE 'demo-%')"; }
+views "$citus" >"$work/v-citus"; views "$single" >"$work/v-single"
+same "the rollup_15m and rollup_revenue_15m views: Citus = one node" "$work/v-citus" "$work/v-single"
+
 # Warnings are shown, not failed on: schemathesis's hostile requests draw some on Citus.
 for node in citus single; do
   grep ' warning ' "$work/serve-$node.log" | cut -d' ' -f2- | cut -c1-400 | sort | uniq -c | sed "s/^/      $node /" | head -n 10 || true
