@@ -11,10 +11,10 @@ scripts/with-citus-cluster.sh scripts/with-test-postgres.sh scripts/test-citus.s
 rc=$?
 if [ "$rc" = 77 ]; then
   if [ "$optional" = 1 ]; then
-    echo "test-citus: SKIPPED — the Citus extension is not installed here, so nothing ran on a Citus cluster (DEVELOPERS.md says how to build it; then make test-citus)"
+    echo "test-citus: SKIPPED — Citus (or hll) is not installed here, as the line above says, so nothing ran on a Citus cluster (DEVELOPERS.md says how to build Citus; then make test-citus)"
     exit 0
   fi
-  echo "test-citus: the Citus extension is not installed (DEVELOPERS.md: building Citus)" >&2
+  echo "test-citus: no Citus cluster could be started here, as the line above says (DEVELOPERS.md: building Citus)" >&2
   exit 1
 fi
 exit "$rc"
