@@ -96,13 +96,12 @@ public struct ReportEngine: Sendable {
     /// Runs the checks a report makes before its first row (zone, currencies): for
     /// callers that must refuse before they start a stream.
     public func check(_ query: ReportQuery) async throws {
-        let plan = ReportPlan(query)
         try await reads.run { pool, _, _ in
             try await pool.withTransaction { connection in
-            try Self.prepare(plan, on: connection)
+            let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
             try Self.checkFX(plan, on: connection)
             if let compared = query.comparedQuery {
-                let earlier = ReportPlan(compared.query)
+                let earlier = ReportPlan(compared.query, distributed: plan.distributed)
                 try Self.checkFX(earlier, on: connection)
                 let rows = try connection.query("SELECT count(*) FROM (SELECT 1 FROM (\n\(earlier.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)) AS c")
                 if try rows.first?.decode(0, as: Int.self) ?? 0 > Self.maxComparedRows { throw Self.comparisonTooLarge(query) }
@@ -117,7 +116,7 @@ public struct ReportEngine: Sendable {
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         return try await reads.run { pool, readFrom, _ in
             try await pool.withTransaction { connection in
-            try Self.prepare(plan, on: connection)
+            let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
             let notes = try Self.notes(plan, readFrom: readFrom, on: connection)
             let rows = try connection.query(plan.page(limit: query.limit ?? ReportQuery.maxLimit, offset: query.offset))
             var page = try rows.map { try plan.decodeRow($0) }
@@ -135,7 +134,7 @@ public struct ReportEngine: Sendable {
             let next = query.offset + page.count < total && !page.isEmpty ? ReportCursor.make(offset: query.offset + page.count, for: query) : nil
             var previousTotals: ReportCounts?
             if let compared = query.comparedQuery {
-                let earlier = try Self.compared(compared, on: connection)
+                let earlier = try Self.compared(compared, distributed: plan.distributed, on: connection)
                 Self.attach(earlier.rows, to: &page, query.dimensions)
                 previousTotals = earlier.totals
             }
@@ -165,8 +164,9 @@ public struct ReportEngine: Sendable {
                 // A client that reads nothing for a minute loses its transaction, its
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
-                try Self.prepare(plan, on: connection)
-                let compared = try query.comparedQuery.map { try Self.compared($0, on: connection) }
+                // The plan with the database's kind (the rows' columns are the same either way).
+                let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
+                let compared = try query.comparedQuery.map { try Self.compared($0, distributed: plan.distributed, on: connection) }
                 var summary: ReportSummary?
                 if withSummary {
                     summary = ReportSummary(
@@ -204,8 +204,8 @@ public struct ReportEngine: Sendable {
     }
 
     /// Sets the report's zone (and planner settings) for the transaction.
-    static func prepare(_ plan: ReportPlan, on connection: PostgresConnection) throws {
-        let query = plan.query
+    /// Returns whether the database is a Citus coordinator (`pg_dist_partition` exists).
+    static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> Bool {
         do {
             // No JIT: a report's row estimates run high, which made PostgreSQL spend
             // ~0.5 s compiling a query that runs in milliseconds. More work_mem than the
@@ -221,10 +221,11 @@ public struct ReportEngine: Sendable {
             }) else {
                 throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
             }
-            try connection.query("""
+            let rows = try connection.query("""
                 SELECT now() AT TIME ZONE \(query.timezone), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
-                       set_config('enable_mergejoin', 'off', true)
+                       set_config('enable_mergejoin', 'off', true), to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL
                 """)
+            return try rows.first?.decode(4, as: Bool.self) ?? false
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
             throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
         }
@@ -312,8 +313,10 @@ public struct ReportEngine: Sendable {
 
     /// Every row and the totals of the compared period, keyed by their dimensions
     /// shifted onto this period's; more than `maxComparedRows` rows are refused (422).
-    static func compared(_ compared: (query: ReportQuery, shiftDays: Int, shiftMonths: Int), on connection: PostgresConnection) throws -> (rows: [String: ReportCounts], totals: ReportCounts) {
-        let plan = ReportPlan(compared.query)
+    static func compared(
+        _ compared: (query: ReportQuery, shiftDays: Int, shiftMonths: Int), distributed: Bool, on connection: PostgresConnection
+    ) throws -> (rows: [String: ReportCounts], totals: ReportCounts) {
+        let plan = ReportPlan(compared.query, distributed: distributed)
         var rows: [String: ReportCounts] = [:]
         let grouped = try connection.query("SELECT * FROM (\n\(plan.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)")
         guard grouped.count <= Self.maxComparedRows else { throw comparisonTooLarge(compared.query) }
