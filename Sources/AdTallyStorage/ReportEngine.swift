@@ -223,7 +223,7 @@ public struct ReportEngine: Sendable {
             }
             let rows = try connection.query("""
                 SELECT now() AT TIME ZONE \(query.timezone), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
-                       set_config('enable_mergejoin', 'off', true), to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL
+                       set_config('enable_mergejoin', 'off', true), \(unsafeRaw: Citus.installedSQL)
                 """)
             return try rows.first?.decode(4, as: Bool.self) ?? false
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {

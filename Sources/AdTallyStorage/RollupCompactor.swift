@@ -118,9 +118,7 @@ public struct RollupCompactor: Sendable {
             // lock is taken only if free, and is rare. Checked on every pass, not only one
             // that moved rows: a pass whose vacuums were skipped (an autovacuum held the
             // table) is made good by the next one even when no event comes meanwhile.
-            let size = RelationSizes.sql("'rollup_delta'::regclass", total: false, citus: try RelationSizes.hasCitus(connection))
-            let big = try connection.query("SELECT \(unsafeRaw: size) > \(Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576)")
-            if try big.first?.decode(0, as: Bool.self) == true {
+            if try Citus.mainForkBytes("rollup_delta", on: connection) > Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576 {
                 _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED, TRUNCATE) rollup_delta")
             }
             return moved

@@ -120,7 +120,7 @@ public struct ServiceStatus: Sendable, Encodable {
         let migrations = try await migrator.status(pool)
         return try await pool.withTransaction { connection in
             let database = try connection.query("SELECT current_setting('server_version'), pg_database_size(current_database())")[0]
-            let size = RelationSizes.sql("c.oid", total: true, citus: try RelationSizes.hasCitus(connection))
+            let size = Citus.sizeSQL("c.oid", total: true, citus: try Citus.isInstalled(connection))
             let tables = try connection.query("""
                 SELECT coalesce(parent.relname, c.relname), count(*)::int, sum(\(unsafeRaw: size))::bigint
                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
