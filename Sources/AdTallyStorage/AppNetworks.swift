@@ -67,13 +67,13 @@ public final class AppNetworks: Sendable {
                 var fresh: [String: Entry] = [:]
                 for app in apps {
                     _ = try connection.query("SELECT pg_advisory_xact_lock(2022, hashtext(\(app)))")
-                    guard let row = try connection.query("SELECT to_json(networks)::text FROM apps WHERE app_id = \(app)").first else {
+                    guard let row = try connection.query(AppStore.networksQuery(app: app)).first else {
                         // An app that does not exist admits nothing (no key sends for it; tests may).
                         fresh[app] = Entry(admitted: [], isClosed: true, expires: now + ttl)
                         continue
                     }
-                    let declared = try row.decode(0, as: String?.self).map { try JSONDecoder().decode([String].self, from: Data($0.utf8)) }
-                    var admitted = Set(try connection.query("SELECT network FROM app_networks WHERE app_id = \(app)").map { try $0.decode(0, as: String.self) })
+                    let (declared, seen) = try AppStore.decodeNetworks(row)
+                    var admitted = Set(seen)
                     // New networks in the order first seen: within the declared list, or while places are left.
                     var new: [String] = []
                     for pair in pairs where pair.app == app && !admitted.contains(pair.network) && !new.contains(pair.network) {
@@ -129,16 +129,27 @@ public struct AppNetworkList: Sendable, Encodable, Equatable {
 }
 
 extension AppStore {
-    /// An app's declared and admitted networks; nil for an unknown app.
-    public func networks(app: String) async throws -> AppNetworkList? {
-        let rows = try await pool.query("""
-            SELECT to_json(a.networks)::text, coalesce(to_json(ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = \(app) ORDER BY n.network))::text, '[]')
-            FROM apps a WHERE a.app_id = \(app)
-            """)
-        guard let row = rows.first else { return nil }
+    /// An app's declared list and the networks admitted so far: one row, none for an
+    /// unknown app. The app is named in each part, not correlated (Citus refuses a
+    /// subquery of app_networks, distributed, correlated with apps, a reference table).
+    static func networksQuery(app: String) -> PostgresQuery {
+        """
+        SELECT to_json(a.networks)::text, coalesce(to_json(ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = \(app) ORDER BY n.network))::text, '[]')
+        FROM apps a WHERE a.app_id = \(app)
+        """
+    }
+
+    /// A row of `networksQuery`: the declared list (nil: none) and the admitted networks.
+    static func decodeNetworks(_ row: PostgresRow) throws -> (declared: [String]?, seen: [String]) {
         let decoder = JSONDecoder()
         let declared = try row.decode(0, as: String?.self).map { try decoder.decode([String].self, from: Data($0.utf8)) }
-        let seen = try decoder.decode([String].self, from: Data(try row.decode(1, as: String.self).utf8))
+        return (declared, try decoder.decode([String].self, from: Data(try row.decode(1, as: String.self).utf8)))
+    }
+
+    /// An app's declared and admitted networks; nil for an unknown app.
+    public func networks(app: String) async throws -> AppNetworkList? {
+        guard let row = try await pool.query(Self.networksQuery(app: app)).first else { return nil }
+        let (declared, seen) = try Self.decodeNetworks(row)
         return AppNetworkList(app: app, declared: declared?.sorted(), admitted: (declared ?? seen).sorted())
     }
 

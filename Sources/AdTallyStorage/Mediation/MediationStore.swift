@@ -84,14 +84,7 @@ public struct MediationStore: Sendable {
     /// those admitted so far. An automatic policy without a list chooses among these
     /// only, so a name invented before the app declared its list never wins.
     public func admittedNetworks(app: String) async throws -> [String] {
-        // Two uncorrelated subqueries, each naming the app: Citus refuses a subquery of
-        // app_networks (distributed) correlated with apps (a reference table there).
-        let rows = try await pool.query("""
-            SELECT coalesce(to_json(coalesce((SELECT a.networks FROM apps a WHERE a.app_id = \(app)),
-                                             ARRAY(SELECT n.network FROM app_networks n WHERE n.app_id = \(app))))::text, '[]')
-            """)
-        guard let text = try rows.first?.decode(0, as: String.self) else { return [] }
-        return try JSONDecoder().decode([String].self, from: Data(text.utf8)).sorted()
+        try await AppStore(pool: pool).networks(app: app)?.admitted ?? []
     }
 
     /// A store over a pool of the primary.
