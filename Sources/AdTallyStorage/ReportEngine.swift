@@ -98,7 +98,7 @@ public struct ReportEngine: Sendable {
     public func check(_ query: ReportQuery) async throws {
         try await reads.run { pool, _, _ in
             try await pool.withTransaction { connection in
-            let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
+            let plan = try self.plan(query, on: connection)
             try Self.checkFX(plan, on: connection)
             if let compared = query.comparedQuery {
                 let earlier = ReportPlan(compared.query, distributed: plan.distributed)
@@ -112,11 +112,9 @@ public struct ReportEngine: Sendable {
 
     /// One page of a report with totals over every matching row (JSON).
     public func page(_ query: ReportQuery) async throws -> ReportDocument {
-        let plan = ReportPlan(query)
-        logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
-        return try await reads.run { pool, readFrom, _ in
+        try await reads.run { pool, readFrom, _ in
             try await pool.withTransaction { connection in
-            let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
+            let plan = try self.plan(query, on: connection)
             let notes = try Self.notes(plan, readFrom: readFrom, on: connection)
             let rows = try connection.query(plan.page(limit: query.limit ?? ReportQuery.maxLimit, offset: query.offset))
             var page = try rows.map { try plan.decodeRow($0) }
@@ -154,18 +152,15 @@ public struct ReportEngine: Sendable {
     public func stream(
         _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = true, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws {
-        let plan = ReportPlan(query)
-        logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         try await reads.run { pool, readFrom, started in
           try await pool.withLease { lease in
-            let (compared, summary) = try await lease.run { connection -> ([String: ReportCounts]?, ReportSummary?) in
+            let (plan, compared, summary) = try await lease.run { connection -> (ReportPlan, [String: ReportCounts]?, ReportSummary?) in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
                 // A client that reads nothing for a minute loses its transaction, its
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
-                // The plan with the database's kind (the rows' columns are the same either way).
-                let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
+                let plan = try self.plan(query, on: connection)
                 let compared = try query.comparedQuery.map { try Self.compared($0, distributed: plan.distributed, on: connection) }
                 var summary: ReportSummary?
                 if withSummary {
@@ -175,7 +170,7 @@ public struct ReportEngine: Sendable {
                     )
                 }
                 try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
-                return (compared?.rows, summary)
+                return (plan, compared?.rows, summary)
             }
             // From here the caller may have sent something: no second try on the primary.
             started()
@@ -203,8 +198,15 @@ public struct ReportEngine: Sendable {
         }
     }
 
-    /// Sets the report's zone (and planner settings) for the transaction.
-    /// Returns whether the database is a Citus coordinator (`pg_dist_partition` exists).
+    /// The plan of a report on this connection's database, its transaction prepared.
+    func plan(_ query: ReportQuery, on connection: PostgresConnection) throws -> ReportPlan {
+        let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
+        logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
+        return plan
+    }
+
+    /// Checks the report's zone and sets planner settings for the transaction.
+    /// Returns whether the database is a Citus coordinator (`Citus.installedSQL`).
     static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> Bool {
         do {
             // No JIT: a report's row estimates run high, which made PostgreSQL spend
