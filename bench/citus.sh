@@ -33,16 +33,14 @@ cleanup() {
 }
 trap cleanup EXIT
 citus=$ADTALLY_CITUS_COORDINATOR
-read -r coordinator_port worker1_port worker2_port <<<"$ADTALLY_CITUS_PORTS"
 psql "$ADTALLY_TEST_DATABASE_URL" -qAt -v ON_ERROR_STOP=1 -c "CREATE DATABASE adtally_single" >/dev/null
 single=${ADTALLY_TEST_DATABASE_URL/dbname=postgres/dbname=adtally_single}
 declare -A db=([citus]=$citus [single]=$single) port key admin
 
 "$bin/adtally" migrate --database-url "$citus" >"$work/migrate.log" 2>&1 || { cat "$work/migrate.log"; exit 1; }
 "$bin/adtally" migrate --database-url "$single" >"$work/migrate.log" 2>&1 || { cat "$work/migrate.log"; exit 1; }
-PGOPTIONS='-c client_min_messages=warning' psql "$citus" -qAt -v ON_ERROR_STOP=1 -v coordinator_host=127.0.0.1 -v coordinator_port="$coordinator_port" \
-  -v worker1_host=127.0.0.1 -v worker1_port="$worker1_port" -v worker2_host=127.0.0.1 -v worker2_port="$worker2_port" \
-  -f deploy/citus-setup.sql >/dev/null
+# shellcheck disable=SC2086
+PGOPTIONS='-c client_min_messages=warning' psql "$citus" -qAt -v ON_ERROR_STOP=1 $ADTALLY_CITUS_SETUP_VARS -f deploy/citus-setup.sql >/dev/null
 
 echo "generating 2 x $((batches * 100)) events in batches of 100 for 20 apps"
 "$bin/adtally-bench" generate --out "$work" --apps 20 --batches "$batches" --seed 1 >/dev/null

@@ -2,8 +2,8 @@
 # make test-citus: AdTally's black-box checks on a real three-node Citus cluster,
 # against one plain PostgreSQL node loaded with the same traffic in the same run.
 # Run as scripts/with-citus-cluster.sh scripts/with-test-postgres.sh scripts/test-citus.sh
-# (the Makefile does): it needs ADTALLY_CITUS_COORDINATOR / ADTALLY_CITUS_PORTS (the
-# cluster), ADTALLY_TEST_DATABASE_URL (the single node), ADTALLY_BIN (adtally) and
+# (the Makefile does): it needs ADTALLY_CITUS_COORDINATOR / ADTALLY_CITUS_SETUP_VARS
+# (the cluster), ADTALLY_TEST_DATABASE_URL (the single node), ADTALLY_BIN (adtally) and
 # SWIFT (the test build, for ScalingTests' placement check).
 #
 # What it checks, in order: deploy/citus-setup.sql runs under ON_ERROR_STOP, twice,
@@ -20,7 +20,6 @@ set -Eeuo pipefail
 : "${ADTALLY_BIN:?the adtally binary}" "${SWIFT:=swift}"
 bin=$ADTALLY_BIN
 citus=$ADTALLY_CITUS_COORDINATOR
-read -r coordinator_port worker1_port worker2_port <<<"$ADTALLY_CITUS_PORTS"
 work=$(mktemp -d /tmp/adtally-test-citus.XXXXXX)
 # ADTALLY_TEST_CITUS_KEEP=1 keeps the logs and outputs of a passing run too.
 keep_work=${ADTALLY_TEST_CITUS_KEEP:-0}
@@ -38,6 +37,7 @@ trap cleanup EXIT
 trap 'status=$?; echo "FAIL  line $LINENO: $BASH_COMMAND (exit $status)"; keep_work=1; echo "test-citus: stopped (logs kept in $work)"; exit 1' ERR
 psql "$ADTALLY_TEST_DATABASE_URL" -qAt -v ON_ERROR_STOP=1 -c "CREATE DATABASE adtally_single" >/dev/null
 single=${ADTALLY_TEST_DATABASE_URL/dbname=postgres/dbname=adtally_single}
+declare -A db=([citus]=$citus [single]=$single)
 failures=0
 ok() { echo "ok    $*"; }
 fail() { echo "FAIL  $*"; failures=$((failures + 1)); }
@@ -50,16 +50,13 @@ same() {
     fail "$1: $(diff "$2" "$3" | grep -c '^[<>]' || true) lines differ"; { diff "$2" "$3" | head -n 6 | sed 's/^/      /'; } || true
   fi
 }
-sql() { local db=$1; shift; psql "$db" -qAt -v ON_ERROR_STOP=1 "$@"; }
+sql() { local url=$1; shift; psql "$url" -qAt -v ON_ERROR_STOP=1 "$@"; }
 
 echo "== schema and placement"
 "$bin" migrate --database-url "$citus" >"$work/migrate-citus.log" 2>&1 || { cat "$work/migrate-citus.log"; exit 1; }
 "$bin" migrate --database-url "$single" >"$work/migrate-single.log" 2>&1 || { cat "$work/migrate-single.log"; exit 1; }
-setup() {
-  psql "$citus" -qAt -v ON_ERROR_STOP=1 -v coordinator_host=127.0.0.1 -v coordinator_port="$coordinator_port" \
-    -v worker1_host=127.0.0.1 -v worker1_port="$worker1_port" -v worker2_host=127.0.0.1 -v worker2_port="$worker2_port" \
-    -f deploy/citus-setup.sql
-}
+# shellcheck disable=SC2086
+setup() { psql "$citus" -qAt -v ON_ERROR_STOP=1 $ADTALLY_CITUS_SETUP_VARS -f deploy/citus-setup.sql; }
 placement() { sql "$citus" -F' ' -c "SELECT table_name, citus_table_type, colocation_id, shard_count FROM citus_tables ORDER BY 1"; }
 if setup >"$work/setup1.log" 2>&1; then ok "deploy/citus-setup.sql under ON_ERROR_STOP"; else fail "deploy/citus-setup.sql: $(grep -m1 ERROR "$work/setup1.log" || true)"; fi
 placement >"$work/placement1"
@@ -75,8 +72,8 @@ fi
 
 echo "== the same traffic on both"
 until=$(date -u -d '-2 minutes' +%FT%TZ)
-for db in "$citus" "$single"; do
-  "$bin" demo --database-url "$db" --days 3 --scale 0.5 --until "$until" >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+for node in citus single; do
+  "$bin" demo --database-url "${db[$node]}" --days 3 --scale 0.5 --until "$until" >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
 done
 echo "      $(grep -m1 'Demo loaded' "$work/demo.log" || true)"
 counts() { sql "$1" -F' ' -c "SELECT app_id, type, count(*) FROM events GROUP BY 1, 2 ORDER BY 1, 2"; }
@@ -126,24 +123,22 @@ done
 echo "== money, then two servers: ingest, HTTP reports, mediation, series, exports"
 # The rate card and FX changes come before the servers start, so that every refresh of
 # the Grafana series on either node sees them.
-db_of() { if [ "$1" = citus ]; then echo "$citus"; else echo "$single"; fi; }
 for node in citus single; do
-  "$bin" rates set --network admob --format banner --currency USD --cpm 0.95 --cpt 0.06 --from "$from" --database-url "$(db_of $node)" >/dev/null 2>"$work/rates.err" \
-    && "$bin" rates set --network admob --format banner --currency USD --cpm 0.90 --cpt 0.05 --from "$from" --database-url "$(db_of $node)" >/dev/null 2>>"$work/rates.err" \
-    && "$bin" fx set --date "$to" --currency USD --rate 1.07 --database-url "$(db_of $node)" >/dev/null 2>>"$work/rates.err" \
-    && "$bin" fx set --date "$to" --currency USD --rate 1.0712 --database-url "$(db_of $node)" >/dev/null 2>>"$work/rates.err" \
+  "$bin" rates set --network admob --format banner --currency USD --cpm 0.95 --cpt 0.06 --from "$from" --database-url "${db[$node]}" >/dev/null 2>"$work/rates.err" \
+    && "$bin" rates set --network admob --format banner --currency USD --cpm 0.90 --cpt 0.05 --from "$from" --database-url "${db[$node]}" >/dev/null 2>>"$work/rates.err" \
+    && "$bin" fx set --date "$to" --currency USD --rate 1.07 --database-url "${db[$node]}" >/dev/null 2>>"$work/rates.err" \
+    && "$bin" fx set --date "$to" --currency USD --rate 1.0712 --database-url "${db[$node]}" >/dev/null 2>>"$work/rates.err" \
     && ok "$node: a rate card entry and an FX rate set, then changed" || fail "$node: rates/fx: $(head -n 2 "$work/rates.err")"
 done
 serve_started=$(sql "$citus" -c "SELECT now()")
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 declare -A port key admin
 for node in citus single; do
-  db=$citus; [ "$node" = single ] && db=$single
   mkdir -p "$work/exports-$node"
   port[$node]=$(free_port)
-  key[$node]=$("$bin" keys create --app demo-puzzle --scope ingest --database-url "$db" | tail -n 1)
-  admin[$node]=$("$bin" keys create --admin --database-url "$db" | tail -n 1)
-  "$bin" serve --database-url "$db" --host 127.0.0.1 --port "${port[$node]}" --exports-root "$work/exports-$node" \
+  key[$node]=$("$bin" keys create --app demo-puzzle --scope ingest --database-url "${db[$node]}" | tail -n 1)
+  admin[$node]=$("$bin" keys create --admin --database-url "${db[$node]}" | tail -n 1)
+  "$bin" serve --database-url "${db[$node]}" --host 127.0.0.1 --port "${port[$node]}" --exports-root "$work/exports-$node" \
     --mediation-refresh 5 >"$work/serve-$node.log" 2>&1 &
   pids+=($!)
 done
@@ -182,7 +177,7 @@ for tz in Asia/Kathmandu America/New_York; do
 done
 
 for node in citus single; do
-  "$bin" mediation set demo-puzzle --rule automatic --default nend --min-requests 10 --window-hours 48 --database-url "$(db_of $node)" >"$work/mediation-$node.log" 2>&1 \
+  "$bin" mediation set demo-puzzle --rule automatic --default nend --min-requests 10 --window-hours 48 --database-url "${db[$node]}" >"$work/mediation-$node.log" 2>&1 \
     || fail "$node: mediation set: $(tail -n 1 "$work/mediation-$node.log")"
 done
 for node in citus single; do
@@ -209,7 +204,7 @@ series() {
 }
 for node in citus single; do
   for _ in $(seq 1 60); do
-    [ "$(sql "$(db_of $node)" -c "SELECT count(*) FROM report_series_refresh WHERE refreshed_at IS NOT NULL AND error IS NULL")" -ge 3 ] && break; sleep 1
+    [ "$(sql "${db[$node]}" -c "SELECT count(*) FROM report_series_refresh WHERE refreshed_at IS NOT NULL AND error IS NULL")" -ge 3 ] && break; sleep 1
   done
 done
 sql "$citus" -c "SELECT app_id || ': ' || coalesce(error, 'ok') FROM report_series_refresh ORDER BY 1" | sed 's/^/      series /'
@@ -218,8 +213,8 @@ same "the Grafana series (whole past days): Citus = one node" "$work/s-citus" "$
 
 for node in citus single; do
   "$bin" exports create citus-check --cron '@daily' --tz Asia/Kolkata --dir "$work/exports-$node" --apps demo-puzzle,demo-runner --days 2 \
-    --dimensions date,network,country --metrics "$metrics" --database-url "$(db_of $node)" --exports-root "$work/exports-$node" >/dev/null
-  "$bin" exports run-now citus-check --database-url "$(db_of $node)" --exports-root "$work/exports-$node" >/dev/null
+    --dimensions date,network,country --metrics "$metrics" --database-url "${db[$node]}" --exports-root "$work/exports-$node" >/dev/null
+  "$bin" exports run-now citus-check --database-url "${db[$node]}" --exports-root "$work/exports-$node" >/dev/null
 done
 for node in citus single; do
   for _ in $(seq 1 60); do ls "$work/exports-$node"/citus-check/*.csv >/dev/null 2>&1 && break; sleep 1; done
@@ -232,8 +227,8 @@ echo "== the other commands, and every route under schemathesis"
 printf '%s\n' "{\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0101\",\"type\":\"request\",\"occurred_at\":\"$now\",\"network\":\"unity\",\"format\":\"rewarded\"}" \
   "{\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0102\",\"type\":\"load\",\"occurred_at\":\"$now\",\"network\":\"unity\",\"format\":\"rewarded\"}" >"$work/events.ndjson"
 for node in citus single; do
-  "$bin" ingest --app demo-runner "$work/events.ndjson" --database-url "$(db_of $node)" >"$work/ingest1-$node" 2>&1 || true
-  "$bin" ingest --app demo-runner "$work/events.ndjson" --database-url "$(db_of $node)" >"$work/ingest2-$node" 2>&1 || true
+  "$bin" ingest --app demo-runner "$work/events.ndjson" --database-url "${db[$node]}" >"$work/ingest1-$node" 2>&1 || true
+  "$bin" ingest --app demo-runner "$work/events.ndjson" --database-url "${db[$node]}" >"$work/ingest2-$node" 2>&1 || true
 done
 cat "$work/ingest1-citus" "$work/ingest2-citus" >"$work/i-citus"; cat "$work/ingest1-single" "$work/ingest2-single" >"$work/i-single"
 same "adtally ingest of a file, then again: Citus = one node" "$work/i-citus" "$work/i-single"

@@ -10,8 +10,9 @@
 # is in a pgpass file only the server's user (and root) can read; the nodes use it to
 # reach each other, the command through PGPASSFILE.
 # The command sees ADTALLY_CITUS_COORDINATOR (a conninfo for database "adtally" on the
-# coordinator) and ADTALLY_CITUS_PORTS (coordinator and workers). The workers are not
-# registered yet: deploy/citus-setup.sql does that (psql -v worker1_port=… …).
+# coordinator) and ADTALLY_CITUS_SETUP_VARS, the psql arguments that name these nodes to
+# deploy/citus-setup.sql, which registers the workers (they are not registered yet):
+#   psql "$ADTALLY_CITUS_COORDINATOR" -v ON_ERROR_STOP=1 $ADTALLY_CITUS_SETUP_VARS -f deploy/citus-setup.sql
 set -euo pipefail
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 libdir=$("$bindir/pg_config" --pkglibdir 2>/dev/null || true)
@@ -54,5 +55,5 @@ for node in 0 1 2; do
 done
 coordinator="host=127.0.0.1 port=${ports[0]} user=adtally dbname=adtally passfile=$root/pgpass"
 export ADTALLY_CITUS_COORDINATOR="$coordinator"
-export ADTALLY_CITUS_PORTS="${ports[*]}"
+export ADTALLY_CITUS_SETUP_VARS="-v coordinator_host=127.0.0.1 -v coordinator_port=${ports[0]} -v worker1_host=127.0.0.1 -v worker1_port=${ports[1]} -v worker2_host=127.0.0.1 -v worker2_port=${ports[2]}"
 "$@"

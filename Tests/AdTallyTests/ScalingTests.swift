@@ -92,21 +92,11 @@ struct ScalingTests {
         let setup = try String(contentsOf: Self.setupFile, encoding: .utf8)
         let reference = try Self.names(#"create_reference_table\('([a-z0-9_]+)'\)"#, in: setup)
         let local = Set(try Self.names(#"-- local: ([a-z0-9_, ]+)"#, in: setup).flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
-        let pool = PostgresPool(configuration: .init(conninfo: try #require(Self.citusDatabase), maxConnections: 1))
-        do {
-            try await Self.checkPlacement(pool, reference: reference, local: local)
-        } catch {
-            await pool.shutdown()
-            throw error
-        }
-        await pool.shutdown()
-    }
-
-    static func checkPlacement(_ pool: PostgresPool, reference: Set<String>, local: Set<String>) async throws {
+        let database = try #require(Self.citusDatabase)
         // Every table of the schema, partitions included, with what Citus made of it:
         // method (h: hash-distributed, n: reference; none: not Citus's), the distribution
         // column, the co-location group, and on how many worker nodes its shards lie.
-        let rows = try await pool.query("""
+        let rows = try await runSQL(database, ["""
             SELECT c.relname::text, c.relispartition,
                    EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'app_id' AND NOT a.attisdropped),
                    coalesce(p.partmethod::text, 'none'),
@@ -116,16 +106,15 @@ struct ScalingTests {
                       JOIN pg_dist_node n USING (groupid) WHERE s.logicalrelid = c.oid AND n.groupid <> 0)::int
             FROM pg_class c LEFT JOIN pg_dist_partition p ON p.logicalrelid = c.oid
             WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
-            """)
-        let workers = try await pool.query("SELECT count(*)::int FROM pg_dist_node WHERE groupid <> 0 AND isactive AND noderole = 'primary'")
-            .map { try $0.decode(0, as: Int.self) }.first ?? 0
+            """])
+        let workers = try await runSQL(database, ["SELECT count(*) FROM pg_dist_node WHERE groupid <> 0 AND isactive AND noderole = 'primary'"])
+            .first?.first.flatMap { $0.flatMap(Int.init) } ?? 0
         #expect(workers == 2, "the cluster has two workers")
         var seen = Set<String>()
         for row in rows {
-            let name = try row.decode(0, as: String.self), isPartition = try row.decode(1, as: Bool.self)
-            let hasApp = try row.decode(2, as: Bool.self), method = try row.decode(3, as: String.self)
-            let column = try row.decode(4, as: String.self), withEvents = try row.decode(5, as: Bool.self)
-            let nodes = try row.decode(6, as: Int.self)
+            // As text: booleans are t / f.
+            let name = row[0] ?? "", isPartition = row[1] == "t", hasApp = row[2] == "t", method = row[3] ?? ""
+            let column = row[4] ?? "", withEvents = row[5] == "t", nodes = Int(row[6] ?? "") ?? 0
             seen.insert(name)
             if hasApp && name != "apps" && name != "api_keys" {
                 #expect(method == "h" && column == "app_id", "\(name)\(isPartition ? " (a partition)" : ""): has app_id, but Citus holds it as \(method) by '\(column)', not hash-distributed by app_id")
@@ -140,7 +129,7 @@ struct ScalingTests {
         }
         #expect(seen.contains("events") && seen.count > 20, "the coordinator holds the migrated schema")
         // A single-app read of events is routed to one shard on one worker.
-        let plan = try await pool.query("EXPLAIN SELECT count(*) FROM events WHERE app_id = 'any-app'").map { try $0.decode(0, as: String.self) }
+        let plan = try await runSQL(database, ["EXPLAIN SELECT count(*) FROM events WHERE app_id = 'any-app'"]).compactMap { $0.first ?? nil }
         #expect(plan.contains { $0.contains("Task Count: 1") } && plan.contains { $0.contains("Custom Scan (Citus Adaptive)") }, "plan: \(plan)")
     }
 }
