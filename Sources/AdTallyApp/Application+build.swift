@@ -263,6 +263,9 @@ struct CompactorService: Service {
             failed: { compactor.health.failed($0) }, succeeded: { compactor.health.succeeded() }
         ) {
             try await compactor.compactOnce()
+            // Then what a card change left to re-price, a few seconds at a time: reports
+            // price those ranges at query time meanwhile, so this only makes them fast again.
+            try await compactor.reprice(for: .seconds(3))
         }
     }
 }

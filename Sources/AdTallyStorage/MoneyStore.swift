@@ -2,8 +2,9 @@ import AdTallyCore
 import Foundation
 import PostgresKit
 
-/// Rate cards and FX rates in PostgreSQL (Migrations/0005). Reports read them at
-/// query time, so every change here re-prices or re-converts history at once.
+/// Rate cards and FX rates in PostgreSQL (Migrations/0005). Reports convert at query
+/// time; a card change marks the priced rollups it changes dirty in its own
+/// transaction (Migrations/0012), so it too re-prices history from the next report on.
 public struct MoneyStore: Sendable {
     let pool: PostgresPool
 
@@ -24,6 +25,10 @@ public struct MoneyStore: Sendable {
     public func setRates(_ entries: [RateCardEntry]) async throws -> Int {
         try RateCardEntry.checkUnique(entries)
         return try await pool.withTransaction { connection in
+            // Under the compaction lock: no pass prices with the card half changed, and the
+            // priced rollups these entries re-price are marked dirty with them (Migrations/0012).
+            try RatePricing.lockCompaction(on: connection)
+            try RatePricing.markDirty(entries.map { ($0.network, $0.format, $0.effectiveFrom) }, on: connection)
             var start = 0
             while start < entries.count {
                 let part = entries[start..<min(start + Self.chunk, entries.count)]
@@ -62,11 +67,15 @@ public struct MoneyStore: Sendable {
     /// earlier entry (or the any-country one) prices again.
     public func deleteRate(network: String, format: String, country: String, effectiveFrom: String) async throws -> Bool {
         guard let day = ReportQuery.parseDate(effectiveFrom) else { throw MoneyTableError("effective_from", "must be a date, YYYY-MM-DD") }
-        let rows = try await pool.query("""
-            DELETE FROM rate_cards WHERE network = \(network)::text AND format = \(format)::text AND country = \(country)::text
-              AND effective_from = \(ReportQuery.formatDate(day))::date RETURNING 1
-            """)
-        return !rows.isEmpty
+        return try await pool.withTransaction { connection in
+            try RatePricing.lockCompaction(on: connection)
+            let rows = try connection.query("""
+                DELETE FROM rate_cards WHERE network = \(network)::text AND format = \(format)::text AND country = \(country)::text
+                  AND effective_from = \(ReportQuery.formatDate(day))::date RETURNING 1
+                """)
+            if !rows.isEmpty { try RatePricing.markDirty([(network, format, ReportQuery.formatDate(day))], on: connection) }
+            return !rows.isEmpty
+        }
     }
 
     // MARK: - FX

@@ -97,23 +97,27 @@ public struct ReportEngine: Sendable {
     /// callers that must refuse before they start a stream.
     public func check(_ query: ReportQuery) async throws {
         try await reads.run { pool, _, _ in
-            try await pool.withTransaction { connection in
+            try await pool.withConnection { connection in try connection.withTransaction(begin: Self.snapshot) { connection in
             let plan = try self.plan(query, on: connection)
             try Self.checkFX(plan, on: connection)
             if let compared = query.comparedQuery {
-                let earlier = ReportPlan(compared.query, distributed: plan.distributed)
+                let earlier = plan.compared(compared.query)
                 try Self.checkFX(earlier, on: connection)
                 let rows = try connection.query("SELECT count(*) FROM (SELECT 1 FROM (\n\(earlier.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)) AS c")
                 if try rows.first?.decode(0, as: Int.self) ?? 0 > Self.maxComparedRows { throw Self.comparisonTooLarge(query) }
             }
-            }
+            } }
         }
     }
+
+    /// How a report's transaction starts: every statement of it (the dirty ranges that
+    /// `prepare` reads, the rows, the totals) sees one snapshot (Migrations/0012, invariant 5).
+    static let snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
     /// One page of a report with totals over every matching row (JSON).
     public func page(_ query: ReportQuery) async throws -> ReportDocument {
         try await reads.run { pool, readFrom, _ in
-            try await pool.withTransaction { connection in
+            try await pool.withConnection { connection in try connection.withTransaction(begin: Self.snapshot) { connection in
             let plan = try self.plan(query, on: connection)
             let notes = try Self.notes(plan, readFrom: readFrom, on: connection)
             let rows = try connection.query(plan.page(limit: query.limit ?? ReportQuery.maxLimit, offset: query.offset))
@@ -132,12 +136,12 @@ public struct ReportEngine: Sendable {
             let next = query.offset + page.count < total && !page.isEmpty ? ReportCursor.make(offset: query.offset + page.count, for: query) : nil
             var previousTotals: ReportCounts?
             if let compared = query.comparedQuery {
-                let earlier = try Self.compared(compared, distributed: plan.distributed, on: connection)
+                let earlier = try Self.compared(compared, plan: plan, on: connection)
                 Self.attach(earlier.rows, to: &page, query.dimensions)
                 previousTotals = earlier.totals
             }
             return ReportDocument(layout: ReportLayout(query: query), rows: page, totals: totals, previousTotals: previousTotals, notes: notes, nextCursor: next)
-            }
+            } }
         }
     }
 
@@ -159,9 +163,9 @@ public struct ReportEngine: Sendable {
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
                 // A client that reads nothing for a minute loses its transaction, its
                 // snapshot and its connection, which other reports and vacuum need.
-                try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
+                try connection.execute(unsafeSQL: "\(Self.snapshot); SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
                 let plan = try self.plan(query, on: connection)
-                let compared = try query.comparedQuery.map { try Self.compared($0, distributed: plan.distributed, on: connection) }
+                let compared = try query.comparedQuery.map { try Self.compared($0, plan: plan, on: connection) }
                 var summary: ReportSummary?
                 if withSummary {
                     summary = ReportSummary(
@@ -200,14 +204,16 @@ public struct ReportEngine: Sendable {
 
     /// The plan of a report on this connection's database, its transaction prepared.
     func plan(_ query: ReportQuery, on connection: PostgresConnection) throws -> ReportPlan {
-        let plan = ReportPlan(query, distributed: try Self.prepare(query, on: connection))
+        let prepared = try Self.prepare(query, on: connection)
+        let plan = ReportPlan(query, distributed: prepared.distributed, dirty: prepared.dirty)
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         return plan
     }
 
     /// Checks the report's zone and sets planner settings for the transaction.
-    /// Returns whether the database is a Citus coordinator (`Citus.installedSQL`).
-    static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> Bool {
+    /// Returns whether the database is a Citus coordinator (`Citus.installedSQL`), and the
+    /// dirty ranges of the query's apps (`ReportPlan.DirtyRange`).
+    static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> (distributed: Bool, dirty: [ReportPlan.DirtyRange]) {
         do {
             // No JIT: a report's row estimates run high, which made PostgreSQL spend
             // ~0.5 s compiling a query that runs in milliseconds. More work_mem than the
@@ -227,7 +233,13 @@ public struct ReportEngine: Sendable {
                 SELECT now() AT TIME ZONE \(query.timezone), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
                        set_config('enable_mergejoin', 'off', true), \(unsafeRaw: Citus.installedSQL)
                 """)
-            return try rows.first?.decode(4, as: Bool.self) ?? false
+            let distributed = try rows.first?.decode(4, as: Bool.self) ?? false
+            let dirty = try connection.query("""
+                SELECT app_id, network, format, from_day::text, to_day::text FROM rollup_dirty WHERE app_id = ANY(\(array: query.apps)::text[])
+                """).map { row in
+                ReportPlan.DirtyRange(app: try row.decode(0), network: try row.decode(1), format: try row.decode(2), from: try row.decode(3), to: try row.decode(4))
+            }
+            return (distributed, dirty)
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
             throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
         }
@@ -316,9 +328,9 @@ public struct ReportEngine: Sendable {
     /// Every row and the totals of the compared period, keyed by their dimensions
     /// shifted onto this period's; more than `maxComparedRows` rows are refused (422).
     static func compared(
-        _ compared: (query: ReportQuery, shiftDays: Int, shiftMonths: Int), distributed: Bool, on connection: PostgresConnection
+        _ compared: (query: ReportQuery, shiftDays: Int, shiftMonths: Int), plan later: ReportPlan, on connection: PostgresConnection
     ) throws -> (rows: [String: ReportCounts], totals: ReportCounts) {
-        let plan = ReportPlan(compared.query, distributed: distributed)
+        let plan = later.compared(compared.query)
         var rows: [String: ReportCounts] = [:]
         let grouped = try connection.query("SELECT * FROM (\n\(plan.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)")
         guard grouped.count <= Self.maxComparedRows else { throw comparisonTooLarge(compared.query) }

@@ -25,9 +25,25 @@ struct ReportPlan {
     static let countColumns = countNames.count
     static let rollupCounts = countNames.prefix(9)
 
-    init(_ query: ReportQuery, distributed: Bool = false) {
+    /// A range of UTC dates whose priced rollups a card change left stale, for one app,
+    /// network and format (Migrations/0012), as `rollup_dirty` holds it.
+    struct DirtyRange: Sendable, Equatable {
+        var app: String
+        var network: String
+        var format: String
+        /// Dates as PostgreSQL writes them (`-infinity` and `infinity` included).
+        var from: String
+        var to: String
+    }
+
+    /// The dirty ranges of the report's apps (ReportEngine.prepare reads them in the
+    /// report's snapshot): there, money is priced at query time.
+    let dirty: [DirtyRange]
+
+    init(_ query: ReportQuery, distributed: Bool = false, dirty: [DirtyRange] = []) {
         self.query = query
         self.distributed = distributed
+        self.dirty = dirty
         if !query.isServedByRollups {
             source = .raw
         } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour) {
@@ -36,6 +52,9 @@ struct ReportPlan {
             source = .hourly
         }
     }
+
+    /// The plan of the compared period's query, on the same database state.
+    func compared(_ earlier: ReportQuery) -> ReportPlan { ReportPlan(earlier, distributed: distributed, dirty: dirty) }
 
     var sourceDescription: String {
         switch source {
@@ -168,61 +187,63 @@ struct ReportPlan {
     /// Whether unique devices are asked for (then sketches are read).
     var needsDevices: Bool { needed.contains(.uniqueDevices) }
 
-    /// The countries a rate card names: their unpriced counts are read apart.
-    static let cardCountries = "ARRAY(SELECT DISTINCT country FROM rate_cards WHERE country <> '*')"
-
     /// The rows the rollup sources sum: (app_id, d = local date, hk = local hour text
-    /// or NULL, u = UTC date (money rows), network, format, 8 counts, revenue_micros,
-    /// currency (NULL: a count row, '' unpriced counts, else reported revenue), country
-    /// (NULL: priced at the any-country rate, else at its own rate if the card has one),
-    /// ui / ut (unpriced impressions / taps), devices (a sketch or NULL), est and
-    /// unrated_adjust (an estimate already priced in `currency`, and the change it makes to
-    /// the unrated count: rate-card countries' adjustments; else NULL)).
-    func rollupParts() -> PostgresQuery {
-        var parts: [PostgresQuery] = []
+    /// or NULL, u = UTC date (money rows), network, format, 9 counts, devices (a sketch
+    /// or NULL), revenue_micros, currency, country, ui / ut (unpriced impressions /
+    /// taps), est, unrated), in two lists:
+    /// - `stored`: rows whose money (if any) is priced already: counts and sketches
+    ///   (currency NULL), and the priced rollups (Migrations/0012: reported revenue in
+    ///   `revenue_micros`, estimated in `est`, both in `currency`; unrated events in `unrated`);
+    /// - `pending`: rows a report prices itself (`RatePricing`): currency '' with a
+    ///   country for impressions and taps without reported revenue, else the reported
+    ///   currency; est and unrated NULL. The pending deltas, the 15-minute rows of cut
+    ///   hours, and the revenue of the ranges a card change left dirty.
+    /// Without money, everything is `stored` (money columns empty).
+    func rollupParts() -> (stored: [PostgresQuery], pending: [PostgresQuery]) {
+        var stored: [PostgresQuery] = []
+        var pending: [PostgresQuery] = []
         let money = needsMoney
         let devices = needsDevices
+        let dirty = money && !self.dirty.isEmpty
         // Per-row zone conversions only for the few rows of cut hours and pending deltas.
         let rowHour = needsHour ? hourText("date_trunc('hour', r.bucket, \(zone))") : "NULL::text"
         let rowDate = "\(local("r.bucket"))::date"
         let utcOfBucket = "(r.bucket AT TIME ZONE 'UTC')::date"
-        // A rate-card country's unpriced counts, where the card has an entry for it in force:
-        // priced at that entry, less the any-country price the all-country row gave them
-        // (or, with no any-country entry, less the unrated count it added). Summed per key
-        // here, one row per price currency, before the union (Migrations/0005). `keys` are
-        // the part's app, local date and hour text, named app_id, d and hk.
-        func adjustments(_ table: String, join: String = "", keys: String, utcDay: String, range: PostgresQuery) -> PostgresQuery {
-            """
-            SELECT a.app_id, a.d, a.hk, a.u, a.network, a.format, \(unsafeRaw: Self.zeroCounts), NULL::hll, 0::numeric, x.currency, NULL::text, 0::bigint, 0::bigint, x.amount, x.unrated::bigint
-            FROM (SELECT \(unsafeRaw: keys), \(unsafeRaw: utcDay) AS u, r.network, r.format, cs.currency, cs.any_currency,
-                         sum(r.impressions::numeric * cs.cpm_micros * 0.001 + r.taps::numeric * cs.cpt_micros) AS specific,
-                         sum(r.impressions::numeric * cs.any_cpm_micros * 0.001 + r.taps::numeric * cs.any_cpt_micros) AS general,
-                         sum(r.impressions + r.taps) AS events
-                  FROM \(unsafeRaw: table) r \(unsafeRaw: join)
-                  JOIN card AS cs ON cs.u = \(unsafeRaw: utcDay) AND cs.network = r.network AND cs.format = r.format AND cs.country = r.country
-                  WHERE r.app_id = ANY(\(apps)) AND r.country = ANY(\(unsafeRaw: Self.cardCountries)) AND \(range)\(columnFilters("r"))
-                  GROUP BY 1, 2, 3, 4, 5, 6, 7, 8) AS a
-            CROSS JOIN LATERAL (VALUES (a.currency, a.specific, 0::numeric),
-                                       (a.any_currency, -a.general, CASE WHEN a.any_currency IS NULL THEN -a.events ELSE 0 END)) AS x (currency, amount, unrated)
-            """
+        // A row's (app, network, format, UTC date) in a dirty range, or not.
+        func isDirty(_ utcDay: String) -> String {
+            "EXISTS (SELECT 1 FROM dirty_days x WHERE x.app_id = r.app_id AND x.network = r.network AND x.format = r.format AND x.u = \(utcDay))"
         }
+        func clean(_ utcDay: String) -> PostgresQuery { dirty ? " AND NOT \(unsafeRaw: isDirty(utcDay))" : "" }
         switch source {
         case .daily:
             let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
-            parts.append("""
+            stored.append("""
                 SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
                 FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                 """)
             if money {
-                parts.append("""
+                stored.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
-                    FROM rollup_revenue_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
+                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated
+                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(clean("r.utc_day"))
                     """)
-                parts.append(adjustments("rollup_unpriced_day_compacted", keys: "r.app_id, r.day AS d, NULL::text AS hk", utcDay: "r.utc_day", range: "r.day \(days)"))
+            }
+            if dirty {
+                pending.append("""
+                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint
+                    FROM rollup_revenue_day_compacted r
+                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
+                    """)
+                pending.append("""
+                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint
+                    FROM rollup_unpriced_day_compacted r
+                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
+                    """)
             }
             if devices {
-                parts.append("""
+                stored.append("""
                     SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))
                     """)
@@ -231,42 +252,53 @@ struct ReportPlan {
             let whole: PostgresQuery = "JOIN hours ON hours.h = r.hour AND hours.whole"
             let hourRange: PostgresQuery = "r.hour >= \(t0) AND r.hour < \(t1)"
             let cutBuckets: PostgresQuery = "r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)"
-            parts.append("""
+            let utcOfHour = "(r.hour AT TIME ZONE 'UTC')::date"
+            stored.append("""
                 SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
                 FROM rollup_1h_compacted r \(whole)
                 WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                 """)
-            parts.append("""
+            stored.append("""
                 SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
                 FROM rollup_15m_compacted r
                 WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                 """)
             if money {
-                parts.append("""
-                    SELECT r.app_id, hours.d, hours.hk, (r.hour AT TIME ZONE 'UTC')::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, NULL::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
-                    FROM rollup_revenue_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
+                stored.append("""
+                    SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated
+                    FROM rollup_priced_1h r \(whole)
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(clean(utcOfHour))
                     """)
-                parts.append(adjustments(
-                    "rollup_unpriced_1h_compacted", join: "JOIN hours ON hours.h = r.hour AND hours.whole",
-                    keys: "r.app_id, hours.d, hours.hk", utcDay: "(r.hour AT TIME ZONE 'UTC')::date", range: hourRange
-                ))
                 // Cut hours: every country's row, each priced at its own rate.
-                parts.append("""
+                pending.append("""
                     SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
                     FROM rollup_revenue_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
             }
+            if dirty {
+                pending.append("""
+                    SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint
+                    FROM rollup_revenue_1h_compacted r \(whole)
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
+                    """)
+                pending.append("""
+                    SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
+                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint
+                    FROM rollup_unpriced_1h_compacted r \(whole)
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
+                    """)
+            }
             if devices {
-                parts.append("""
+                stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))
                     """)
-                parts.append("""
+                stored.append("""
                     SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
                     FROM rollup_devices_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r", devices: true))
@@ -278,11 +310,33 @@ struct ReportPlan {
         // Deltas not yet compacted: every committed event is counted at once.
         // A session row's devices are not ad devices (see columnFilters).
         let deltaDevices = devices ? "CASE WHEN r.network <> '' THEN (SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h) END" : "NULL::hll"
-        parts.append("""
+        let deltas: PostgresQuery = """
             SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: deltaDevices),
                    r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
-            """)
+            """
+        if money { pending.append(deltas) } else { stored.append(deltas) }
+        return (stored, pending)
+    }
+
+    /// The (app, network, format, UTC date)s of the range whose priced rows a card change
+    /// left stale (Migrations/0012): their money is priced here, from the revenue and
+    /// unpriced rollups, until the re-pricer has rewritten them.
+    func dirtyDaysCTE() -> PostgresQuery {
+        let firstDay: PostgresQuery = "(\(t0) AT TIME ZONE 'UTC')::date"
+        let lastDay: PostgresQuery = "((\(t1) - interval '1 microsecond') AT TIME ZONE 'UTC')::date"
+        return """
+            dirty_days AS MATERIALIZED (
+                SELECT DISTINCT d.app_id, d.network, d.format, u::date AS u
+                FROM unnest(\(array: dirty.map(\.app))::text[], \(array: dirty.map(\.network))::text[], \(array: dirty.map(\.format))::text[],
+                            \(array: dirty.map(\.from))::date[], \(array: dirty.map(\.to))::date[]) AS d (app_id, network, format, from_day, to_day),
+                     generate_series(greatest(d.from_day, \(firstDay))::timestamp, least(d.to_day, \(lastDay))::timestamp, interval '1 day') AS u
+            )
+            """
+    }
+
+    /// Joined into a union of parts: one statement.
+    static func union(_ parts: [PostgresQuery]) -> PostgresQuery {
         var sql: PostgresQuery = ""
         for (index, part) in parts.enumerated() {
             if index > 0 { sql.append("\nUNION ALL\n") }
@@ -371,7 +425,11 @@ struct ReportPlan {
             // sorting already yields the report's order, and no second sort is needed.
             select += dimension == .errorCode ? "\(expression(dimension)) AS d\(index), " : "(\(expression(dimension))) COLLATE \"C\" AS d\(index), "
         }
-        // The rows every grouping below reads: `s` with the dimension values as d0….
+        var with: [PostgresQuery] = source == .hourly ? [hoursCTE()] : []
+        if needsMoney && !dirty.isEmpty && source != .raw { with.append(dirtyDaysCTE()) }
+        // The rows every grouping below reads: `s` with the dimension values as d0…; with
+        // money, the rows the report prices itself are the CTE `pending` (priced once per
+        // distinct UTC date, network, format and country: `RatePricing`).
         var rows: PostgresQuery
         if source == .raw {
             let typed = "e.type IN ('impression', 'tap')"
@@ -394,34 +452,22 @@ struct ReportPlan {
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """
             if !positions.isEmpty { rows.append("\nGROUP BY \(unsafeRaw: positions.joined(separator: ", "))") }
-            rows = "(\n\(rows)\n) AS s"
+            if needsMoney {
+                with.append("pending AS MATERIALIZED (\n\(rows)\n)")
+                rows = "pending AS s"
+            } else {
+                rows = "(\n\(rows)\n) AS s"
+            }
         } else {
             let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.partColumns)"
-            rows = "(SELECT \(unsafeRaw: select)s.* FROM (\n\(rollupParts())\n) AS s (\(unsafeRaw: columns)) WHERE true\(timeFilters())) AS s"
+            var (stored, pending) = rollupParts()
+            if !pending.isEmpty {
+                with.append("pending (\(unsafeRaw: columns)) AS MATERIALIZED (\n\(Self.union(pending))\n)")
+                stored.append("SELECT * FROM pending")
+            }
+            rows = "(SELECT \(unsafeRaw: select)s.* FROM (\n\(Self.union(stored))\n) AS s (\(unsafeRaw: columns)) WHERE true\(timeFilters())) AS s"
         }
-        var with: [PostgresQuery] = source == .hourly ? [hoursCTE()] : []
-        if needsMoney {
-            // The entry in force per UTC day of the range and key (an entry lasts until the
-            // next date of its network, format and country): rows join it on equality, by
-            // hash. (Joined on date ranges, the planner expected one row and looped over the
-            // card for every row: 0.3 s on the bench.)
-            let firstDay: PostgresQuery = "(\(t0) AT TIME ZONE 'UTC')::date"
-            let lastDay: PostgresQuery = "((\(t1) - interval '1 microsecond') AT TIME ZONE 'UTC')::date"
-            // Each row also carries the any-country entry of its day and key, so that a
-            // country's adjustment needs one join.
-            with.append("""
-                card_days AS MATERIALIZED (
-                    SELECT d::date AS u, c.network, c.format, c.country, c.currency, c.cpm_micros, c.cpt_micros
-                    FROM (SELECT *, lead(effective_from) OVER (PARTITION BY network, format, country ORDER BY effective_from) AS effective_to
-                          FROM rate_cards) AS c,
-                         generate_series(greatest(c.effective_from, \(firstDay))::timestamp,
-                                         least(coalesce(c.effective_to - 1, \(lastDay)), \(lastDay))::timestamp, interval '1 day') AS d
-                ), card AS MATERIALIZED (
-                    SELECT c.*, a.currency AS any_currency, a.cpm_micros AS any_cpm_micros, a.cpt_micros AS any_cpt_micros
-                    FROM card_days c LEFT JOIN card_days a ON a.u = c.u AND a.network = c.network AND a.format = c.format AND a.country = '*'
-                )
-                """)
-        }
+        if needsMoney { with.append("\(unsafeRaw: RatePricing.pricesCTE("prices", of: "pending"))") }
         var sql: PostgresQuery = ""
         for (index, part) in with.enumerated() {
             sql.append(index == 0 ? "WITH " : ",\n")
@@ -440,10 +486,11 @@ struct ReportPlan {
         }
         let rc = query.currency
         // 1. Each row priced: reported revenue in its currency, or unpriced counts at the rate
-        //    in force on its UTC date (the country's entry, else the any-country one), in its currency.
+        //    in force on its UTC date (the country's entry, else the any-country one), in its
+        //    currency; a priced rollup row as it is stored.
         //    On Citus the rollups' rows are joined to their apps, a join that keeps every row
         //    (each row's app is in apps): a UNION of per-app tables whose parts join anything
-        //    (the hours, the card) and that is then joined to the card is pushed down to the
+        //    (the hours, the prices) and that is then grouped is pushed down to the
         //    workers only with an equality on app_id in the join tree; without it a report of
         //    several apps with money failed there ("complex joins are only supported when all
         //    distributed tables are co-located and joined on their distribution columns").
@@ -452,19 +499,13 @@ struct ReportPlan {
         //    over the card) took a 30-day demo report from 23 ms to 0.45 s, and all apps' from
         //    0.15 s to 6 s.
         let priced: PostgresQuery = """
-            SELECT \(unsafeRaw: dimensionList)s.u, CASE WHEN s.currency = '' THEN rt.currency ELSE s.currency END AS cur,
+            SELECT \(unsafeRaw: dimensionList)s.u, \(unsafeRaw: RatePricing.currency("s")) AS cur,
                    \(unsafeRaw: Self.countList), s.devices,
-                   CASE WHEN s.currency <> '' AND s.est IS NULL THEN s.revenue_micros END AS reported,
-                   coalesce(s.est, s.ui::numeric * rt.cpm_micros * 0.001 + s.ut::numeric * rt.cpt_micros) AS estimated,
-                   coalesce(s.unrated_adjust, CASE WHEN s.currency = '' AND rt.currency IS NULL THEN s.ui + s.ut END) AS unrated
+                   \(unsafeRaw: RatePricing.reported("s", "s.revenue_micros")) AS reported,
+                   coalesce(s.est, \(unsafeRaw: RatePricing.estimated("s.ui", "s.ut"))) AS estimated,
+                   coalesce(s.unrated_adjust, \(unsafeRaw: RatePricing.unrated("s", "s.ui", "s.ut"))) AS unrated
             FROM \(rows)\(unsafeRaw: source == .raw || !distributed ? "" : "\nJOIN apps AS known ON known.app_id = s.app_id")
-            LEFT JOIN card AS cs ON s.currency = '' AND cs.u = s.u AND cs.network = s.network AND cs.format = s.format AND cs.country = s.country
-            LEFT JOIN card AS ca ON s.currency = '' AND ca.u = s.u AND ca.network = s.network AND ca.format = s.format AND ca.country = '*'
-            CROSS JOIN LATERAL (
-                SELECT CASE WHEN cs.currency IS NOT NULL THEN cs.currency ELSE ca.currency END AS currency,
-                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpm_micros ELSE ca.cpm_micros END AS cpm_micros,
-                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpt_micros ELSE ca.cpt_micros END AS cpt_micros
-            ) AS rt
+            \(unsafeRaw: RatePricing.join("s", prices: "prices"))
             """
         // 2. Summed exactly per group, UTC date and currency (a bucket).
         let bucketSums = Self.rollupCounts.enumerated().map { index, name in

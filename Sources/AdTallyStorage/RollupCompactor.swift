@@ -67,6 +67,7 @@ public struct RollupCompactor: Sendable {
     let identity: String
     private let passTimer = Metrics.Timer(label: "adtally_rollup_compaction_seconds")
     private let movedCounter = Counter(label: "adtally_rollup_delta_rows_compacted_total")
+    private let repriceTimer = Metrics.Timer(label: "adtally_rollup_reprice_chunk_seconds")
     /// Successes and failures of the passes `CompactorService` runs.
     public let health = CompactionHealth()
 
@@ -132,9 +133,30 @@ public struct RollupCompactor: Sendable {
         return moved
     }
 
+    /// Re-prices one chunk of the ranges a card change left dirty (`RatePricing.repriceChunk`):
+    /// true when it did (more may be left), false when nothing is dirty or another
+    /// process holds the compaction lock.
+    public func repriceOnce() async throws -> Bool {
+        let started = ContinuousClock.now
+        let done = try await pool.withConnection { try RatePricing.repriceChunk(on: $0) }
+        if done == true { repriceTimer.record(duration: ContinuousClock.now - started) }
+        return done == true
+    }
+
+    /// Re-prices chunks until nothing is dirty or `budget` has passed; true when it stopped
+    /// on the budget (more is dirty).
+    @discardableResult
+    public func reprice(for budget: Duration = .seconds(3)) async throws -> Bool {
+        let deadline = ContinuousClock.now + budget
+        while try await repriceOnce() {
+            if ContinuousClock.now >= deadline { return true }
+        }
+        return false
+    }
+
     /// Deletes every delta row the statement sees (rows committed later stay for the
     /// next pass) and adds their sums to every compacted table (15-minute, hourly and
-    /// daily grains, Migrations/0004); returns the number of
+    /// daily grains, Migrations/0004; priced, Migrations/0012); returns the number of
     /// rows moved. Whole-table, not by ctid: on Citus a ctid names a row only within
     /// one shard. No ORDER BY: only one compactor writes the compacted tables at a
     /// time, so row lock order cannot deadlock, and hashing the groups is cheaper than
@@ -217,6 +239,26 @@ public struct RollupCompactor: Sendable {
             FROM local WHERE currency = '' GROUP BY 1, 2, 3, 4, 5, 6
             ON CONFLICT (app_id, country, day, utc_day, network, format) DO UPDATE SET \(unpricedUpdate)
             RETURNING 1
+        ), priceable AS MATERIALIZED (
+            -- Money priced as it is folded (Migrations/0012): reported revenue as it is,
+            -- impressions and taps without it at the card in force on their UTC date.
+            SELECT app_id, bucket, day, utc_day AS u, network, format, country, currency, revenue_micros,
+                   unpriced_impressions AS ui, unpriced_taps AS ut
+            FROM local WHERE country IS NOT NULL
+        ), \(RatePricing.pricesCTE("prices", of: "priceable")), priced_hourly AS (
+            INSERT INTO rollup_priced_1h AS r (app_id, hour, network, format, currency, reported, estimated, unrated)
+            SELECT s.app_id, date_trunc('hour', s.bucket, 'UTC'), s.network, s.format, \(RatePricing.pricedColumns("s"))
+            FROM priceable s \(RatePricing.join("s", prices: "prices"))
+            GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (app_id, hour, network, format, currency) DO UPDATE SET \(pricedUpdate)
+            RETURNING 1
+        ), priced_daily AS (
+            INSERT INTO rollup_priced_day AS r (app_id, day, utc_day, network, format, currency, reported, estimated, unrated)
+            SELECT s.app_id, s.day, s.u, s.network, s.format, \(RatePricing.pricedColumns("s"))
+            FROM priceable s \(RatePricing.join("s", prices: "prices"))
+            GROUP BY 1, 2, 3, 4, 5, 6
+            ON CONFLICT (app_id, day, network, format, utc_day, currency) DO UPDATE SET \(pricedUpdate)
+            RETURNING 1
         ), devices AS (
             -- Unique-device sketches (hll(11, 5), Migrations/0005) of the hashes the deltas carry.
             SELECT app_id, bucket, network, format, hll_add_agg(h::hll_hashval, 11, 5) AS devices
@@ -245,6 +287,8 @@ public struct RollupCompactor: Sendable {
         revenue_micros = r.revenue_micros + excluded.revenue_micros, \
         unpriced_impressions = r.unpriced_impressions + excluded.unpriced_impressions, unpriced_taps = r.unpriced_taps + excluded.unpriced_taps
         """
+
+    static let pricedUpdate = "reported = r.reported + excluded.reported, estimated = r.estimated + excluded.estimated, unrated = r.unrated + excluded.unrated"
 
     static let unpricedUpdate = "impressions = r.impressions + excluded.impressions, taps = r.taps + excluded.taps"
 

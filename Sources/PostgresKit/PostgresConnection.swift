@@ -171,8 +171,9 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     /// Runs `body` inside BEGIN/COMMIT; any error rolls the transaction back and is rethrown.
-    public func withTransaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
-        try execute(unsafeSQL: "BEGIN")
+    /// `begin` is the statement that starts it (e.g. with an isolation level), written in code.
+    public func withTransaction<T>(begin: String = "BEGIN", _ body: (PostgresConnection) throws -> T) throws -> T {
+        try execute(unsafeSQL: begin)
         let value: T
         do {
             value = try body(self)

@@ -1,0 +1,112 @@
+-- AdTally schema, part 12: priced rollups (issue 25). Revenue summed before a
+-- report runs, so a report reads stored money instead of pricing every row.
+--
+-- Why: with a rate card, the default 30-day report for the bench's largest app went
+-- from 9 ms to 54-57 ms. It unioned ~11 k rows (day counts, revenue by UTC date and
+-- currency, every rate-card country's adjustment rows), joined them to the card
+-- expanded per day, and grouped twice. The prices must be summed before the report.
+--
+-- What is stored
+--
+--   rate_card_days      the rate card expanded per UTC day: the entry in force on day
+--                       u for (network, format, country), '*' for any country, from each
+--                       entry's effective date up to the next entry of its key, or up to
+--                       the horizon (pricing_state) for the last one. Rebuilt by the
+--                       server, never by hand (RatePricing.swift): a card change, and the
+--                       compactor when the horizon comes within 300 days of today.
+--   rollup_priced_1h    per app, UTC hour, network, format and money currency: reported
+--   rollup_priced_day   revenue (in the currency the SDK reported), estimated revenue
+--                       (rate-card prices, in the card entry's currency; exact, with the
+--                       thousandths of a micro a CPM leaves) and unrated events (no entry
+--                       in force: currency ''). The daily grain is in the app's own zone,
+--                       split by UTC date, like rollup_revenue_day_compacted.
+--   rollup_dirty        per app, network and format, a range of UTC dates whose priced
+--                       rows may be stale: a card change wrote them in the same
+--                       transaction as the card.
+--
+-- Invariants
+--
+-- 1. Prices apply by the event's UTC date, the country's entry over the any-country
+--    one (DESIGN §3), and a priced row holds exact sums: FX conversion and half-even
+--    rounding to micros stay in the report, once per (group, UTC date, currency) bucket,
+--    exactly as before. So a report from priced rows equals the query-time pricing of
+--    the same rows to the micro (MoneyTests' priced-versus-query-time test).
+-- 2. Outside the dirty ranges, the priced rows equal the revenue and unpriced rollups
+--    priced with the card as it is now. The compactor prices each delta as it folds it,
+--    at the card in force when it runs (it holds the compaction lock); a card change
+--    takes the same lock, so it comes wholly before or after a pass, and it marks
+--    dirty every UTC date whose price it may have changed, for every app.
+-- 3. Inside a dirty range a report prices at query time from the revenue and unpriced
+--    rollups (every country's row at its own rate), and ignores the priced rows. The
+--    re-pricer (under the same lock) rewrites a dirty range's priced rows from those
+--    rollups and then removes the range, in one transaction. So the very next report
+--    after a card change shows it, and every report reads one consistent state.
+-- 4. Pending deltas and the 15-minute rows of cut hours are priced at query time too,
+--    at rate_card_days (a few rows, by index).
+-- 5. A report reads the dirty ranges and the rollups in one snapshot (REPEATABLE READ).
+
+CREATE TABLE rate_card_days (
+    u          date NOT NULL,
+    network    text COLLATE "C" NOT NULL,
+    format     text COLLATE "C" NOT NULL,
+    country    text COLLATE "C" NOT NULL,  -- '*': any country
+    currency   text COLLATE "C" NOT NULL,
+    cpm_micros bigint NOT NULL,
+    cpt_micros bigint NOT NULL,
+    PRIMARY KEY (u, network, format, country)
+);
+
+-- One row: the last UTC date rate_card_days covers (NULL: not built yet; until it is,
+-- reports expand the card themselves and the compactor builds it on its next pass).
+CREATE TABLE pricing_state (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    horizon  date
+);
+INSERT INTO pricing_state (horizon) VALUES (NULL);
+
+CREATE TABLE rollup_priced_1h (
+    app_id    text COLLATE "C" NOT NULL,
+    hour      timestamptz NOT NULL,
+    network   text COLLATE "C" NOT NULL,
+    format    text COLLATE "C" NOT NULL,
+    currency  text COLLATE "C" NOT NULL,  -- '' for unrated events only
+    reported  numeric NOT NULL DEFAULT 0,
+    estimated numeric NOT NULL DEFAULT 0,
+    unrated   bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (app_id, hour, network, format, currency)
+);
+
+CREATE TABLE rollup_priced_day (
+    app_id    text COLLATE "C" NOT NULL,
+    day       date NOT NULL,  -- in the app's own zone
+    utc_day   date NOT NULL,
+    network   text COLLATE "C" NOT NULL,
+    format    text COLLATE "C" NOT NULL,
+    currency  text COLLATE "C" NOT NULL,
+    reported  numeric NOT NULL DEFAULT 0,
+    estimated numeric NOT NULL DEFAULT 0,
+    unrated   bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (app_id, day, network, format, utc_day, currency)
+);
+
+CREATE TABLE rollup_dirty (
+    app_id    text COLLATE "C" NOT NULL,
+    network   text COLLATE "C" NOT NULL,
+    format    text COLLATE "C" NOT NULL,
+    from_day  date NOT NULL,
+    to_day    date NOT NULL,
+    marked_at timestamptz NOT NULL DEFAULT now(),
+    CHECK (from_day <= to_day)
+);
+CREATE INDEX rollup_dirty_app ON rollup_dirty (app_id, network, format);
+
+-- History compacted before this migration: every app's every network and format is
+-- dirty, so reports price it at query time (as before) until the re-pricer has
+-- written its priced rows.
+INSERT INTO rollup_dirty (app_id, network, format, from_day, to_day)
+SELECT DISTINCT app_id, network, format, '-infinity'::date, 'infinity'::date FROM rollup_day_compacted WHERE network <> '';
+
+-- The unpriced rows of every country: the re-pricer and the query-time path read them
+-- by app and UTC date, not by country first.
+CREATE INDEX rollup_unpriced_1h_by_app ON rollup_unpriced_1h_compacted (app_id, hour);
+CREATE INDEX rollup_unpriced_day_by_app ON rollup_unpriced_day_compacted (app_id, day);
