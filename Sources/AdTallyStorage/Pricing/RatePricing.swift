@@ -9,31 +9,35 @@ import PostgresKit
 /// A price is the entry in force on the row's UTC date for its network, format and
 /// country (the latest `effective_from` on or before that date), else the any-country
 /// entry in force; none: the row's impressions and taps are unrated. Each distinct
-/// (date, network, format, country) is looked up once, by two backward scans of
-/// rate_cards' primary key: no expansion of the card per day, nothing to keep in step.
+/// (date, network, format, country) is priced once, from rate_cards itself: no
+/// expansion of the card per day, nothing to keep in step with it.
 enum RatePricing {
-    /// A CTE named `name`: the price of every distinct (u, network, format, country) of
-    /// the unpriced rows (`currency = ''`) of `rows`, a relation with those columns.
+    /// Two CTEs, `name`_keys and `name`: the price of every distinct (u, network, format,
+    /// country) of the unpriced rows (`currency = ''`) of `rows`, a relation with those
+    /// columns. Each key is joined to its key's entries by hash and the latest in force
+    /// kept (a handful of entries per key), the country's and the any-country one apart:
+    /// no per-key lookup, so thousands of keys (a dirty month) cost milliseconds.
     static func pricesCTE(_ name: String, of rows: String) -> String {
-        """
-        \(name) AS MATERIALIZED (
-            SELECT k.u, k.network, k.format, k.country,
-                   CASE WHEN cs.currency IS NOT NULL THEN cs.currency ELSE ca.currency END AS currency,
-                   CASE WHEN cs.currency IS NOT NULL THEN cs.cpm_micros ELSE ca.cpm_micros END AS cpm_micros,
-                   CASE WHEN cs.currency IS NOT NULL THEN cs.cpt_micros ELSE ca.cpt_micros END AS cpt_micros
-            FROM (SELECT DISTINCT u, network, format, country FROM \(rows) WHERE currency = '') AS k
-            LEFT JOIN LATERAL (
-                SELECT c.currency, c.cpm_micros, c.cpt_micros FROM rate_cards c
-                WHERE c.network = k.network AND c.format = k.format AND c.country = k.country AND c.effective_from <= k.u
-                ORDER BY c.effective_from DESC LIMIT 1
-            ) AS cs ON true
-            LEFT JOIN LATERAL (
-                SELECT c.currency, c.cpm_micros, c.cpt_micros FROM rate_cards c
-                WHERE c.network = k.network AND c.format = k.format AND c.country = '*' AND c.effective_from <= k.u
-                ORDER BY c.effective_from DESC LIMIT 1
-            ) AS ca ON true
-        )
-        """
+        func inForce(_ country: String) -> String {
+            """
+            SELECT DISTINCT ON (k.u, k.network, k.format, k.country) k.u, k.network, k.format, k.country, c.currency, c.cpm_micros, c.cpt_micros
+                  FROM \(name)_keys k JOIN rate_cards c ON c.network = k.network AND c.format = k.format AND c.country = \(country) AND c.effective_from <= k.u
+                  ORDER BY k.u, k.network, k.format, k.country, c.effective_from DESC
+            """
+        }
+        return """
+            \(name)_keys AS MATERIALIZED (
+                SELECT DISTINCT u, network, format, country FROM \(rows) WHERE currency = ''
+            ), \(name) AS MATERIALIZED (
+                SELECT k.u, k.network, k.format, k.country,
+                       CASE WHEN cs.currency IS NOT NULL THEN cs.currency ELSE ca.currency END AS currency,
+                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpm_micros ELSE ca.cpm_micros END AS cpm_micros,
+                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpt_micros ELSE ca.cpt_micros END AS cpt_micros
+                FROM \(name)_keys k
+                LEFT JOIN (\(inForce("k.country"))) AS cs ON cs.u = k.u AND cs.network = k.network AND cs.format = k.format AND cs.country = k.country
+                LEFT JOIN (\(inForce("'*'"))) AS ca ON ca.u = k.u AND ca.network = k.network AND ca.format = k.format AND ca.country = k.country
+            )
+            """
     }
 
     /// Joins a row `s` (u, network, format, country, currency) to its price `rt` in the
