@@ -206,6 +206,7 @@ public struct ReportEngine: Sendable {
     func plan(_ query: ReportQuery, on connection: PostgresConnection) throws -> ReportPlan {
         let prepared = try Self.prepare(query, on: connection)
         let plan = ReportPlan(query, distributed: prepared.distributed, dirty: prepared.dirty)
+
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         return plan
     }

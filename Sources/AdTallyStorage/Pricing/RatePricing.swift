@@ -12,30 +12,22 @@ import PostgresKit
 /// (date, network, format, country) is priced once, from rate_cards itself: no
 /// expansion of the card per day, nothing to keep in step with it.
 enum RatePricing {
-    /// Two CTEs, `name`_keys and `name`: the price of every distinct (u, network, format,
-    /// country) of the unpriced rows (`currency = ''`) of `rows`, a relation with those
-    /// columns. Each key is joined to its key's entries by hash and the latest in force
-    /// kept (a handful of entries per key), the country's and the any-country one apart:
-    /// no per-key lookup, so thousands of keys (a dirty month) cost milliseconds.
+    /// A CTE named `name`: the price of every distinct (u, network, format, country) of
+    /// the unpriced rows (`currency = ''`) of `rows`, a relation with those columns. The
+    /// keys are joined to their (network, format)'s entries by hash, and each keeps the
+    /// first entry in the order: the country's own before any country's, the latest
+    /// effective date first. No per-key lookup: thousands of keys (a dirty month) cost
+    /// milliseconds.
     static func pricesCTE(_ name: String, of rows: String) -> String {
-        func inForce(_ country: String) -> String {
-            """
-            SELECT DISTINCT ON (k.u, k.network, k.format, k.country) k.u, k.network, k.format, k.country, c.currency, c.cpm_micros, c.cpt_micros
-                  FROM \(name)_keys k JOIN rate_cards c ON c.network = k.network AND c.format = k.format AND c.country = \(country) AND c.effective_from <= k.u
-                  ORDER BY k.u, k.network, k.format, k.country, c.effective_from DESC
-            """
+        func first(_ column: String) -> String {
+            "(array_agg(c.\(column) ORDER BY c.country = '*', c.effective_from DESC) FILTER (WHERE c.currency IS NOT NULL))[1] AS \(column)"
         }
         return """
-            \(name)_keys AS MATERIALIZED (
-                SELECT DISTINCT u, network, format, country FROM \(rows) WHERE currency = ''
-            ), \(name) AS MATERIALIZED (
-                SELECT k.u, k.network, k.format, k.country,
-                       CASE WHEN cs.currency IS NOT NULL THEN cs.currency ELSE ca.currency END AS currency,
-                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpm_micros ELSE ca.cpm_micros END AS cpm_micros,
-                       CASE WHEN cs.currency IS NOT NULL THEN cs.cpt_micros ELSE ca.cpt_micros END AS cpt_micros
-                FROM \(name)_keys k
-                LEFT JOIN (\(inForce("k.country"))) AS cs ON cs.u = k.u AND cs.network = k.network AND cs.format = k.format AND cs.country = k.country
-                LEFT JOIN (\(inForce("'*'"))) AS ca ON ca.u = k.u AND ca.network = k.network AND ca.format = k.format AND ca.country = k.country
+            \(name) AS MATERIALIZED (
+                SELECT k.u, k.network, k.format, k.country, \(first("currency")), \(first("cpm_micros")), \(first("cpt_micros"))
+                FROM (SELECT DISTINCT u, network, format, country FROM \(rows) WHERE currency = '') AS k
+                LEFT JOIN rate_cards c ON c.network = k.network AND c.format = k.format AND c.country IN (k.country, '*') AND c.effective_from <= k.u
+                GROUP BY k.u, k.network, k.format, k.country
             )
             """
     }
@@ -98,7 +90,14 @@ enum RatePricing {
     /// range was dirty, nil when another process holds the lock.
     static func repriceChunk(on connection: PostgresConnection) throws -> Bool? {
         try connection.withTransaction { connection -> Bool? in
-            let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(RollupCompactor.lockKey))")
+            // Hash joins only: the planner expects a handful of rows from the joins with the
+            // dirty days (four equalities, one on an expression) and, on that estimate, chose
+            // nested loops that rescanned thousands of rows per row (12 s for one app-month).
+            // No JIT: the cost a disabled nested loop adds made PostgreSQL compile every
+            // statement (0.8 s each, on a handful of rows).
+            let locked = try connection.query("""
+                SELECT pg_try_advisory_xact_lock(\(RollupCompactor.lockKey)), set_config('enable_nestloop', 'off', true), set_config('jit', 'off', true)
+                """)
             guard try locked.first?.decode(0, as: Bool.self) == true else { return nil }
             // The app whose dirty range starts first, and the UTC days it has rows on.
             let next = try connection.query("""
