@@ -163,6 +163,52 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
+    /// Statements prepared on this connection, by SQL text and parameter types: their
+    /// names and when each was last used (`queryPrepared`).
+    private var statements: [String: (name: String, lastUse: Int)] = [:]
+    private var statementClock = 0
+    /// The most statements one connection keeps prepared; the least recently used goes first.
+    public static let preparedStatementLimit = 32
+
+    /// Runs a statement like `query`, but prepared once per connection and SQL text, so that
+    /// PostgreSQL parses it once (and plans it once, if the session's plan_cache_mode lets
+    /// its generic plan be used). For long statements run again and again: a report's page.
+    @discardableResult
+    public func queryPrepared(_ query: PostgresQuery) throws -> PostgresRows {
+        let types = query.binds.map { String($0.type) }.joined(separator: ",")
+        let key = types + "|" + query.sql
+        statementClock += 1
+        let name: String
+        if let known = statements[key] {
+            name = known.name
+        } else {
+            if statements.count >= Self.preparedStatementLimit, let oldest = statements.min(by: { $0.value.lastUse < $1.value.lastUse }) {
+                statements[oldest.key] = nil
+                // Not transactional; fails only in an aborted transaction, and then the
+                // statement stays until the connection closes (a pool replaces connections).
+                _ = try? execute(unsafeSQL: "DEALLOCATE \(oldest.value.name)")
+            }
+            name = "adtally_\(statementClock)"
+            let prepared = try withParameters(query.binds) { types, _ in
+                PQprepare(handle, name, query.sql, Int32(query.binds.count), types)
+            }
+            do {
+                _ = try check(prepared, sql: query.sql)
+            } catch let error as PostgresError {
+                throw error.redacting(query.binds)
+            }
+        }
+        statements[key] = (name, statementClock)
+        let result = try withParameters(query.binds) { _, values in
+            PQexecPrepared(handle, name, Int32(query.binds.count), values, nil, nil, 0)
+        }
+        do {
+            return try check(result, sql: query.sql)
+        } catch let error as PostgresError {
+            throw error.redacting(query.binds)
+        }
+    }
+
     /// Runs SQL text with no parameters; several statements separated by `;` are allowed.
     /// For migrations and fixed session commands only — never for SQL built from values.
     @discardableResult

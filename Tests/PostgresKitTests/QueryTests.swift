@@ -21,6 +21,28 @@ struct QueryTests {
         }
     }
 
+    @Test("prepared statements: parsed once per connection, the least recently used dropped past the limit, errors redacted")
+    func preparedStatements() async throws {
+        try await TestDatabase.withPool { pool in
+            try await pool.withConnection { connection in
+                let limit = PostgresConnection.preparedStatementLimit
+                for round in 0..<2 {
+                    for n in 0..<(limit + 8) {
+                        // A text per n; the round is a parameter of the same text.
+                        let rows = try connection.queryPrepared("SELECT \(unsafeRaw: String(n)) + \(round)::int AS v")
+                        #expect(try rows[0].decode("v", as: Int.self) == n + round)
+                    }
+                }
+                let prepared = try connection.query("SELECT count(*) FROM pg_prepared_statements").first!.decode(0, as: Int.self)
+                #expect(prepared == limit)
+                let error = #expect(throws: PostgresError.self) {
+                    try connection.queryPrepared("SELECT 1 / \(0)::int, \("secret")::text")
+                }
+                #expect(error?.description.contains("secret") == false)
+            }
+        }
+    }
+
     @Test("a NUL byte in a bound string is refused with a clear error")
     func nulByteIsRefused() async throws {
         try await TestDatabase.withPool { pool in
