@@ -110,3 +110,20 @@ SELECT DISTINCT app_id, network, format, '-infinity'::date, 'infinity'::date FRO
 -- by app and UTC date, not by country first.
 CREATE INDEX rollup_unpriced_1h_by_app ON rollup_unpriced_1h_compacted (app_id, hour);
 CREATE INDEX rollup_unpriced_day_by_app ON rollup_unpriced_day_compacted (app_id, day);
+
+-- The report series (Migrations/0007) refreshed by change, not every app every minute:
+-- the local days (in the app's zone) whose numbers changed since the app's series were
+-- last written. The compactor marks the days of the deltas it folds, a card change and
+-- an FX change mark the days they re-price; each mark bumps `version`, so a refresh
+-- removes only the mark it read (a day marked while it ran stays marked).
+CREATE TABLE report_series_changes (
+    app_id   text COLLATE "C" PRIMARY KEY REFERENCES apps (app_id),
+    from_day date NOT NULL,
+    to_day   date NOT NULL,
+    version  bigint NOT NULL DEFAULT 1
+);
+
+-- When an app's series must be written again although nothing changed: its next local
+-- midnight (the windows move, today's hours begin) or the moment its oldest provisional
+-- day becomes final, whichever is first. NULL: at the next pass.
+ALTER TABLE report_series_refresh ADD COLUMN due_at timestamptz;

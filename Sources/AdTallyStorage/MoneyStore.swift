@@ -215,7 +215,12 @@ public struct MoneyStore: Sendable {
                 """).filter { (try? $0.decode(0, as: Bool.self)) == true }.count
         }
         let span = try connection.query("SELECT min(day::date)::text, max(day::date)::text FROM fx_staging").first
-        return FXImport(stored: stored, carried: carried, firstDay: try span?.decode(0), lastDay: try span?.decode(1))
+        let (firstDay, lastDay): (String?, String?) = (try span?.decode(0), try span?.decode(1))
+        if let firstDay, let lastDay {
+            // Carried rates reach up to maxCarriedDays past the last day given.
+            try RatePricing.markSeriesChanged(from: firstDay, to: ReportQuery.formatDate((ReportQuery.parseDate(lastDay) ?? 0) + Self.maxCarriedDays), on: connection)
+        }
+        return FXImport(stored: stored, carried: carried, firstDay: firstDay, lastDay: lastDay)
     }
 
     /// One page of FX rates (not the bases' own 1s), in the order of their key (day,
@@ -256,9 +261,13 @@ public struct MoneyStore: Sendable {
     /// Deletes one day's rate of a currency; false when there was none.
     public func deleteFX(date: String, currency: String, base: String) async throws -> Bool {
         guard let day = ReportQuery.parseDate(date) else { throw MoneyTableError("date", "must be a date, YYYY-MM-DD") }
-        return try await pool.query("""
-            DELETE FROM fx_rates WHERE day = \(ReportQuery.formatDate(day))::date AND currency = \(currency)::text AND base = \(base)::text
-              AND currency <> base RETURNING 1
-            """).count > 0
+        return try await pool.withTransaction { connection in
+            let deleted = try connection.query("""
+                DELETE FROM fx_rates WHERE day = \(ReportQuery.formatDate(day))::date AND currency = \(currency)::text AND base = \(base)::text
+                  AND currency <> base RETURNING 1
+                """).count > 0
+            if deleted { try RatePricing.markSeriesChanged(from: ReportQuery.formatDate(day), to: ReportQuery.formatDate(day), on: connection) }
+            return deleted
+        }
     }
 }

@@ -65,7 +65,17 @@ public struct ReportSeriesWriter: Sendable {
         defer { Metrics.Timer(label: "adtally_report_series_refresh_seconds").record(duration: ContinuousClock.now - started) }
         var written = 0
         var failures: [String] = []
-        for app in try await engine.readableApps(only: nil) {
+        // Only apps with something to write (Migrations/0012): days changed since their last
+        // write, a due time passed (midnight, a day turning final), never written, or failed.
+        // An idle app costs these two reads.
+        var due: Set<String> = []
+        var known: Set<String> = []
+        for row in try await pool.query("SELECT app_id, due_at IS NULL OR due_at <= \(now) OR error IS NOT NULL FROM report_series_refresh") {
+            known.insert(try row.decode(0, as: String.self))
+            if try row.decode(1, as: Bool.self) { due.insert(try row.decode(0, as: String.self)) }
+        }
+        for row in try await pool.query("SELECT app_id FROM report_series_changes") { due.insert(try row.decode(0, as: String.self)) }
+        for app in try await engine.readableApps(only: nil) where force || due.contains(app.id) || !known.contains(app.id) {
             do {
                 written += try await refresh(app, force: force, now: now) ?? 0
             } catch is CancellationError {
@@ -97,6 +107,25 @@ public struct ReportSeriesWriter: Sendable {
         var count = 0
     }
 
+    /// What a refresh of one app writes: everything, or the parts the changed local days
+    /// `changed` touch (the day and hour rows of those days, a last-N-days row whose
+    /// window holds one of them).
+    static func parts(today: Int, changed: ClosedRange<Int>?, configuration: Configuration) -> [Part] {
+        let all = [
+            Part(grain: "day", from: today - configuration.days + 1, to: today),
+            Part(grain: "hour", from: today - configuration.hourDays + 1, to: today),
+            Part(grain: "last_7_days", from: today - 7, to: today - 1),
+            Part(grain: "last_28_days", from: today - 28, to: today - 1),
+        ]
+        guard let changed else { return all }
+        return all.compactMap { part in
+            let from = max(part.from, changed.lowerBound), to = min(part.to, changed.upperBound)
+            guard from <= to else { return nil }
+            // A window's one row covers the whole window.
+            return part.grain.hasPrefix("last_") ? part : Part(grain: part.grain, from: from, to: to)
+        }
+    }
+
     /// Refreshes one app while holding its lock (a transaction-scoped advisory lock,
     /// taken before the engine is asked, so two servers never compute and write one
     /// app at once, and an older computation never overwrites a newer one); nil when
@@ -114,13 +143,30 @@ public struct ReportSeriesWriter: Sendable {
                     """)[0]
                 return try force || !fresh.decode(0, as: Bool.self)
             }
-            guard isMine else {
+            // Everything (forced, due, never written, failed last time), the changed days only, or nothing.
+            let work = !isMine ? nil : try await lease.run { connection -> (full: Bool, changed: ClosedRange<Int>?, version: Int64?)? in
+                let state = try connection.query("""
+                    SELECT coalesce((SELECT due_at IS NULL OR due_at <= \(now) OR error IS NOT NULL FROM report_series_refresh WHERE app_id = \(app.id)), true)
+                    """)[0]
+                let changes = try connection.query("""
+                    SELECT from_day - DATE '1970-01-01', least(to_day, DATE '9999-12-31') - DATE '1970-01-01', version FROM report_series_changes WHERE app_id = \(app.id)
+                    """).first
+                let changed = try changes.map { try $0.decode(0, as: Int.self)...max($0.decode(0, as: Int.self), $0.decode(1, as: Int.self)) }
+                let version = try changes?.decode(2, as: Int64.self)
+                if try force || state.decode(0, as: Bool.self) { return (true, nil, version) }
+                return changed.map { (false, $0, version) }
+            }
+            guard let work else {
                 _ = try await lease.run { try $0.execute(unsafeSQL: "ROLLBACK") }
                 return nil
             }
             do {
                 let written: Int
-                written = try await write(app, now: now, lease: lease)
+                written = try await write(app, now: now, changed: work.full ? nil : work.changed, lease: lease)
+                if let version = work.version {
+                    // The mark read, unless the compactor or a money change moved it meanwhile.
+                    _ = try await lease.run { try $0.query("DELETE FROM report_series_changes WHERE app_id = \(app.id) AND version = \(version)") }
+                }
                 _ = try await lease.run { try $0.execute(unsafeSQL: "COMMIT") }
                 return written
             } catch {
@@ -130,8 +176,9 @@ public struct ReportSeriesWriter: Sendable {
         }
     }
 
-    /// Computes an app's rows with the engine and replaces them, on the lease's open transaction.
-    func write(_ app: ReportApp, now: Date, lease: PostgresLease) async throws -> Int {
+    /// Computes an app's rows with the engine and replaces them, on the lease's open
+    /// transaction: every part, or (`changed`) those of the changed local days.
+    func write(_ app: ReportApp, now: Date, changed: ClosedRange<Int>? = nil, lease: PostgresLease) async throws -> Int {
         let today = try ReportQuery.today(in: app.timezone, now: now)
         func page(_ from: Int, _ to: Int, _ dimensions: [ReportDimension], _ metrics: [ReportMetric], extra: [(String, String)] = [], limit: Int = ReportQuery.maxLimit) async throws -> ReportDocument {
             let query = try ReportQuery.parse(
@@ -149,12 +196,9 @@ public struct ReportSeriesWriter: Sendable {
         let networks = top.rows.compactMap { $0.dimensions.first ?? nil }
         // Hour rows per network are bounded by one report's row limit.
         let hourNetworks = Array(networks.prefix(max(1, ReportQuery.maxLimit / (configuration.hourDays * 25) - 1)))
-        var parts = [
-            Part(grain: "day", from: today - configuration.days + 1, to: today),
-            Part(grain: "hour", from: today - configuration.hourDays + 1, to: today),
-            Part(grain: "last_7_days", from: today - 7, to: today - 1),
-            Part(grain: "last_28_days", from: today - 28, to: today - 1),
-        ]
+        var parts = Self.parts(today: today, changed: changed, configuration: configuration)
+        // The days still provisional (from the day part of a full write): when the first turns final, the series are due.
+        var provisional: [Int] = []
         for index in parts.indices {
             let dimension: [ReportDimension] = switch parts[index].grain {
             case "day": [.date]
@@ -170,6 +214,7 @@ public struct ReportSeriesWriter: Sendable {
                 guard document.nextCursor == nil else {
                     throw TooManyRows(description: "the \(parts[index].grain) series of \(app.id) has more than \(ReportQuery.maxLimit) rows; not written")
                 }
+                if changed == nil && parts[index].grain == "day" && !byNetwork { provisional = document.notes.provisionalDays }
                 Self.append(document, grain: parts[index].grain, hasPeriod: !dimension.isEmpty, byNetwork: byNetwork, to: &parts[index])
             }
         }
@@ -183,13 +228,26 @@ public struct ReportSeriesWriter: Sendable {
         let text = String(decoding: json, as: UTF8.self)
         let columns = Self.metrics.map { "\($0.rawValue) \(Self.sqlType($0))" }.joined(separator: ", ")
         let names = Self.metrics.map(\.rawValue).joined(separator: ", ")
-        // Day rows before the window stay; hour rows and the last-N rows are all replaced.
-        let firstDay = ReportQuery.formatDate(parts[0].from)
+        let written = parts.filter { !$0.rows.isEmpty || changed != nil }
+        let firstDay = ReportQuery.formatDate(parts.first?.from ?? today)
+        let days = provisional.map(ReportQuery.formatDate)
         try await lease.run { connection in
-            try connection.query("""
-                DELETE FROM report_series WHERE app_id = \(app.id)
-                  AND (grain <> 'day' OR period_start >= \(firstDay)::date::timestamp AT TIME ZONE \(app.timezone))
-                """)
+            if changed == nil {
+                // Day rows before the window stay; hour rows and the last-N rows are all replaced.
+                try connection.query("""
+                    DELETE FROM report_series WHERE app_id = \(app.id)
+                      AND (grain <> 'day' OR period_start >= \(firstDay)::date::timestamp AT TIME ZONE \(app.timezone))
+                    """)
+            } else {
+                // The changed days' day and hour rows, and the windows that hold them.
+                for part in written {
+                    try connection.query("""
+                        DELETE FROM report_series WHERE app_id = \(app.id) AND grain = \(part.grain)
+                          AND (grain LIKE 'last_%' OR (period_start >= \(ReportQuery.formatDate(part.from))::date::timestamp AT TIME ZONE \(app.timezone)
+                                                       AND period_start < (\(ReportQuery.formatDate(part.to))::date + 1)::timestamp AT TIME ZONE \(app.timezone)))
+                        """)
+                }
+            }
             try connection.query("""
                 INSERT INTO report_series (app_id, grain, network, period_start, local_start, period, timezone, currency, provisional, \(unsafeRaw: names))
                 SELECT \(app.id), r.grain, r.network, t.start,
@@ -203,10 +261,22 @@ public struct ReportSeriesWriter: Sendable {
                                         ELSE split_part(r.period, '/', 1)::date::timestamp AT TIME ZONE \(app.timezone) END AS start
                 ) AS t
                 """)
-            try connection.query("""
-                INSERT INTO report_series_refresh (app_id, attempted_at, refreshed_at, rows, error) VALUES (\(app.id), now(), now(), \(count), NULL)
-                ON CONFLICT (app_id) DO UPDATE SET attempted_at = excluded.attempted_at, refreshed_at = excluded.refreshed_at, rows = excluded.rows, error = NULL
-                """)
+            if changed == nil {
+                // Due again at the next local midnight, or when the first provisional day turns final.
+                try connection.query("""
+                    INSERT INTO report_series_refresh (app_id, attempted_at, refreshed_at, rows, error, due_at)
+                    SELECT \(app.id), now(), now(), \(count), NULL,
+                           least(((\(now)::timestamptz AT TIME ZONE \(app.timezone))::date + 1)::timestamp AT TIME ZONE \(app.timezone),
+                                 (SELECT min((d + 1)::timestamp AT TIME ZONE \(app.timezone) + make_interval(secs => h.max_event_age_seconds::float8))
+                                  FROM unnest(\(array: days)::date[]) AS d, id_horizon h))
+                    ON CONFLICT (app_id) DO UPDATE SET attempted_at = excluded.attempted_at, refreshed_at = excluded.refreshed_at, rows = excluded.rows,
+                        error = NULL, due_at = excluded.due_at
+                    """)
+            } else {
+                try connection.query("""
+                    UPDATE report_series_refresh SET attempted_at = now(), refreshed_at = now(), rows = \(count), error = NULL WHERE app_id = \(app.id)
+                    """)
+            }
         }
         return count
     }

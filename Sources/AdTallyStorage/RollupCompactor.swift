@@ -259,6 +259,13 @@ public struct RollupCompactor: Sendable {
             GROUP BY 1, 2, 3, 4, 5, 6
             ON CONFLICT (app_id, day, network, format, utc_day, currency) DO UPDATE SET \(pricedUpdate)
             RETURNING 1
+        ), series_changes AS (
+            -- The local days whose report series must be written again (Migrations/0012).
+            INSERT INTO report_series_changes AS c (app_id, from_day, to_day)
+            SELECT app_id, min(day), max(day) FROM local GROUP BY app_id
+            ON CONFLICT (app_id) DO UPDATE SET
+                from_day = least(c.from_day, excluded.from_day), to_day = greatest(c.to_day, excluded.to_day), version = c.version + 1
+            RETURNING 1
         ), devices AS (
             -- Unique-device sketches (hll(11, 5), Migrations/0005) of the hashes the deltas carry.
             SELECT app_id, bucket, network, format, hll_add_agg(h::hll_hashval, 11, 5) AS devices

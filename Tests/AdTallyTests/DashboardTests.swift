@@ -259,6 +259,59 @@ struct DashboardTests {
         }
     }
 
+    @Test("the report series are written by change: an idle app costs nothing; new events, a card or an FX change rewrite their days; midnight rewrites all")
+    func seriesByChange() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            _ = try await services.appStore.createApp(id: "steady", name: nil, timezone: "Asia/Kolkata", currency: "USD")
+            _ = try await services.appStore.createApp(id: "idle", name: nil, timezone: "UTC", currency: "USD")
+            let now = Date()
+            let today = try ReportQuery.today(in: "Asia/Kolkata", now: now)
+            let nowMicros = Int64(now.timeIntervalSince1970) * 1_000_000
+            func requests(_ count: Int, hoursAgo: Int64) async throws {
+                let events = (0..<count).map { _ in Reports.event(.request, at: nowMicros - hoursAgo * 3_600_000_000) }
+                try await Reports.store(services, app: "steady", events)
+                try await services.compactor.compactOnce()
+            }
+            try await requests(5, hoursAgo: 50)
+            var configuration = ReportSeriesWriter.Configuration()
+            configuration.freshFor = .zero
+            let writer = ReportSeriesWriter(engine: services.reports, pool: services.database.pool, configuration: configuration)
+            let full = try await writer.refresh(now: now)
+            #expect(full > 0)
+            let pool = services.database.pool
+            func day(_ offset: Int) async throws -> Int64? {
+                try await pool.query("""
+                    SELECT requests FROM report_series WHERE app_id = 'steady' AND grain = 'day' AND network = '*' AND period = \(ReportQuery.formatDate(today + offset))
+                    """).first?.decode(0, as: Int64.self)
+            }
+            func refreshedAt() async throws -> [String: String] {
+                Dictionary(uniqueKeysWithValues: try await pool.query("SELECT app_id, refreshed_at::text FROM report_series_refresh").map {
+                    (try $0.decode(0, as: String.self), try $0.decode(1, as: String.self))
+                })
+            }
+            // Nothing changed: no app is written again.
+            let before = try await refreshedAt()
+            #expect(try await writer.refresh(now: now) == 0)
+            #expect(try await refreshedAt() == before)
+            // New events: their day's rows (and the windows holding it) are written, the idle app is not.
+            try await requests(3, hoursAgo: 0)
+            let partial = try await writer.refresh(now: now)
+            #expect(partial > 0 && partial < full, "\(partial) of \(full)")
+            #expect(try await day(0) == 3)
+            #expect(try await refreshedAt()["idle"] == before["idle"])
+            #expect(try await pool.query("SELECT count(*) FROM report_series_changes").first!.decode(0, as: Int.self) == 0)
+            // A card change marks every app from its date on; an FX change, the days it covers.
+            try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "1", cpt: "0", from: ReportQuery.formatDate(today - 1))])
+            #expect(try await writer.refresh(now: now) > 0)
+            #expect(try await refreshedAt()["idle"] != before["idle"])
+            #expect(try await writer.refresh(now: now) == 0)
+            _ = try await MoneyStore(pool: pool).importFX([try FXRate.parse(date: ReportQuery.formatDate(today), base: "EUR", currency: "USD", rate: "1.1")])
+            #expect(try await writer.refresh(now: now) > 0)
+            // Past the app's next local midnight every part is written again.
+            #expect(try await writer.refresh(now: now.addingTimeInterval(86_400)) >= full)
+        }
+    }
+
     @Test("every Grafana panel's SQL, macros and variables substituted, runs against demo data and returns rows")
     func grafanaPanels() async throws {
         try await withServices(flags: Reports.flags) { services in

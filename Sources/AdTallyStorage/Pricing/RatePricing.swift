@@ -65,12 +65,24 @@ enum RatePricing {
             earliest[key] = change
         }
         let keys = Array(earliest.values)
-        guard !keys.isEmpty else { return }
+        guard let first = keys.map(\.from).min() else { return }
+        try markSeriesChanged(from: first, to: "infinity", on: connection)
         try connection.query("""
             INSERT INTO rollup_dirty (app_id, network, format, from_day, to_day)
             SELECT a.app_id, k.network, k.format, k.from_day, 'infinity'::date
             FROM apps a, unnest(\(array: keys.map(\.network))::text[], \(array: keys.map(\.format))::text[], \(array: keys.map(\.from))::date[])
                  AS k (network, format, from_day)
+            """)
+    }
+
+    /// Marks every app's report series changed over the UTC days `from`...`to` (a day
+    /// either side: an app's local days straddle them), so the next refresh writes them again.
+    static func markSeriesChanged(from: String, to: String, on connection: PostgresConnection) throws {
+        try connection.query("""
+            INSERT INTO report_series_changes AS c (app_id, from_day, to_day)
+            SELECT app_id, \(from)::date - 1, least(\(to)::date, DATE '9999-12-30') + 1 FROM apps
+            ON CONFLICT (app_id) DO UPDATE SET
+                from_day = least(c.from_day, excluded.from_day), to_day = greatest(c.to_day, excluded.to_day), version = c.version + 1
             """)
     }
 
