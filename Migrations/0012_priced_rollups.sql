@@ -8,12 +8,6 @@
 --
 -- What is stored
 --
---   rate_card_days      the rate card expanded per UTC day: the entry in force on day
---                       u for (network, format, country), '*' for any country, from each
---                       entry's effective date up to the next entry of its key, or up to
---                       the horizon (pricing_state) for the last one. Rebuilt by the
---                       server, never by hand (RatePricing.swift): a card change, and the
---                       compactor when the horizon comes within 300 days of today.
 --   rollup_priced_1h    per app, UTC hour, network, format and money currency: reported
 --   rollup_priced_day   revenue (in the currency the SDK reported), estimated revenue
 --                       (rate-card prices, in the card entry's currency; exact, with the
@@ -21,8 +15,12 @@
 --                       in force: currency ''). The daily grain is in the app's own zone,
 --                       split by UTC date, like rollup_revenue_day_compacted.
 --   rollup_dirty        per app, network and format, a range of UTC dates whose priced
---                       rows may be stale: a card change wrote them in the same
+--                       rows may be stale: a card change writes them in the same
 --                       transaction as the card.
+--
+-- A price is found in rate_cards itself, once per distinct (UTC date, network, format,
+-- country) of the rows being priced (RatePricing.swift): the card is never expanded
+-- per day, so there is nothing to keep in step with it.
 --
 -- Invariants
 --
@@ -30,7 +28,7 @@
 --    one (DESIGN §3), and a priced row holds exact sums: FX conversion and half-even
 --    rounding to micros stay in the report, once per (group, UTC date, currency) bucket,
 --    exactly as before. So a report from priced rows equals the query-time pricing of
---    the same rows to the micro (MoneyTests' priced-versus-query-time test).
+--    the same rows to the micro (PricedRollupTests).
 -- 2. Outside the dirty ranges, the priced rows equal the revenue and unpriced rollups
 --    priced with the card as it is now. The compactor prices each delta as it folds it,
 --    at the card in force when it runs (it holds the compaction lock); a card change
@@ -39,30 +37,10 @@
 -- 3. Inside a dirty range a report prices at query time from the revenue and unpriced
 --    rollups (every country's row at its own rate), and ignores the priced rows. The
 --    re-pricer (under the same lock) rewrites a dirty range's priced rows from those
---    rollups and then removes the range, in one transaction. So the very next report
+--    rollups and then shrinks the range, in one transaction. So the very next report
 --    after a card change shows it, and every report reads one consistent state.
--- 4. Pending deltas and the 15-minute rows of cut hours are priced at query time too,
---    at rate_card_days (a few rows, by index).
+-- 4. Pending deltas and the 15-minute rows of cut hours are priced at query time too.
 -- 5. A report reads the dirty ranges and the rollups in one snapshot (REPEATABLE READ).
-
-CREATE TABLE rate_card_days (
-    u          date NOT NULL,
-    network    text COLLATE "C" NOT NULL,
-    format     text COLLATE "C" NOT NULL,
-    country    text COLLATE "C" NOT NULL,  -- '*': any country
-    currency   text COLLATE "C" NOT NULL,
-    cpm_micros bigint NOT NULL,
-    cpt_micros bigint NOT NULL,
-    PRIMARY KEY (u, network, format, country)
-);
-
--- One row: the last UTC date rate_card_days covers (NULL: not built yet; until it is,
--- reports expand the card themselves and the compactor builds it on its next pass).
-CREATE TABLE pricing_state (
-    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-    horizon  date
-);
-INSERT INTO pricing_state (horizon) VALUES (NULL);
 
 CREATE TABLE rollup_priced_1h (
     app_id    text COLLATE "C" NOT NULL,

@@ -56,6 +56,13 @@ SELECT create_distributed_table('rollup_devices_15m_compacted', 'app_id', coloca
 SELECT create_distributed_table('rollup_devices_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_devices_1h_compacted'::regclass AND citus_table_type = 'distributed');
 SELECT create_distributed_table('rollup_devices_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_devices_day_compacted'::regclass AND citus_table_type = 'distributed');
 
+-- Priced rollups (Migrations/0012): revenue summed as it is compacted, the ranges a card
+-- change left to re-price, and the report series' changed days, per app like the rest.
+SELECT create_distributed_table('rollup_priced_1h', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_priced_1h'::regclass AND citus_table_type = 'distributed');
+SELECT create_distributed_table('rollup_priced_day', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_priced_day'::regclass AND citus_table_type = 'distributed');
+SELECT create_distributed_table('rollup_dirty', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_dirty'::regclass AND citus_table_type = 'distributed');
+SELECT create_distributed_table('report_series_changes', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'report_series_changes'::regclass AND citus_table_type = 'distributed');
+
 -- The mediation switch (Migrations/0009): each app's policies, decisions and history.
 SELECT create_distributed_table('mediation_policies', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'mediation_policies'::regclass AND citus_table_type = 'distributed');
 SELECT create_distributed_table('mediation_changes', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'mediation_changes'::regclass AND citus_table_type = 'distributed');
@@ -91,7 +98,9 @@ BEGIN
         ('rollup_devices_15m_compacted', 'distributed'), ('rollup_devices_1h_compacted', 'distributed'),
         ('rollup_devices_day_compacted', 'distributed'), ('report_series', 'distributed'),
         ('report_series_refresh', 'distributed'), ('mediation_policies', 'distributed'),
-        ('mediation_changes', 'distributed'), ('app_networks', 'distributed'), ('client_drops', 'distributed')
+        ('mediation_changes', 'distributed'), ('app_networks', 'distributed'), ('client_drops', 'distributed'),
+        ('rollup_priced_1h', 'distributed'), ('rollup_priced_day', 'distributed'), ('rollup_dirty', 'distributed'),
+        ('report_series_changes', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

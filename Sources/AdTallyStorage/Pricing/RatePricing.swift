@@ -111,24 +111,24 @@ enum RatePricing {
                 SELECT pg_try_advisory_xact_lock(\(RollupCompactor.lockKey)), set_config('enable_nestloop', 'off', true), set_config('jit', 'off', true)
                 """)
             guard try locked.first?.decode(0, as: Bool.self) == true else { return nil }
-            // The app whose dirty range starts first, and the UTC days it has rows on.
-            let next = try connection.query("""
-                SELECT d.app_id, greatest(d.from_day, span.first)::text, span.last::text, span.first IS NULL OR d.from_day > span.last
-                FROM (SELECT app_id, min(from_day) AS from_day FROM rollup_dirty GROUP BY app_id ORDER BY 2, 1 LIMIT 1) AS d
-                CROSS JOIN LATERAL (
-                    SELECT (SELECT (hour AT TIME ZONE 'UTC')::date FROM rollup_1h_compacted r WHERE r.app_id = d.app_id ORDER BY hour LIMIT 1) AS first,
-                           (SELECT (hour AT TIME ZONE 'UTC')::date FROM rollup_1h_compacted r WHERE r.app_id = d.app_id ORDER BY hour DESC LIMIT 1) AS last
-                ) AS span
-                """)
-            guard let row = next.first else { return false }
-            let app = try row.decode(0, as: String.self)
-            if try row.decode(3, as: Bool.self) {
+            // The app whose dirty range starts first, then the UTC days it has rows on (two
+            // statements: on Citus each is one shard's, together they were a join it refuses).
+            guard let next = try connection.query("""
+                SELECT app_id, min(from_day)::text FROM rollup_dirty GROUP BY app_id ORDER BY min(from_day), app_id LIMIT 1
+                """).first else { return false }
+            let app = try next.decode(0, as: String.self)
+            let row = try connection.query("""
+                SELECT greatest(\(try next.decode(1, as: String.self))::date, span.first)::text, span.last::text, span.first IS NULL OR \(try next.decode(1, as: String.self))::date > span.last
+                FROM (SELECT (SELECT (hour AT TIME ZONE 'UTC')::date FROM rollup_1h_compacted WHERE app_id = \(app) ORDER BY hour LIMIT 1) AS first,
+                             (SELECT (hour AT TIME ZONE 'UTC')::date FROM rollup_1h_compacted WHERE app_id = \(app) ORDER BY hour DESC LIMIT 1) AS last) AS span
+                """)[0]
+            if try row.decode(2, as: Bool.self) {
                 // Nothing stored from there on: what arrives later is priced as it is compacted.
                 try connection.query("DELETE FROM rollup_dirty WHERE app_id = \(app)")
                 return true
             }
-            let first = try row.decode(1, as: String.self)
-            let last = try row.decode(2, as: String.self)
+            let first = try row.decode(0, as: String.self)
+            let last = try row.decode(1, as: String.self)
             let w0: PostgresQuery = "\(first)::date"
             let w1: PostgresQuery = "least(\(first)::date + \(Int32(chunkDays - 1))::int, \(last)::date)"
             // The (network, format, UTC day)s of the window that are dirty.
