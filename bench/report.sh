@@ -9,16 +9,21 @@
 #    every grain;
 # 3. over HTTP, 200 calls of the default report (30 days, date x network) for the
 #    largest app before a rate card exists; then a rate card (6 networks x 4 formats,
-#    any country and 6 countries) and daily EUR FX rates are added, and 200 calls each
+#    any country and 6 countries) is posted (the time until the re-pricer has folded
+#    every event: repriced_s) and daily EUR FX rates are added, and 200 calls each
 #    for the largest app and a median app: p50, p99;
+#    five card changes, each timed from its POST until the next report shows it;
+#    `adtally report` with the server up (wall time, 5 runs);
 # 4. the same report as a plain GROUP BY over the raw events in psql (the plain
 #    PostgreSQL peer), and a check that both give the same numbers;
 #    the same report in EUR (conversion on) and unique_devices by date (30 days): p50;
 # 5. one raw-served shape (7 days x country,placement, largest app): p50;
 # 6. a CSV export of every app's hour x app x network x format over 35 days,
 #    streamed: rows/s and the server's RSS (idle and peak), against psql \copy of
-#    the same rows from the same rollups;
-# 7. one RESULT line.
+#    the same rows from the unpriced rollups and (the fair peer) from the priced ones;
+# 7. 940 more apps (1,000), 100 of them given events each minute for three minutes:
+#    the report series refresh's seconds per minute;
+# 8. one RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${BENCH_EVENTS:-10000000}
@@ -47,6 +52,7 @@ if [ "${BENCH_TRACE:-0}" = 1 ]; then
 fi
 
 url="http://127.0.0.1:$port/v1/reports"
+url_rates="http://127.0.0.1:$port/v1/rates"
 fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@"; }
 
 echo "== HTTP: 30-day date x network before there is a rate card (only reported revenue), $calls calls"
@@ -54,12 +60,19 @@ fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls
 # A rate card (every network and format at an any-country rate, six countries at their
 # own) prices the 40% of impressions and taps without reported revenue; daily EUR-based
 # FX rates convert the USD amounts for the report in EUR.
+# The card goes through the API, as a user's would: it marks every app's priced rollups
+# dirty, reports price those ranges at query time, and the re-pricer folds them back.
+sql -c "COPY (SELECT n || ',' || f || ',' || c || ',USD,' || ((1 + length(n) + length(f) + length(c)) * 0.25)::text || ',0.02,' || (now() - interval '60 days')::date
+             FROM unnest(ARRAY['admob', 'applovin', 'unity', 'meta', 'iad', 'nend']) AS n,
+                  unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f,
+                  unnest(ARRAY['*', 'US', 'JP', 'DE', 'GB', 'KR', 'AU']) AS c) TO STDOUT" \
+  | { echo "network,format,country,currency,cpm,cpt,effective_from"; cat; } > "$work/card.csv"
+card_started=$(date +%s.%N)
+curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: text/csv' --data-binary "@$work/card.csv" "$url_rates" >/dev/null
+for _ in $(seq 1 1200); do [ "$(sql -c "SELECT count(*) FROM rollup_dirty")" = 0 ] && break; sleep 0.5; done
+repriced_s=$(python3 -c "print(round($(date +%s.%N) - $card_started, 1))")
+echo "repriced_s=$repriced_s (the card over every one of the $loaded events, folded into the priced rollups)"
 sql <<SQL
-INSERT INTO rate_cards (network, format, country, currency, cpm_micros, cpt_micros, effective_from)
-SELECT n, f, c, 'USD', (1 + length(n) + length(f) + length(c)) * 250000, 20000, (now() - interval '60 days')::date
-FROM unnest(ARRAY['admob', 'applovin', 'unity', 'meta', 'iad', 'nend']) AS n,
-     unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f,
-     unnest(ARRAY['*', 'US', 'JP', 'DE', 'GB', 'KR', 'AU']) AS c;
 INSERT INTO fx_rates (day, base, currency, rate)
 SELECT d::date, 'EUR', c, CASE c WHEN 'EUR' THEN 1 ELSE 1.05 + (extract(doy FROM d)::int % 10) / 100.0 END
 FROM generate_series((now() - interval '60 days')::date, now()::date, interval '1 day') AS d, unnest(ARRAY['EUR', 'USD']) AS c;
@@ -75,6 +88,40 @@ echo "== HTTP: unique_devices by date, largest app, 30 days, $calls calls"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=unique_devices" --count "$calls" --name uniques | tee "$work/uniques.txt"
 
 trace_summary
+
+echo "== a card change: wall time from its POST until the next report shows it (5 changes)"
+: > "$work/visible.txt"
+for cpm in 3.10 3.20 3.30 3.40 3.50; do
+  before=$(curl -fs -H "Authorization: Bearer $admin" "$url?apps=bench-00&days=30&metrics=estimated_revenue" | python3 -c 'import json,sys; print(json.load(sys.stdin)["totals"]["estimated_revenue"])')
+  python3 - "$url_rates" "$url" "$admin" "$cpm" "$before" >> "$work/visible.txt" <<'PY'
+import json, sys, time, urllib.request
+rates, report, key, cpm, before = sys.argv[1:]
+headers = {"Authorization": f"Bearer {key}"}
+day = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 20 * 86400))
+body = json.dumps({"rates": [{"network": "admob", "format": "banner", "country": "US", "currency": "USD", "cpm": cpm, "cpt": "0.02", "effective_from": day}]}).encode()
+start = time.monotonic()
+urllib.request.urlopen(urllib.request.Request(rates, data=body, headers={**headers, "Content-Type": "application/json"}, method="POST")).read()
+query = f"{report}?apps=bench-00&days=30&metrics=estimated_revenue"
+after = json.load(urllib.request.urlopen(urllib.request.Request(query, headers=headers)))["totals"]["estimated_revenue"]
+elapsed = (time.monotonic() - start) * 1000
+print(f"{elapsed:.1f} {'visible' if after != before else 'NOT VISIBLE'}")
+PY
+  for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_dirty")" = 0 ] && break; sleep 0.5; done
+done
+cat "$work/visible.txt"
+if grep -q "NOT VISIBLE" "$work/visible.txt"; then echo "check=a card change was not visible in the next report"; exit 1; fi
+card_visible_ms=$(sort -n "$work/visible.txt" | sed -n 3p | cut -d' ' -f1)
+echo "card_change_visible_ms=$card_visible_ms (median of 5; the report prices the dirty range at query time)"
+
+echo "== adtally report (the default report, JSON) with the server up: wall time, 5 runs"
+: > "$work/cli.txt"
+for _ in 1 2 3 4 5; do
+  start=$(date +%s%N)
+  "$bin/adtally" report --data-dir "$data" --apps bench-00 --days 30 --dimensions date,network --format json > /dev/null
+  echo $(( ($(date +%s%N) - start) / 1000000 )) >> "$work/cli.txt"
+done
+cli_report_ms=$(sort -n "$work/cli.txt" | sed -n 3p)
+echo "cli_report_runs_ms=$(paste -sd, "$work/cli.txt") cli_report_ms=$cli_report_ms"
 
 echo "== plain PostgreSQL: the same report as a GROUP BY over raw events (5 runs), and the numbers compared"
 range=$(sql -c "SET TimeZone = 'America/New_York'; SELECT ((now()::date - 30)::timestamptz) || '|' || (now()::date::timestamptz)")
@@ -126,9 +173,48 @@ copy_rows=$(( $(wc -l < "$work/copy.csv") - 1 ))
 copy_rate=$(python3 -c "print(round($copy_rows / ($end - $start)))")
 echo "copy_rows=$copy_rows copy_rows_per_s=$copy_rate"
 
-python3 - "$work" "$copy_rate" "$raw_peer_p50" <<'PY'
+echo "== plain PostgreSQL: psql \\copy of the same rows from the priced rollups (the rows the engine reads, revenue priced)"
+fair_sql="SELECT to_char(hour, 'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM'), app_id, network, format, sum(requests), sum(impressions),
+  round(sum(impressions)::numeric / NULLIF(sum(requests), 0), 6), sum(taps), round(sum(taps)::numeric / NULLIF(sum(impressions), 0), 6),
+  round(sum(revenue) / 1000000, 2), round(sum(revenue) * 1000 / NULLIF(sum(impressions), 0) / 1000000, 2)
+FROM (SELECT hour, app_id, network, format, requests, impressions, taps, 0::numeric AS revenue FROM rollup_1h_compacted
+      WHERE network <> '' AND hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz
+      UNION ALL
+      SELECT hour, app_id, network, format, 0, 0, 0, round(reported + estimated) FROM rollup_priced_1h
+      WHERE currency = 'USD' AND hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz) AS s
+GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+fair_sql=$(echo "$fair_sql" | tr '\n' ' ')
+start=$(date +%s.%N)
+psql "$conn" -qc "SET TimeZone = 'UTC'" -c "\\copy ($fair_sql) TO '$work/fair.csv' WITH (FORMAT csv, HEADER)"
+end=$(date +%s.%N)
+fair_rows=$(( $(wc -l < "$work/fair.csv") - 1 ))
+fair_rate=$(python3 -c "print(round($fair_rows / ($end - $start)))")
+echo "fair_copy_rows=$fair_rows export_fair_copy_rows_per_s=$fair_rate"
+
+echo "== the report series of 1,000 apps, 10% of them receiving events each minute: refresh seconds per minute"
+sql -c "INSERT INTO apps (app_id, name, timezone, currency)
+        SELECT 'series-' || lpad(i::text, 4, '0'), 'Series ' || i, (ARRAY['UTC', 'Asia/Kolkata', 'Europe/London', 'America/New_York'])[1 + i % 4], 'USD'
+        FROM generate_series($apps, 999) AS i" >/dev/null
+# Every app written once (the first pass for the new apps), then three minutes measured.
+for _ in $(seq 1 300); do [ "$(sql -c "SELECT count(*) FROM apps a WHERE NOT EXISTS (SELECT 1 FROM report_series_refresh r WHERE r.app_id = a.app_id)")" = 0 ] && break; sleep 1; done
+refresh_sum() { curl -fs "http://127.0.0.1:$port/metrics" | awk '/^adtally_report_series_refresh_seconds_sum/ {print $2}'; }
+series_before=$(refresh_sum); series_started=$(date +%s.%N)
+for minute in 1 2 3; do
+  # 100 of the 1,000 apps get a quarter hour of events (as deltas, the ingest path's rows).
+  sql -c "INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                                    action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+          SELECT app_id, date_bin('15 minutes', now(), 'epoch'), 'admob', 'banner', 'US', '', 10, 0, 8, 0, 1, 0, 0, 0, 0, 0, 8, 1
+          FROM (SELECT app_id FROM apps ORDER BY random() LIMIT 100) AS a" >/dev/null
+  sleep 60
+done
+series_after=$(refresh_sum)
+series_cpu=$(python3 -c "print(round(($series_after - $series_before) / (($(date +%s.%N) - $series_started) / 60), 2))")
+echo "series_cpu_s_per_min_1000_apps=$series_cpu (the refresh passes' wall seconds per minute, an upper bound of their CPU; 100 apps changed each minute)"
+
+python3 - "$work" "$copy_rate" "$raw_peer_p50" "$fair_rate" "$series_cpu" "$card_visible_ms" "$repriced_s" "$cli_report_ms" <<'PY'
 import sys
 work, copy_rate, raw_peer = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+fair_rate, series_cpu, card_visible, repriced, cli = float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 def read(name):
     return dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
 largest, median, raw, export = read("largest"), read("median"), read("raw"), read("export")
@@ -136,6 +222,8 @@ fx, uniques, nocard = read("fx"), read("uniques"), read("nocard")
 export_rate = float(export["export_lines_per_s"])
 print(f"ratio_raw_peer_to_report_p50={raw_peer / float(largest['largest_p50_ms']):.0f}")
 print(f"ratio_export_to_copy={export_rate / copy_rate:.2f}")
+print(f"ratio_export_to_fair_copy={export_rate / fair_rate:.2f}")
+print(f"ratio_report_to_no_card_report_p50={float(largest['largest_p50_ms']) / float(nocard['nocard_p50_ms']):.2f}")
 print(f"ratio_fx_report_to_report_p50={float(fx['fx_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
 print(f"export_rss_growth_mb={float(export['export_server_peak_rss_mb']) - float(export['export_server_idle_rss_mb']):.1f}")
 print("RESULT "
@@ -144,5 +232,7 @@ print("RESULT "
       f"raw_peer_p50_ms={raw_peer:.1f} raw_shape_p50_ms={raw['raw_shape_p50_ms']} "
       f"export_rows_per_s={export_rate:.0f} export_peak_rss_mb={export['export_server_peak_rss_mb']} "
       f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f} "
-      f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']} no_card_report_p50_ms={nocard['nocard_p50_ms']}")
+      f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']} no_card_report_p50_ms={nocard['nocard_p50_ms']} "
+      f"export_fair_copy_rows_per_s={fair_rate:.0f} series_cpu_s_per_min_1000_apps={series_cpu} card_change_visible_ms={card_visible} "
+      f"repriced_s={repriced} cli_report_ms={cli}")
 PY

@@ -120,7 +120,9 @@ public struct ReportEngine: Sendable {
             try await pool.withConnection { connection in try connection.withTransaction(begin: Self.snapshot) { connection in
             let plan = try self.plan(query, on: connection)
             let notes = try Self.notes(plan, readFrom: readFrom, on: connection)
-            let rows = try connection.queryPrepared(plan.page(limit: query.limit ?? ReportQuery.maxLimit, offset: query.offset))
+            let limit = query.limit ?? ReportQuery.maxLimit
+            let fetched = try connection.queryPrepared(plan.page(limit: limit))
+            let rows = fetched.prefix(limit)
             var page = try rows.map { try plan.decodeRow($0) }
             var totals = ReportCounts()
             if let first = rows.first {
@@ -129,11 +131,13 @@ public struct ReportEngine: Sendable {
                 }
                 totals = try plan.decodeCounts(first, at: plan.totalsColumn)
                 totals.unratedEvents = try first.decode(plan.unratedColumn, as: Int64.self)
-            } else if query.offset > 0 {
+            } else if query.after != nil {
                 totals = try Self.totals(plan, on: connection)
             }
-            let total = try rows.first.map { try $0.decode(plan.unratedColumn + 1, as: Int.self) } ?? 0
-            let next = query.offset + page.count < total && !page.isEmpty ? ReportCursor.make(offset: query.offset + page.count, for: query) : nil
+            // The extra row fetched says there is more; the cursor holds the last row's sort key.
+            let next = try fetched.count > limit
+                ? ReportCursor.make(after: (0..<plan.sortKeys.count).map { try rows[rows.endIndex - 1].decode(plan.keyColumn + $0, as: String?.self) }, for: query)
+                : nil
             var previousTotals: ReportCounts?
             if let compared = query.comparedQuery {
                 let earlier = try Self.compared(compared, plan: plan, on: connection)
@@ -173,7 +177,7 @@ public struct ReportEngine: Sendable {
                         previousTotals: compared?.totals
                     )
                 }
-                try connection.query(plan.declareCursor(limit: query.limit, offset: query.offset))
+                try connection.query(plan.declareCursor(limit: query.limit))
                 return (plan, compared?.rows, summary)
             }
             // From here the caller may have sent something: no second try on the primary.

@@ -543,23 +543,73 @@ struct ReportPlan {
         return sql
     }
 
-    /// The ORDER BY of the query over `g` (a `grouped` row): its sort keys, then every
-    /// dimension, so the order is total and paging stable.
-    var orderBy: String {
-        var keys: [String] = []
-        for key in query.sort {
-            let direction = key.isDescending ? "DESC" : "ASC"
+    /// The sort keys over `g` (a `grouped` row), in order: the query's sort, which names
+    /// every dimension (ReportQuery.parse adds those it lacks), so the order is total and
+    /// a row's key values say where it stands: the keyset a cursor carries.
+    var sortKeys: [(sql: String, type: String, isDescending: Bool)] {
+        query.sort.map { key in
             switch key.field {
             case .dimension(let dimension):
                 let index = query.dimensions.firstIndex(of: dimension)!
                 // Hours by their instant: in byte order the second 01:00 of a fall-back day
                 // east of UTC (+00:00 after +01:00 in London) would come first.
-                keys.append(dimension == .hour ? "(g.d\(index))::timestamptz \(direction) NULLS LAST" : "g.d\(index) \(direction) NULLS LAST")
+                switch dimension {
+                case .hour: return ("(g.d\(index))::timestamptz", "timestamptz", key.isDescending)
+                case .errorCode: return ("g.d\(index)", "int", key.isDescending)
+                default: return ("g.d\(index)", "text", key.isDescending)
+                }
             case .metric(let metric):
-                keys.append("\(Self.sortExpression(metric)) \(direction) NULLS LAST")
+                let type: String
+                switch metric.formula {
+                case .count(let count): type = [.reportedMicros, .estimatedMicros, .revenueMicros].contains(count) ? "numeric" : "bigint"
+                case .money, .moneyPerMille: type = "numeric"
+                case .ratio: type = "float8"
+                }
+                return (Self.sortExpression(metric), type, key.isDescending)
             }
         }
+    }
+
+    /// The ORDER BY of the query over `g`: its sort keys, NULLs last either way.
+    var orderBy: String {
+        let keys = sortKeys.map { "\($0.sql) \($0.isDescending ? "DESC" : "ASC") NULLS LAST" }
         return keys.isEmpty ? "" : "ORDER BY " + keys.joined(separator: ", ")
+    }
+
+    /// The sort key values of a row, as text (NULL stays NULL), for the next cursor.
+    var sortKeyTexts: String { sortKeys.map { ", (\($0.sql))::text" }.joined() }
+
+    /// `AND` the rows after `query.after` in the order (keyset paging), or nothing.
+    /// Lexicographic over the keys: after = gt1 OR (eq1 AND (gt2 OR (eq2 AND …))), where
+    /// with NULLs last a NULL is after every value and equal only to NULL.
+    var afterFilter: PostgresQuery {
+        guard let after = query.after, after.count == sortKeys.count, !after.isEmpty else { return "" }
+        // Built from the last key back: after(i) = gt(i) OR (eq(i) AND after(i + 1)).
+        var sql: PostgresQuery = ""
+        for (index, key) in sortKeys.enumerated().reversed() {
+            var step: PostgresQuery
+            let isLast = index == sortKeys.count - 1
+            if let value = after[index] {
+                let op = key.isDescending ? "<" : ">"
+                step = "(\(unsafeRaw: key.sql) \(unsafeRaw: op) \(value)::\(unsafeRaw: key.type) OR \(unsafeRaw: key.sql) IS NULL"
+                if !isLast {
+                    step.append(" OR (\(unsafeRaw: key.sql) = \(value)::\(unsafeRaw: key.type) AND ")
+                    step.append(sql)
+                    step.append(")")
+                }
+            } else {
+                // Nothing sorts after NULL within this key: only rows equal here go on.
+                step = "(false"
+                if !isLast {
+                    step.append(" OR (\(unsafeRaw: key.sql) IS NULL AND ")
+                    step.append(sql)
+                    step.append(")")
+                }
+            }
+            step.append(")")
+            sql = step
+        }
+        return "\nWHERE \(sql)"
     }
 
     /// A metric over a `grouped` row `g`, from its formula, for ORDER BY.
@@ -579,21 +629,29 @@ struct ReportPlan {
         (query.dimensions.indices.map { "\(alias).d\($0)" } + Self.countNames.map { "\(alias).\($0)" }).joined(separator: ", ")
     }
 
-    /// One page, each row also carrying the sums over all groups (unique devices: the
-    /// union of every group's sketch), the unrated events, the number of groups and the
-    /// first missing FX rate.
-    func page(limit: Int, offset: Int) -> PostgresQuery {
+    /// One page: `limit` rows after the cursor's (and one more, which says whether there
+    /// is a next page), each row also carrying the sums over all groups (unique devices:
+    /// the union of every group's sketch), the unrated events, the number of groups, the
+    /// first missing FX rate, then its sort key values (`keyColumn`). The sums are taken
+    /// before the cursor's rows are left out: totals cover every matching row.
+    func page(limit: Int) -> PostgresQuery {
         let windows = Self.countNames.map { name in
             name == "unique_devices"
                 ? (needsDevices ? Self.cardinality("hll_union_agg(g.devices) OVER ()") : "0::bigint")
                 : "sum(g.\(name)) OVER ()"
-        }.joined(separator: ", ")
+        }.enumerated().map { "\($0.element) AS total_\($0.offset)" }.joined(separator: ", ")
+        let totals = Self.countNames.indices.map { "g.total_\($0)" }.joined(separator: ", ")
         return """
-            SELECT \(unsafeRaw: rowColumns()), \(unsafeRaw: windows), sum(g.unrated) OVER (), count(*) OVER (), min(g.missing_fx) OVER () FROM (
+            SELECT \(unsafeRaw: rowColumns()), \(unsafeRaw: totals), g.total_unrated, g.total_groups, g.total_missing_fx\(unsafeRaw: sortKeyTexts) FROM (
+            SELECT g.*, \(unsafeRaw: windows), sum(g.unrated) OVER () AS total_unrated, count(*) OVER () AS total_groups,
+                   min(g.missing_fx) OVER () AS total_missing_fx FROM (
             \(grouped())
-            ) AS g \(unsafeRaw: orderBy) LIMIT \(limit) OFFSET \(offset)
+            ) AS g) AS g\(afterFilter) \(unsafeRaw: orderBy) LIMIT \(limit + 1)
             """
     }
+
+    /// Where `page` rows hold their sort key values.
+    var keyColumn: Int { unratedColumn + 3 }
 
     /// Where `page` rows hold the unrated total, the number of groups and the first missing FX rate.
     var unratedColumn: Int { totalsColumn + Self.countColumns }
@@ -620,10 +678,9 @@ struct ReportPlan {
 
     /// A server-side cursor over the ordered rows, for streaming: each row's columns,
     /// then its `missing_fx`.
-    func declareCursor(limit: Int?, offset: Int) -> PostgresQuery {
-        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()), g.missing_fx FROM (\n\(grouped())\n) AS g \(unsafeRaw: orderBy)"
+    func declareCursor(limit: Int?) -> PostgresQuery {
+        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()), g.missing_fx FROM (\n\(grouped())\n) AS g\(afterFilter) \(unsafeRaw: orderBy)"
         if let limit { sql.append(" LIMIT \(limit)") }
-        if offset > 0 { sql.append(" OFFSET \(offset)") }
         return sql
     }
 

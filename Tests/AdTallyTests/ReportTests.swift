@@ -282,6 +282,53 @@ struct ReportTests {
         }
     }
 
+    @Test("keyset paging: by a metric with ties and NULLs every row comes once; rows moving before the cursor neither repeat nor push others out")
+    func keysetPaging() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services)
+            let at = Reports.micros("2026-01-05T10:00:00Z")
+            // 12 networks: requests 10, 20, …, with ties (every third repeats); every fourth has
+            // impressions only (no requests: fill_rate is NULL, sorted last).
+            var events: [AdEvent] = []
+            for n in 0..<12 {
+                let requests = n % 4 == 3 ? 0 : 10 * (n - n % 3 + 1)
+                events += (0..<requests).map { _ in Reports.event(.request, at: at, network: "net\(n)") }
+                events += (0..<(n + 1)).map { _ in Reports.event(.impression, at: at, network: "net\(n)") }
+            }
+            try await Reports.store(services, app: "demo", events)
+            func walk(_ query: String, between: (Int) async throws -> Void = { _ in }) async throws -> [String] {
+                var seen: [String] = []
+                var cursor: String?
+                var pages = 0
+                repeat {
+                    let (status, body) = try await Reports.get(client, keys.read, query + (cursor.map { "&cursor=\($0)" } ?? ""))
+                    #expect(status == .ok, "\(body)")
+                    seen += (body["rows"] as? [[Any]] ?? []).map { "\($0[0])" }
+                    cursor = body["next_cursor"] as? String
+                    pages += 1
+                    try await between(pages)
+                } while cursor != nil && pages < 50
+                return seen
+            }
+            let base = "from=2026-01-05&to=2026-01-05&dimensions=network&metrics=requests,fill_rate&tz=UTC&limit=5"
+            for sort in ["-requests", "requests", "-fill_rate", "fill_rate,-network"] {
+                let all = try await Reports.rows(client, keys.read, base.replacingOccurrences(of: "limit=5", with: "limit=100") + "&sort=\(sort)").map { "\($0[0])" }
+                #expect(try await walk(base + "&sort=\(sort)") == all, "sort=\(sort)")
+                #expect(all.count == 12)
+            }
+            // After the first page, the last rows jump ahead of it: the rest still come once each.
+            let moved = try await walk(base + "&sort=-requests") { page in
+                guard page == 1 else { return }
+                try await Reports.store(services, app: "demo", (0..<500).map { _ in Reports.event(.request, at: at, network: "net0") })
+                try await services.compactor.compactOnce()
+            }
+            // Page 1 was net10, net9, net6, net8, net4 (100, 100, 70, 70, 40; ties by name); net0
+            // (10) then jumped to the front. An offset would have shown net4 again and
+            // net0 never; the keyset goes on after net4: every other row once.
+            #expect(moved == ["net10", "net9", "net6", "net8", "net4", "net5", "net1", "net2", "net11", "net3", "net7"], "\(moved)")
+        }
+    }
+
     @Test("following next_cursor returns every row exactly once; a cursor of another query is refused")
     func cursorPaging() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in

@@ -109,8 +109,9 @@ public struct ReportQuery: Sendable {
     public var sort: [ReportSortKey]
     /// Rows per page; nil: every row (CSV without a limit).
     public var limit: Int?
-    /// Rows skipped (from the cursor).
-    public var offset: Int
+    /// The sort key values of the last row already returned (from the cursor), one per
+    /// `sort` key, as PostgreSQL writes them (nil: NULL); the page starts after it.
+    public var after: [String?]?
     /// The period compared with, if any.
     public var comparison: ReportComparison?
     /// JSON or CSV.
@@ -146,7 +147,7 @@ public struct ReportQuery: Sendable {
         var earlier = self
         earlier.comparison = nil
         earlier.limit = nil
-        earlier.offset = 0
+        earlier.after = nil
         switch comparison {
         case .previousPeriod:
             earlier.from = from - dayCount
@@ -364,11 +365,11 @@ public struct ReportQuery: Sendable {
         var query = ReportQuery(
             apps: apps.map(\.id), from: from, to: to, timezone: timezone, timezoneReason: timezoneReason,
             dimensions: dimensions, metrics: metrics, filters: filters, currency: currency, sort: sort,
-            limit: limit, offset: 0, comparison: comparison, format: format,
+            limit: limit, after: nil, comparison: comparison, format: format,
             isInAppsOwnZone: apps.allSatisfy { $0.timezone == timezone }
         )
         if let text = values["cursor"] {
-            query.offset = try ReportCursor.offset(text, for: query)
+            query.after = try ReportCursor.keys(text, for: query)
         }
         return query
     }
@@ -480,10 +481,12 @@ public struct ReportQuery: Sendable {
     }
 }
 
-/// An opaque cursor: the next row's position, bound to the query it came from (a
-/// cursor used with another query is refused, not silently applied to it) and signed
-/// with a key every server of the database shares (`useKey`), so a client cannot mint
-/// a cursor for an offset it was never given.
+/// An opaque cursor: the sort key of the last row returned (keyset paging: the next
+/// page is the rows after it in the report's total order, so page N costs what page 1
+/// costs, and no row repeats or vanishes because rows before it moved), bound to the
+/// query it came from (a cursor used with another query is refused, not silently
+/// applied to it) and signed with a key every server of the database shares
+/// (`useKey`), so a client cannot mint a cursor for a position it was never given.
 public enum ReportCursor {
     private static let key = Mutex<[UInt8]?>(nil)
     /// Until `useKey` is called (a process that never reads the database's key): a
@@ -498,22 +501,36 @@ public enum ReportCursor {
         key.withLock { $0 = secret }
     }
 
-    /// The cursor that continues `query` at `offset`.
-    public static func make(offset: Int, for query: ReportQuery) -> String {
-        let position = String(offset, radix: 36)
-        return "c2." + position + "." + signature(position, query)
+    /// The longest cursor accepted (a sort key is a few dimension values and metrics).
+    static let maxLength = 4096
+
+    /// The cursor that continues `query` after a row whose sort key values are `keys`.
+    public static func make(after keys: [String?], for query: ReportQuery) -> String {
+        let position = keys.map { value in
+            value.map { "v" + Data($0.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "") } ?? "n"
+        }.joined(separator: "~")
+        return "c3." + position + "." + signature(position, query)
     }
 
-    /// The offset a cursor stands for; a 400 when it is malformed, forged or from another query.
-    static func offset(_ cursor: String, for query: ReportQuery) throws(ReportQueryError) -> Int {
+    /// The sort key values a cursor stands for; a 400 when it is malformed, forged or from another query.
+    static func keys(_ cursor: String, for query: ReportQuery) throws(ReportQueryError) -> [String?] {
+        let malformed = ReportQueryError("cursor", "not a cursor this server made; use next_cursor from a previous page as it is")
         let parts = cursor.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == "c2", let offset = Int(parts[1], radix: 36), offset >= 0, offset <= 1_000_000_000 else {
-            throw ReportQueryError("cursor", "not a cursor this server made; use next_cursor from a previous page as it is")
-        }
+        guard cursor.utf8.count <= maxLength, parts.count == 3, parts[0] == "c3" else { throw malformed }
         guard constantTimeEqual(Array(parts[2].utf8), Array(signature(String(parts[1]), query).utf8)) else {
             throw ReportQueryError("cursor", "belongs to another query, or was not made by this service; a cursor continues only the query that returned it")
         }
-        return offset
+        var keys: [String?] = []
+        for item in parts[1].split(separator: "~", omittingEmptySubsequences: false) {
+            if item == "n" { keys.append(nil); continue }
+            guard item.first == "v" else { throw malformed }
+            var text = item.dropFirst().replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            text += String(repeating: "=", count: (4 - text.count % 4) % 4)
+            guard let data = Data(base64Encoded: text), let value = String(data: data, encoding: .utf8) else { throw malformed }
+            keys.append(value)
+        }
+        guard keys.count == query.sort.count else { throw malformed }
+        return keys
     }
 
     /// HMAC-SHA256 of the position and the query, 128 bits in hex.
