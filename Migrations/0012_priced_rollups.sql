@@ -74,9 +74,10 @@ CREATE TABLE rollup_dirty (
     from_day  date NOT NULL,
     to_day    date NOT NULL,
     marked_at timestamptz NOT NULL DEFAULT now(),
-    CHECK (from_day <= to_day)
+    CHECK (from_day <= to_day),
+    -- Ranges of one key may overlap (each change marks its own); app_id leads, as Citus needs.
+    PRIMARY KEY (app_id, network, format, from_day, marked_at)
 );
-CREATE INDEX rollup_dirty_app ON rollup_dirty (app_id, network, format);
 
 -- History compacted before this migration: every app's every network and format is
 -- dirty, so reports price it at query time (as before) until the re-pricer has

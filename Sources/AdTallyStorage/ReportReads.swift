@@ -248,7 +248,9 @@ public final class ReportReads: Sendable {
         case .server, .copy, .invalidParameter, .decoding: break
         }
         guard let state = error.sqlState?.rawValue else { return false }
-        return state.hasPrefix("40") || state.hasPrefix("08") || ["57P01", "57P02", "57P03", "57P04"].contains(state)
+        // 42P01 / 42703: a replica still replaying the migration that made a table or
+        // column the report reads (a server just upgraded; the primary has it).
+        return state.hasPrefix("40") || state.hasPrefix("08") || ["57P01", "57P02", "57P03", "57P04", "42P01", "42703"].contains(state)
     }
 
     struct Probe {

@@ -72,6 +72,7 @@ enum RatePricing {
             SELECT a.app_id, k.network, k.format, k.from_day, 'infinity'::date
             FROM apps a, unnest(\(array: keys.map(\.network))::text[], \(array: keys.map(\.format))::text[], \(array: keys.map(\.from))::date[])
                  AS k (network, format, from_day)
+            ON CONFLICT DO NOTHING
             """)
     }
 
