@@ -106,3 +106,14 @@ CREATE TABLE report_series_changes (
 -- midnight (the windows move, today's hours begin) or the moment its oldest provisional
 -- day becomes final, whichever is first. NULL: at the next pass.
 ALTER TABLE report_series_refresh ADD COLUMN due_at timestamptz;
+
+-- Servers of an older version, still running while this one migrates, must not write
+-- what the priced rollups would miss. Their compaction pass ends with an INSERT into
+-- rollup_compaction_passes, and their card changes with one into rate_cards, neither
+-- naming these columns: without a default, those fail (and the whole pass or change
+-- with them, loudly) until the old servers are replaced. Their deltas wait in
+-- rollup_delta for a new server's compactor; nothing is lost or priced wrong.
+ALTER TABLE rollup_compaction_passes ADD COLUMN priced boolean NOT NULL DEFAULT true;
+ALTER TABLE rollup_compaction_passes ALTER COLUMN priced DROP DEFAULT;
+ALTER TABLE rate_cards ADD COLUMN marks_priced boolean NOT NULL DEFAULT true;
+ALTER TABLE rate_cards ALTER COLUMN marks_priced DROP DEFAULT;

@@ -265,7 +265,12 @@ struct CompactorService: Service {
             try await compactor.compactOnce()
             // Then what a card change left to re-price, a few seconds at a time: reports
             // price those ranges at query time meanwhile, so this only makes them fast again.
-            try await compactor.reprice(for: .seconds(3))
+            // Its failures are its own (logged and counted), not the compaction's health.
+            do {
+                try await compactor.reprice(for: .seconds(3))
+            } catch where !Task.isCancelled {
+                Logger(label: "adtally.rollups").error("re-pricing failed", metadata: ["error": "\(error)"])
+            }
         }
     }
 }

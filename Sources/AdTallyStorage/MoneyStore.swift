@@ -33,8 +33,8 @@ public struct MoneyStore: Sendable {
             while start < entries.count {
                 let part = entries[start..<min(start + Self.chunk, entries.count)]
                 try connection.query("""
-                    INSERT INTO rate_cards AS r (network, format, country, currency, cpm_micros, cpt_micros, effective_from)
-                    SELECT * FROM unnest(\(array: part.map(\.network))::text[], \(array: part.map(\.format))::text[],
+                    INSERT INTO rate_cards AS r (network, format, country, currency, cpm_micros, cpt_micros, effective_from, marks_priced)
+                    SELECT *, true FROM unnest(\(array: part.map(\.network))::text[], \(array: part.map(\.format))::text[],
                                          \(array: part.map(\.country))::text[], \(array: part.map(\.currency))::text[],
                                          \(array: part.map(\.cpmMicros))::bigint[], \(array: part.map(\.cptMicros))::bigint[],
                                          \(array: part.map(\.effectiveFrom))::date[])
@@ -217,6 +217,9 @@ public struct MoneyStore: Sendable {
         let span = try connection.query("SELECT min(day::date)::text, max(day::date)::text FROM fx_staging").first
         let (firstDay, lastDay): (String?, String?) = (try span?.decode(0), try span?.decode(1))
         if let firstDay, let lastDay {
+            // Under the compaction lock, as a card change: the compactor marks the same rows,
+            // and two writers marking many apps' rows in different orders could deadlock.
+            try RatePricing.lockCompaction(on: connection)
             // Carried rates reach up to maxCarriedDays past the last day given.
             try RatePricing.markSeriesChanged(from: firstDay, to: ReportQuery.formatDate((ReportQuery.parseDate(lastDay) ?? 0) + Self.maxCarriedDays), on: connection)
         }
@@ -266,7 +269,10 @@ public struct MoneyStore: Sendable {
                 DELETE FROM fx_rates WHERE day = \(ReportQuery.formatDate(day))::date AND currency = \(currency)::text AND base = \(base)::text
                   AND currency <> base RETURNING 1
                 """).count > 0
-            if deleted { try RatePricing.markSeriesChanged(from: ReportQuery.formatDate(day), to: ReportQuery.formatDate(day), on: connection) }
+            if deleted {
+                try RatePricing.lockCompaction(on: connection)
+                try RatePricing.markSeriesChanged(from: ReportQuery.formatDate(day), to: ReportQuery.formatDate(day), on: connection)
+            }
             return deleted
         }
     }

@@ -68,6 +68,14 @@ public struct RollupCompactor: Sendable {
     private let passTimer = Metrics.Timer(label: "adtally_rollup_compaction_seconds")
     private let movedCounter = Counter(label: "adtally_rollup_delta_rows_compacted_total")
     private let repriceTimer = Metrics.Timer(label: "adtally_rollup_reprice_chunk_seconds")
+    private let repriceFailures = Counter(label: "adtally_rollup_reprice_failures_total")
+    /// Apps whose last re-pricing chunk failed, and until when they are passed over.
+    private let failedApps = FailedApps()
+
+    final class FailedApps: Sendable {
+        private let until = Mutex<[String: ContinuousClock.Instant]>([:])
+        func withLock<T>(_ body: (inout [String: ContinuousClock.Instant]) -> T) -> T { until.withLock { body(&$0) } }
+    }
     /// Successes and failures of the passes `CompactorService` runs.
     public let health = CompactionHealth()
 
@@ -100,8 +108,8 @@ public struct RollupCompactor: Sendable {
                 let moved = try connection.execute(unsafeSQL: Self.moveStatement).first?.decode(0, as: Int.self) ?? 0
                 if moved > 0 {
                     try connection.query("""
-                        INSERT INTO rollup_compaction_passes (started_at, finished_at, server, delta_rows)
-                        VALUES (\(lockedAt)::timestamptz, clock_timestamp(), \(identity), \(moved))
+                        INSERT INTO rollup_compaction_passes (started_at, finished_at, server, delta_rows, priced)
+                        VALUES (\(lockedAt)::timestamptz, clock_timestamp(), \(identity), \(moved), true)
                         """)
                 }
                 return moved
@@ -138,10 +146,25 @@ public struct RollupCompactor: Sendable {
     /// process holds the compaction lock.
     public func repriceOnce() async throws -> Bool {
         let started = ContinuousClock.now
-        let done = try await pool.withConnection { try RatePricing.repriceChunk(on: $0) }
-        if done == true { repriceTimer.record(duration: ContinuousClock.now - started) }
-        return done == true
+        let now = ContinuousClock.now
+        let skipped = failedApps.withLock { failed in
+            failed = failed.filter { $0.value > now }
+            return Array(failed.keys)
+        }
+        do {
+            let done = try await pool.withConnection { try RatePricing.repriceChunk(skipping: skipped, on: $0) }
+            if done == true { repriceTimer.record(duration: ContinuousClock.now - started) }
+            return done == true
+        } catch let failure as RatePricing.ChunkFailed {
+            // Its reports stay right (priced at query time); the other apps go on meanwhile.
+            failedApps.withLock { $0[failure.app] = ContinuousClock.now + Self.repriceRetryAfter }
+            repriceFailures.increment()
+            throw failure
+        }
     }
+
+    /// How long an app whose re-pricing failed is passed over.
+    static let repriceRetryAfter: Duration = .seconds(300)
 
     /// Re-prices chunks until nothing is dirty or `budget` has passed; true when it stopped
     /// on the budget (more is dirty).

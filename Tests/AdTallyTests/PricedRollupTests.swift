@@ -184,6 +184,30 @@ struct PricedRollupTests {
         }
     }
 
+    @Test("a server of the version before priced rollups can neither finish a compaction pass nor change the card (it would leave them wrong)")
+    func olderServersAreRefused() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            let pool = services.database.pool
+            // The statements the previous version ends a pass and a card change with.
+            let pass = await #expect(throws: PostgresError.self) {
+                try await pool.query("INSERT INTO rollup_compaction_passes (started_at, finished_at, server, delta_rows) VALUES (now(), now(), 'old', 1)")
+            }
+            #expect(pass?.sqlState == .notNullViolation)
+            let card = await #expect(throws: PostgresError.self) {
+                try await pool.query("""
+                    INSERT INTO rate_cards (network, format, country, currency, cpm_micros, cpt_micros, effective_from)
+                    VALUES ('admob', 'banner', '*', 'USD', 1, 0, '2026-01-01')
+                    """)
+            }
+            #expect(card?.sqlState == .notNullViolation)
+            // This version's own do.
+            try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "1", cpt: "0", from: "2026-01-01")])
+            _ = try await services.appStore.createApp(id: "ny", name: nil, timezone: "America/New_York", currency: "USD")
+            try await Reports.store(services, app: "ny", Self.events(day: "2026-03-08", app: 0, seed: 1))
+            #expect(try await services.compactor.compactOnce() > 0)
+        }
+    }
+
     @Test("history compacted before priced rollups is dirty until re-priced, and answers the same meanwhile")
     func migratedHistory() async throws {
         try await withServices(flags: Reports.flags) { services in

@@ -81,7 +81,7 @@ enum RatePricing {
     static func markSeriesChanged(from: String, to: String, on connection: PostgresConnection) throws {
         try connection.query("""
             INSERT INTO report_series_changes AS c (app_id, from_day, to_day)
-            SELECT app_id, \(from)::date - 1, least(\(to)::date, DATE '9999-12-30') + 1 FROM apps
+            SELECT app_id, \(from)::date - 1, least(\(to)::date, DATE '9999-12-30') + 1 FROM apps ORDER BY app_id
             ON CONFLICT (app_id) DO UPDATE SET
                 from_day = least(c.from_day, excluded.from_day), to_day = greatest(c.to_day, excluded.to_day), version = c.version + 1
             """)
@@ -101,7 +101,25 @@ enum RatePricing {
     /// days of its dirty ranges) from the revenue and unpriced rollups, and shrinks its
     /// dirty ranges by that window, under the compaction lock. Returns false when no
     /// range was dirty, nil when another process holds the lock.
-    static func repriceChunk(on connection: PostgresConnection) throws -> Bool? {
+    /// A chunk of one app that failed (a timeout on a huge app-month, say): the re-pricer
+    /// passes over the app for a while, so the others are not held up behind it.
+    struct ChunkFailed: Error, CustomStringConvertible {
+        var app: String
+        var error: any Error
+        var description: String { "re-pricing \(app) failed: \(error)" }
+    }
+
+    static func repriceChunk(skipping skipped: [String] = [], on connection: PostgresConnection) throws -> Bool? {
+        var current: String?
+        do {
+            return try repriceChunk(skipping: skipped, current: &current, on: connection)
+        } catch {
+            guard let app = current else { throw error }
+            throw ChunkFailed(app: app, error: error)
+        }
+    }
+
+    private static func repriceChunk(skipping skipped: [String], current: inout String?, on connection: PostgresConnection) throws -> Bool? {
         try connection.withTransaction { connection -> Bool? in
             // Hash joins only: the planner expects a handful of rows from the joins with the
             // dirty days (four equalities, one on an expression) and, on that estimate, chose
@@ -115,9 +133,11 @@ enum RatePricing {
             // The app whose dirty range starts first, then the UTC days it has rows on (two
             // statements: on Citus each is one shard's, together they were a join it refuses).
             guard let next = try connection.query("""
-                SELECT app_id, min(from_day)::text FROM rollup_dirty GROUP BY app_id ORDER BY min(from_day), app_id LIMIT 1
+                SELECT app_id, min(from_day)::text FROM rollup_dirty WHERE app_id <> ALL(\(array: skipped)::text[])
+                GROUP BY app_id ORDER BY min(from_day), app_id LIMIT 1
                 """).first else { return false }
             let app = try next.decode(0, as: String.self)
+            current = app
             let row = try connection.query("""
                 SELECT greatest(\(try next.decode(1, as: String.self))::date, span.first)::text, span.last::text, span.first IS NULL OR \(try next.decode(1, as: String.self))::date > span.last
                 FROM (SELECT (SELECT (hour AT TIME ZONE 'UTC')::date FROM rollup_1h_compacted WHERE app_id = \(app) ORDER BY hour LIMIT 1) AS first,
