@@ -174,12 +174,19 @@ FROM (SELECT hour, app_id, network, format, requests, impressions, taps, 0::nume
       SELECT hour, app_id, network, format, 0, 0, 0, revenue_micros FROM rollup_revenue_1h_compacted
       WHERE currency = 'USD' AND hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz) AS s
 GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
-copy_sql=$(echo "$copy_sql" | tr '\n' ' ')
-start=$(date +%s.%N)
-psql "$conn" -qc "SET TimeZone = 'UTC'" -c "\\copy ($copy_sql) TO '$work/copy.csv' WITH (FORMAT csv, HEADER)"
-end=$(date +%s.%N)
-copy_rows=$(( $(wc -l < "$work/copy.csv") - 1 ))
-copy_rate=$(python3 -c "print(round($copy_rows / ($end - $start)))")
+# copy_peer NAME SQL: psql \copy of SQL's rows to NAME.csv; sets peer_rows and peer_rate.
+copy_peer() {
+  local sql_text
+  sql_text=$(echo "$2" | tr '\n' ' ')
+  local start end
+  start=$(date +%s.%N)
+  psql "$conn" -qc "SET TimeZone = 'UTC'" -c "\\copy ($sql_text) TO '$work/$1.csv' WITH (FORMAT csv, HEADER)"
+  end=$(date +%s.%N)
+  peer_rows=$(( $(wc -l < "$work/$1.csv") - 1 ))
+  peer_rate=$(python3 -c "print(round($peer_rows / ($end - $start)))")
+}
+copy_peer copy "$copy_sql"
+copy_rows=$peer_rows copy_rate=$peer_rate
 echo "copy_rows=$copy_rows copy_rows_per_s=$copy_rate"
 
 echo "== plain PostgreSQL: psql \\copy of the same rows from the priced rollups (the rows the engine reads, revenue priced)"
@@ -192,13 +199,9 @@ FROM (SELECT hour, app_id, network, format, requests, impressions, taps, 0::nume
       SELECT hour, app_id, network, format, 0, 0, 0, round(reported + estimated) FROM rollup_priced_1h
       WHERE currency = 'USD' AND hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz) AS s
 GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
-fair_sql=$(echo "$fair_sql" | tr '\n' ' ')
-start=$(date +%s.%N)
-psql "$conn" -qc "SET TimeZone = 'UTC'" -c "\\copy ($fair_sql) TO '$work/fair.csv' WITH (FORMAT csv, HEADER)"
-end=$(date +%s.%N)
-fair_rows=$(( $(wc -l < "$work/fair.csv") - 1 ))
-fair_rate=$(python3 -c "print(round($fair_rows / ($end - $start)))")
-echo "fair_copy_rows=$fair_rows export_fair_copy_rows_per_s=$fair_rate"
+copy_peer fair "$fair_sql"
+fair_rate=$peer_rate
+echo "fair_copy_rows=$peer_rows export_fair_copy_rows_per_s=$fair_rate"
 
 echo "== the report series of 1,000 apps, 10% of them receiving events each minute: refresh seconds per minute"
 sql -c "INSERT INTO apps (app_id, name, timezone, currency)

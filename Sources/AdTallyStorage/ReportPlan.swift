@@ -577,7 +577,9 @@ struct ReportPlan {
     }
 
     /// The sort key values of a row, as text (NULL stays NULL), for the next cursor.
-    var sortKeyTexts: String { sortKeys.map { ", (\($0.sql))::text" }.joined() }
+    /// Named apart: a cast is named after its column (`requests`), and Citus, which
+    /// deparses the ORDER BY by name, found `requests` ambiguous beside the row's own.
+    var sortKeyTexts: String { sortKeys.enumerated().map { ", (\($0.element.sql))::text AS sort_key_\($0.offset)" }.joined() }
 
     /// `AND` the rows after `query.after` in the order (keyset paging), or nothing.
     /// Lexicographic over the keys: after = gt1 OR (eq1 AND (gt2 OR (eq2 AND …))), where

@@ -128,15 +128,21 @@ struct PricedRollupTests {
         return now
     }
 
+    /// The three apps, the card and the FX rates; the store that set them.
+    static func setUp(_ services: AppServices) async throws -> MoneyStore {
+        for (id, zone, currency) in apps {
+            _ = try await services.appStore.createApp(id: id, name: nil, timezone: zone, currency: currency)
+        }
+        let money = MoneyStore(pool: services.database.pool)
+        try await money.setRates(try rates(card))
+        _ = try await money.importFX(try fx())
+        return money
+    }
+
     @Test("reports from priced rollups equal the query-time path across card changes, FX changes and DST days; a change shows in the next report")
     func sameAsQueryTime() async throws {
         try await withServices(flags: Reports.flags) { services in
-            for (id, zone, currency) in Self.apps {
-                _ = try await services.appStore.createApp(id: id, name: nil, timezone: zone, currency: currency)
-            }
-            let money = MoneyStore(pool: services.database.pool)
-            try await money.setRates(try Self.rates(Self.card))
-            _ = try await money.importFX(try Self.fx())
+            let money = try await Self.setUp(services)
             // Most events compacted (priced as they are folded), some left pending.
             for (index, app) in Self.apps.enumerated() {
                 for (from, to) in Self.windows {
@@ -211,12 +217,7 @@ struct PricedRollupTests {
     @Test("history compacted before priced rollups is dirty until re-priced, and answers the same meanwhile")
     func migratedHistory() async throws {
         try await withServices(flags: Reports.flags) { services in
-            for (id, zone, currency) in Self.apps {
-                _ = try await services.appStore.createApp(id: id, name: nil, timezone: zone, currency: currency)
-            }
-            let money = MoneyStore(pool: services.database.pool)
-            try await money.setRates(try Self.rates(Self.card))
-            _ = try await money.importFX(try Self.fx())
+            let money = try await Self.setUp(services)
             try await Reports.store(services, app: "ny", Self.events(day: "2026-03-08", app: 0, seed: 1))
             try await services.compactor.compactOnce()
             try await services.compactor.reprice(for: .seconds(60))
