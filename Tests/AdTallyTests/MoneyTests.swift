@@ -25,6 +25,15 @@ struct MoneyTests {
         return result
     }
 
+    /// Folds the deltas into the priced rollups and re-prices what a card change left dirty:
+    /// then a report reads the stored prices, not the query-time ones (Migrations/0012).
+    static func compactAndReprice(_ services: AppServices) async throws {
+        try await services.compactor.compactOnce()
+        try await services.compactor.reprice(for: .seconds(60))
+        let dirty = try await services.database.pool.query("SELECT count(*) FROM rollup_dirty").first!.decode(0, as: Int.self)
+        #expect(dirty == 0, "every dirty range re-priced")
+    }
+
     static func entry(_ network: String, _ country: String, cpm: String, cpt: String, from: String, currency: String = "USD", format: String = "banner") throws -> RateCardEntry {
         try RateCardEntry.parse(network: network, format: format, country: country, currency: currency, cpm: cpm, cpt: cpt, effectiveFrom: from)
     }
@@ -65,7 +74,7 @@ struct MoneyTests {
             // Jan 11: US 100 × 5.00 / 1000 = 0.50; JP 200 × 3.00 / 1000 + 2 × 0.15 = 0.90; 1.00 reported.
             let metrics = "revenue,reported_revenue,estimated_revenue,impressions"
             for compacted in [false, true] {
-                if compacted { try await services.compactor.compactOnce() }
+                if compacted { try await Self.compactAndReprice(services) }
                 for dimensions in ["date", "date,network"] {
                     let rows = Self.byFirst(try await Self.page(services, [("apps", "priced"), ("from", "2026-01-10"), ("to", "2026-01-11"), ("dimensions", dimensions), ("metrics", metrics)]))
                     #expect(rows["2026-01-10"]?.estimatedMicros == 1_600_000, "\(dimensions) compacted \(compacted)")
@@ -167,7 +176,7 @@ struct MoneyTests {
             let result = try await money.importFX(try FXRate.parseCSV(Array(Self.fxCSV.utf8), base: "EUR"))
             #expect(result.stored == 8)
             for compacted in [false, true] {
-                if compacted { try await services.compactor.compactOnce() }
+                if compacted { try await Self.compactAndReprice(services) }
                 let base = [("apps", "euro"), ("from", "2026-02-01"), ("to", "2026-02-03"), ("dimensions", "date,network"), ("metrics", "revenue,reported_revenue")]
                 let eur = try await Self.page(services, base)
                 let rows = Dictionary(uniqueKeysWithValues: eur.rows.map { ("\($0.dimensions[0]!) \($0.dimensions[1]!)", $0.counts.reportedMicros) })
@@ -234,7 +243,7 @@ struct MoneyTests {
                 try FXRate.parse(date: "2026-01-11", base: "USD", currency: "JPY", rate: "200"),
             ])
             for compacted in [false, true] {
-                if compacted { try await services.compactor.compactOnce() }
+                if compacted { try await Self.compactAndReprice(services) }
                 let rows = Self.byFirst(try await Self.page(services, [("apps", "priced"), ("from", "2026-01-10"), ("to", "2026-01-11"), ("dimensions", "date"), ("metrics", "estimated_revenue")]))
                 #expect(rows["2026-01-10"]?.estimatedMicros == 500_000)
                 #expect(rows["2026-01-11"]?.estimatedMicros == 400_000)
@@ -270,7 +279,7 @@ struct MoneyTests {
             // Jan 10: JP still at the any-country 2.00 USD: 0.20 + US 0.20. Jan 11: JP 100 × 300 / 1000
             // = 30 JPY = 0.1875 USD at 160, US 0.20, and the 10 late ones 3 JPY = 0.01875 USD.
             for compacted in [false, true] {
-                if compacted { try await services.compactor.compactOnce() }
+                if compacted { try await Self.compactAndReprice(services) }
                 for extra in [[], [("placement", "default")]] {
                     let utc = Self.byFirst(try await Self.page(services, [("apps", "mixed"), ("from", "2026-01-10"), ("to", "2026-01-12"), ("dimensions", "date"), ("metrics", "estimated_revenue")] + extra))
                     #expect(utc["2026-01-10"]?.estimatedMicros == 400_000, "compacted \(compacted) \(extra)")
@@ -365,7 +374,7 @@ struct MoneyTests {
             // The notes' bound: 3 standard errors of 2,048 registers.
             let bound = 3 * 1.04 / Double(2048).squareRoot()
             for compacted in [false, true] {
-                if compacted { try await services.compactor.compactOnce() }
+                if compacted { try await Self.compactAndReprice(services) }
                 // New York from the daily rollups, and from raw events (a placement filter needs them).
                 for extra in [[], [("placement", "default")]] {
                     let document = try await Self.page(services, [("apps", "crowd"), ("from", "2026-03-01"), ("to", "2026-03-03"), ("dimensions", "date"), ("metrics", "unique_devices,requests")] + extra)
@@ -392,7 +401,7 @@ struct MoneyTests {
                 Reports.event(.request, at: start + Int64(index) * 60_000_000) { $0.device = "few-\(index % 150)" }
             })
             for compacted in [false, true] {
-                if compacted { try await services.compactor.compactOnce() }
+                if compacted { try await Self.compactAndReprice(services) }
                 let few = try await Self.page(services, [("apps", "few"), ("from", "2026-03-01"), ("to", "2026-03-01"), ("metrics", "unique_devices")])
                 #expect(few.totals.uniqueDevices == 150)
             }
