@@ -211,7 +211,7 @@ sql -c "INSERT INTO apps (app_id, name, timezone, currency)
 wait_zero "the first refresh of 1,000 apps" "SELECT count(*) FROM apps a WHERE NOT EXISTS (SELECT 1 FROM report_series_refresh r WHERE r.app_id = a.app_id)" 600
 refresh_sum() { curl -fs "http://127.0.0.1:$port/metrics" | awk '/^adtally_report_series_refresh_seconds_sum/ {print $2}'; }
 series_before=$(refresh_sum); series_started=$(date +%s.%N)
-for minute in 1 2 3; do
+for _ in 1 2 3; do
   # 100 of the 1,000 apps get a quarter hour of events (as deltas, the ingest path's rows).
   sql -c "INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
                                     action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)

@@ -97,7 +97,7 @@ public struct ReportEngine: Sendable {
     /// callers that must refuse before they start a stream.
     public func check(_ query: ReportQuery) async throws {
         try await reads.run { pool, _, _ in
-            try await pool.withConnection { connection in try connection.withTransaction(begin: Self.snapshot) { connection in
+            try await pool.withTransaction(begin: Self.snapshot) { connection in
             let plan = try self.plan(query, on: connection)
             try Self.checkFX(plan, on: connection)
             if let compared = query.comparedQuery {
@@ -106,7 +106,7 @@ public struct ReportEngine: Sendable {
                 let rows = try connection.query("SELECT count(*) FROM (SELECT 1 FROM (\n\(earlier.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)) AS c")
                 if try rows.first?.decode(0, as: Int.self) ?? 0 > Self.maxComparedRows { throw Self.comparisonTooLarge(query) }
             }
-            } }
+            }
         }
     }
 
@@ -117,7 +117,7 @@ public struct ReportEngine: Sendable {
     /// One page of a report with totals over every matching row (JSON).
     public func page(_ query: ReportQuery) async throws -> ReportDocument {
         try await reads.run { pool, readFrom, _ in
-            try await pool.withConnection { connection in try connection.withTransaction(begin: Self.snapshot) { connection in
+            try await pool.withTransaction(begin: Self.snapshot) { connection in
             let plan = try self.plan(query, on: connection)
             let notes = try Self.notes(plan, readFrom: readFrom, on: connection)
             let limit = query.limit ?? ReportQuery.maxLimit
@@ -145,7 +145,7 @@ public struct ReportEngine: Sendable {
                 previousTotals = earlier.totals
             }
             return ReportDocument(layout: ReportLayout(query: query), rows: page, totals: totals, previousTotals: previousTotals, notes: notes, nextCursor: next)
-            } }
+            }
         }
     }
 

@@ -70,7 +70,7 @@ public struct ReportSeriesWriter: Sendable {
         // An idle app costs these two reads.
         var due: Set<String> = []
         var known: Set<String> = []
-        for row in try await pool.query("SELECT app_id, due_at IS NULL OR due_at <= \(now) OR error IS NOT NULL FROM report_series_refresh") {
+        for row in try await pool.query("SELECT app_id, \(Self.isDue(now)) FROM report_series_refresh") {
             known.insert(try row.decode(0, as: String.self))
             if try row.decode(1, as: Bool.self) { due.insert(try row.decode(0, as: String.self)) }
         }
@@ -97,6 +97,10 @@ public struct ReportSeriesWriter: Sendable {
     struct RefreshFailed: Error, CustomStringConvertible {
         var description: String
     }
+
+    /// Whether a `report_series_refresh` row says its app must be written in full at `now`:
+    /// its due time passed (or was never set), or its last refresh failed.
+    static func isDue(_ now: Date) -> PostgresQuery { "(due_at IS NULL OR due_at <= \(now) OR error IS NOT NULL)" }
 
     /// One grain's range of an app, and the rows the engine gave for it.
     struct Part {
@@ -146,10 +150,10 @@ public struct ReportSeriesWriter: Sendable {
             // Everything (forced, due, never written, failed last time), the changed days only, or nothing.
             let work = !isMine ? nil : try await lease.run { connection -> (full: Bool, changed: ClosedRange<Int>?, version: Int64?)? in
                 let state = try connection.query("""
-                    SELECT coalesce((SELECT due_at IS NULL OR due_at <= \(now) OR error IS NOT NULL FROM report_series_refresh WHERE app_id = \(app.id)), true)
+                    SELECT coalesce((SELECT \(Self.isDue(now)) FROM report_series_refresh WHERE app_id = \(app.id)), true)
                     """)[0]
                 let changes = try connection.query("""
-                    SELECT from_day - DATE '1970-01-01', least(to_day, DATE '9999-12-31') - DATE '1970-01-01', version FROM report_series_changes WHERE app_id = \(app.id)
+                    SELECT from_day - DATE '1970-01-01', to_day - DATE '1970-01-01', version FROM report_series_changes WHERE app_id = \(app.id)
                     """).first
                 let changed = try changes.map { try $0.decode(0, as: Int.self)...max($0.decode(0, as: Int.self), $0.decode(1, as: Int.self)) }
                 let version = try changes?.decode(2, as: Int64.self)

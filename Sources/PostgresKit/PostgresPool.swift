@@ -117,9 +117,9 @@ public final class PostgresPool: Sendable {
 
     /// Runs `body` inside a transaction on a leased connection.
     public func withTransaction<T: Sendable>(
-        _ body: @escaping @Sendable (PostgresConnection) throws -> T
+        begin: String = "BEGIN", _ body: @escaping @Sendable (PostgresConnection) throws -> T
     ) async throws -> T {
-        try await withConnection { try $0.withTransaction(body) }
+        try await withConnection { try $0.withTransaction(begin: begin, body) }
     }
 
     /// Runs one query on a leased connection.
