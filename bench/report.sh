@@ -21,6 +21,8 @@
 # 6. a CSV export of every app's hour x app x network x format over 35 days,
 #    streamed: rows/s and the server's RSS (idle and peak), against psql \copy of
 #    the same rows from the unpriced rollups and (the fair peer) from the priced ones;
+#    then 315 more days of hourly history copied into the rollups and the same export
+#    over 350 days (~11 M rows): it must finish, rows/s and RSS;
 # 7. 940 more apps (1,000), 100 of them given events each minute for three minutes:
 #    the report series refresh's seconds per minute;
 # 8. one RESULT line.
@@ -203,6 +205,17 @@ copy_peer fair "$fair_sql"
 fair_rate=$peer_rate
 echo "fair_copy_rows=$peer_rows export_fair_copy_rows_per_s=$fair_rate"
 
+echo "== HTTP: a 10x range: 315 more days of hourly history copied into the rollups (as a restore would write them), then every app's hour x app x network x format over 350 days"
+history="FROM %s, generate_series(1, 9) AS k WHERE hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz"
+# shellcheck disable=SC2059
+sql -c "INSERT INTO rollup_1h_compacted (app_id, hour, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills, sessions)
+        SELECT app_id, hour - k * interval '840 hours', network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills, sessions
+        $(printf "$history" rollup_1h_compacted)" \
+    -c "INSERT INTO rollup_priced_1h (app_id, hour, network, format, currency, reported, estimated, unrated)
+        SELECT app_id, hour - k * interval '840 hours', network, format, currency, reported, estimated, unrated $(printf "$history" rollup_priced_1h)" \
+    -c "VACUUM ANALYZE rollup_1h_compacted" -c "VACUUM ANALYZE rollup_priced_1h" >/dev/null
+fetch --url "$url?days=350&tz=UTC&dimensions=hour,app,network,format&format=csv" --count 0 --name big_export | tee "$work/big_export.txt"
+
 echo "== the report series of 1,000 apps, 10% of them receiving events each minute: refresh seconds per minute"
 sql -c "INSERT INTO apps (app_id, name, timezone, currency)
         SELECT 'series-' || lpad(i::text, 4, '0'), 'Series ' || i, (ARRAY['UTC', 'Asia/Kolkata', 'Europe/London', 'America/New_York'])[1 + i % 4], 'USD'
@@ -229,7 +242,7 @@ work, copy_rate, raw_peer = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 fair_rate, series_cpu, card_visible, repriced, cli = float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 def read(name):
     return dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
-largest, median, raw, export = read("largest"), read("median"), read("raw"), read("export")
+largest, median, raw, export, big = read("largest"), read("median"), read("raw"), read("export"), read("big_export")
 fx, uniques, nocard = read("fx"), read("uniques"), read("nocard")
 export_rate = float(export["export_lines_per_s"])
 print(f"ratio_raw_peer_to_report_p50={raw_peer / float(largest['largest_p50_ms']):.0f}")
@@ -238,6 +251,7 @@ print(f"ratio_export_to_fair_copy={export_rate / fair_rate:.2f}")
 print(f"ratio_report_to_no_card_report_p50={float(largest['largest_p50_ms']) / float(nocard['nocard_p50_ms']):.2f}")
 print(f"ratio_fx_report_to_report_p50={float(fx['fx_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
 print(f"export_rss_growth_mb={float(export['export_server_peak_rss_mb']) - float(export['export_server_idle_rss_mb']):.1f}")
+print(f"big_export_rows={big['big_export_lines']} big_export_rss_growth_mb={float(big['big_export_server_peak_rss_mb']) - float(big['big_export_server_idle_rss_mb']):.1f}")
 print("RESULT "
       f"report_p50_ms={largest['largest_p50_ms']} report_p99_ms={largest['largest_p99_ms']} "
       f"median_app_p50_ms={median['median_p50_ms']} median_app_p99_ms={median['median_p99_ms']} "
@@ -246,5 +260,5 @@ print("RESULT "
       f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f} "
       f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']} no_card_report_p50_ms={nocard['nocard_p50_ms']} "
       f"export_fair_copy_rows_per_s={fair_rate:.0f} series_cpu_s_per_min_1000_apps={series_cpu} card_change_visible_ms={card_visible} "
-      f"repriced_s={repriced} cli_report_ms={cli}")
+      f"repriced_s={repriced} cli_report_ms={cli} big_export_rows_per_s={float(big['big_export_lines_per_s']):.0f}")
 PY

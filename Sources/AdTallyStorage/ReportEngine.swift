@@ -36,8 +36,6 @@ public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
 public struct ReportSummary: Sendable {
     /// The notes of the report.
     public var notes: ReportNotes
-    /// Sums over every row the stream will send (when asked for).
-    public var totals: ReportCounts?
     /// The compared period's totals, when the query compares.
     public var previousTotals: ReportCounts?
 }
@@ -149,20 +147,27 @@ public struct ReportEngine: Sendable {
         }
     }
 
-    /// Streams every row of a report (the page of `limit`/`offset` when given), in
-    /// chunks fetched from a server-side cursor: memory does not grow with rows.
-    /// `start` runs before the first row, with the notes and totals read in the stream's
-    /// own snapshot when `withSummary` (an export's manifest and JSON need them to agree
-    /// with its rows). A caller that must refuse before its first byte runs `check`
-    /// first; it saw an earlier snapshot than the stream's, so every streamed row also
-    /// carries its own FX check, and a row with an amount whose rate is missing fails
-    /// the stream instead of leaving the amount out.
+    /// Streams every row of a report (the first `limit` when given), in chunks fetched
+    /// from a server-side cursor: memory does not grow with rows. A report that is a
+    /// stored grain (`ReportGrain`) is read from the rollups in its order, without
+    /// grouping or sorting them; any other is grouped and sorted by PostgreSQL first.
+    /// `start` runs before the first row, with the notes read in the stream's own
+    /// snapshot when `withSummary` (an export's manifest and JSON need them to agree with
+    /// its rows). A caller that must refuse before its first byte runs `check` first; it
+    /// saw an earlier snapshot than the stream's, so every streamed row also carries its
+    /// own FX check, and a row with an amount whose rate is missing fails the stream
+    /// instead of leaving the amount out.
+    ///
+    /// Returns the totals when `withTotals`: summed from the rows as they pass (the rows
+    /// add up to the totals, DESIGN §3), so the report is evaluated once; only unique
+    /// devices (sketches do not add) and a stream cut by `limit` have them computed apart.
+    @discardableResult
     public func stream(
-        _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = true, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
-    ) async throws {
+        _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = false, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
+    ) async throws -> ReportCounts? {
         try await reads.run { pool, readFrom, started in
           try await pool.withLease { lease in
-            let (plan, compared, summary) = try await lease.run { connection -> (ReportPlan, [String: ReportCounts]?, ReportSummary?) in
+            let (plan, compared, summary, grain) = try await lease.run { connection -> (ReportPlan, [String: ReportCounts]?, ReportSummary?, GrainDecoder?) in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
                 // A client that reads nothing for a minute loses its transaction, its
@@ -172,36 +177,56 @@ public struct ReportEngine: Sendable {
                 let compared = try query.comparedQuery.map { try Self.compared($0, plan: plan, on: connection) }
                 var summary: ReportSummary?
                 if withSummary {
-                    summary = ReportSummary(
-                        notes: try Self.notes(plan, readFrom: readFrom, on: connection), totals: withTotals ? try Self.totals(plan, on: connection) : nil,
-                        previousTotals: compared?.totals
-                    )
+                    summary = ReportSummary(notes: try Self.notes(plan, readFrom: readFrom, on: connection), previousTotals: compared?.totals)
+                }
+                if let grain = plan.grain, let decoder = try GrainDecoder(plan, grain, on: connection) {
+                    // Each FETCH costs its own rows (no statement does the whole report), so a
+                    // stream that is making progress is never cut by the statement timeout.
+                    // Only merges of ordered scans: no hash (it loses the order), no sort of
+                    // stored rows (the pending ones are sorted either way).
+                    try connection.execute(unsafeSQL: "SET LOCAL enable_sort = off; SET LOCAL enable_hashagg = off; SET LOCAL enable_hashjoin = off")
+                    try connection.query(plan.declareGrainCursor(grain, limit: query.limit))
+                    return (plan, compared?.rows, summary, decoder)
                 }
                 try connection.query(plan.declareCursor(limit: query.limit))
-                return (plan, compared?.rows, summary)
+                return (plan, compared?.rows, summary, nil)
             }
             // From here the caller may have sent something: no second try on the primary.
             started()
             try await start(summary)
+            let summing = withTotals && query.limit == nil && !plan.needsDevices
+            let totals: ReportCounts? = withTotals && !summing
+                ? try await lease.run { connection in try Self.totals(plan, on: connection) } : nil
             // The next chunk is fetched (and decoded, on a pool thread) while this one is
             // written to the socket: PostgreSQL and the writer work at the same time.
-            let fetch: @Sendable (PostgresConnection) throws -> [ReportRow] = { connection in
-                try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { row in
+            // A chunk's rows and the unrated events under them (for the totals; a row shows none).
+            let unratedColumn = plan.missingFXColumn + 1
+            let fetch: @Sendable (PostgresConnection) throws -> (rows: [ReportRow], unrated: Int64) = { connection in
+                var unrated: Int64 = 0
+                let rows = try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { row in
                     if let missing = try row.decode(plan.missingFXColumn, as: String?.self) {
                         throw ReportCurrencyError(missing: missing, reportCurrency: query.currency)
                     }
-                    return try plan.decodeRow(row)
+                    unrated += try row.decode(unratedColumn, as: Int64.self)
+                    return try grain?.decode(row) ?? plan.decodeRow(row)
                 }
+                return (rows, unrated)
             }
+            var sums = ReportCounts()
             var chunk = try await lease.run(fetch)
-            while !chunk.isEmpty {
-                let isLast = chunk.count < Self.fetchSize
-                async let following = isLast ? [] : lease.run(fetch)
-                if let compared { Self.attach(compared, to: &chunk, query.dimensions) }
-                try await rows(chunk)
+            while !chunk.rows.isEmpty {
+                let isLast = chunk.rows.count < Self.fetchSize
+                async let following = isLast ? ([], 0) : lease.run(fetch)
+                if summing {
+                    for row in chunk.rows { sums.add(row.counts) }
+                    sums.unratedEvents += chunk.unrated
+                }
+                if let compared { Self.attach(compared, to: &chunk.rows, query.dimensions) }
+                try await rows(chunk.rows)
                 chunk = try await following
             }
             try await lease.run { _ = try $0.execute(unsafeSQL: "COMMIT") }
+            return summing ? sums : totals
           }
         }
     }

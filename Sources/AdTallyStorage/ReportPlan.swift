@@ -198,12 +198,17 @@ struct ReportPlan {
     ///   country for impressions and taps without reported revenue, else the reported
     ///   currency; est and unrated NULL. The pending deltas, the 15-minute rows of cut
     ///   hours, and the revenue of the ranges a card change left dirty.
-    /// Without money, everything is `stored` (money columns empty).
-    func rollupParts() -> (stored: [PostgresQuery], pending: [PostgresQuery]) {
+    /// Without money, everything is `stored` (money columns empty), but for the deltas
+    /// when `deltasPending` (`ReportGrain` merges them apart). `fxCheck` (`missingFX`):
+    /// only the rows that may need an FX rate, the priced rows of other currencies than
+    /// the report's and the pending ones; no counts, no sketches.
+    func rollupParts(deltasPending: Bool = false, fxCheck: Bool = false) -> (stored: [PostgresQuery], pending: [PostgresQuery]) {
         var stored: [PostgresQuery] = []
         var pending: [PostgresQuery] = []
         let money = needsMoney
-        let devices = needsDevices
+        let devices = needsDevices && !fxCheck
+        // Rows in the report currency never need a rate; '' is unrated events only.
+        let needsRate: PostgresQuery = fxCheck ? " AND r.currency NOT IN (\(query.currency), '')" : ""
         let dirty = money && !self.dirty.isEmpty
         // Per-row zone conversions only for the few rows of cut hours and pending deltas.
         let rowHour = needsHour ? hourText("date_trunc('hour', r.bucket, \(zone))") : "NULL::text"
@@ -217,15 +222,17 @@ struct ReportPlan {
         switch source {
         case .daily:
             let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
-            stored.append("""
-                SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
-                FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
-                """)
+            if !fxCheck {
+                stored.append("""
+                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
+                    FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
+                    """)
+            }
             if money {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated
-                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(clean("r.utc_day"))
+                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(needsRate)\(clean("r.utc_day"))
                     """)
             }
             if dirty {
@@ -253,22 +260,24 @@ struct ReportPlan {
             let hourRange: PostgresQuery = "r.hour >= \(t0) AND r.hour < \(t1)"
             let cutBuckets: PostgresQuery = "r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)"
             let utcOfHour = "(r.hour AT TIME ZONE 'UTC')::date"
-            stored.append("""
-                SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
-                FROM rollup_1h_compacted r \(whole)
-                WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
-                """)
-            stored.append("""
-                SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
-                FROM rollup_15m_compacted r
-                WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
-                """)
+            if !fxCheck {
+                stored.append("""
+                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
+                    FROM rollup_1h_compacted r \(whole)
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
+                    """)
+                stored.append("""
+                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
+                    FROM rollup_15m_compacted r
+                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
+                    """)
+            }
             if money {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated
                     FROM rollup_priced_1h r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(clean(utcOfHour))
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(needsRate)\(clean(utcOfHour))
                     """)
                 // Cut hours: every country's row, each priced at its own rate.
                 pending.append("""
@@ -315,7 +324,7 @@ struct ReportPlan {
                    r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
             """
-        if money { pending.append(deltas) } else { stored.append(deltas) }
+        if money || deltasPending { pending.append(deltas) } else { stored.append(deltas) }
         return (stored, pending)
     }
 
@@ -415,7 +424,7 @@ struct ReportPlan {
     /// to even to micros, once each: a row is the sum of its rounded buckets, and the
     /// totals are the sum of the rows. Reported and estimated revenue are rounded
     /// apart, so revenue is always exactly their sum.
-    func grouped(dimensions: [ReportDimension]? = nil) -> PostgresQuery {
+    func grouped(dimensions: [ReportDimension]? = nil, fxCheck: Bool = false) -> PostgresQuery {
         let dimensions = dimensions ?? query.dimensions
         let names = dimensions.indices.map { "d\($0)" }
         let groupBy = names.isEmpty ? "" : "\nGROUP BY " + names.joined(separator: ", ")
@@ -460,7 +469,7 @@ struct ReportPlan {
             }
         } else {
             let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.partColumns)"
-            var (stored, pending) = rollupParts()
+            var (stored, pending) = rollupParts(fxCheck: fxCheck)
             if !pending.isEmpty {
                 with.append("pending (\(unsafeRaw: columns)) AS MATERIALIZED (\n\(Self.union(pending))\n)")
                 stored.append("SELECT * FROM pending")
@@ -484,7 +493,6 @@ struct ReportPlan {
                 """)
             return sql
         }
-        let rc = query.currency
         // 1. Each row priced: reported revenue in its currency, or unpriced counts at the rate
         //    in force on its UTC date (the country's entry, else the any-country one), in its
         //    currency; a priced rollup row as it is stored.
@@ -512,9 +520,30 @@ struct ReportPlan {
             needed.contains(ReportCount(rawValue: index)!) ? "sum(p.\(name)) AS \(name)" : "0::numeric AS \(name)"
         }.joined(separator: ", ")
         let bucketKeys = (names.map { "p.\($0)" } + ["p.u", "p.cur"]).joined(separator: ", ")
-        // 3. Each bucket converted at its date's rate and rounded once; summed per group.
-        sql.append("""
-            SELECT \(unsafeRaw: dimensionList)\(unsafeRaw: countSums("s")),
+        sql.append(convertedSums(keys: names, buckets: """
+            SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
+                   sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated
+            FROM (
+            \(priced)
+            ) AS p
+            GROUP BY \(unsafeRaw: bucketKeys)
+            """))
+        return sql
+    }
+
+    /// Step 3 of money (see `grouped`): each bucket of `buckets` (columns `keys`, `u` (its
+    /// UTC date), `cur`, the 9 counts, `devices`, `reported`, `estimated`, `unrated`)
+    /// converted at its date's FX rate and rounded half to even once, then summed per
+    /// `keys` (all buckets as one group when there are none). The rows come out in the
+    /// order of `keys` when the buckets do (a lateral lookup per bucket, then a grouping
+    /// over sorted input: `ReportGrain` streams them that way).
+    func convertedSums(keys: [String], buckets: PostgresQuery) -> PostgresQuery {
+        let rc = query.currency
+        let keyList = keys.map { "s.\($0), " }.joined()
+        let groupBy = keys.isEmpty ? "" : "\nGROUP BY " + keys.map { "s.\($0)" }.joined(separator: ", ")
+        let devices = needsDevices ? "hll_union_agg(s.devices)" : "NULL::hll"
+        return """
+            SELECT \(unsafeRaw: keyList)\(unsafeRaw: countSums("s")),
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.reported ELSE adtally_div_half_even(s.reported * fx.to_rate, fx.from_rate) END), 0) AS reported_micros,
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN adtally_div_half_even(s.estimated, 1) ELSE adtally_div_half_even(s.estimated * fx.to_rate, fx.from_rate) END), 0) AS estimated_micros,
                 \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, coalesce(sum(s.unrated), 0)::bigint AS unrated,
@@ -525,12 +554,7 @@ struct ReportPlan {
                                       WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = s.u AND x.currency = \(rc)) THEN s.cur ELSE \(rc) END END) AS missing_fx,
                 \(unsafeRaw: devices) AS devices
             FROM (
-                SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
-                       sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated
-                FROM (
-            \(priced)
-                ) AS p
-                GROUP BY \(unsafeRaw: bucketKeys)
+            \(buckets)
             ) AS s
             LEFT JOIN LATERAL (
                 -- Units of the report currency and of the bucket currency per one base, on its UTC date.
@@ -539,8 +563,7 @@ struct ReportPlan {
                 WHERE s.cur <> \(rc) AND t.day = s.u AND t.currency = \(rc)
                 ORDER BY t.base LIMIT 1
             ) AS fx ON true\(unsafeRaw: groupBy)
-            """)
-        return sql
+            """
     }
 
     /// The sort keys over `g` (a `grouped` row), in order: the query's sort, which names
@@ -670,18 +693,21 @@ struct ReportPlan {
     }
 
     /// The first "UTC-date from missing" the report would have to convert without an FX
-    /// rate (NULL: none): the buckets of the whole range at once, cheaper than `totals`.
+    /// rate (NULL: none): the (UTC date, currency) buckets of the rows that may need a
+    /// rate (stored money in other currencies than the report's, and the pending rows),
+    /// without counts or dimensions. A check before a stream, not a second evaluation of
+    /// the report: an export in the currency its money is in reads no stored row twice.
     func missingFX() -> PostgresQuery {
-        "SELECT missing_fx FROM (\n\(grouped(dimensions: []))\n) AS g"
+        "SELECT missing_fx FROM (\n\(grouped(dimensions: [], fxCheck: true))\n) AS g"
     }
 
     /// Where a cursor row holds its `missing_fx`.
     var missingFXColumn: Int { query.dimensions.count + Self.countColumns }
 
     /// A server-side cursor over the ordered rows, for streaming: each row's columns,
-    /// then its `missing_fx`.
+    /// then its `missing_fx` and `unrated` (as `declareGrainCursor`'s rows).
     func declareCursor(limit: Int?) -> PostgresQuery {
-        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()), g.missing_fx FROM (\n\(grouped())\n) AS g\(afterFilter) \(unsafeRaw: orderBy)"
+        var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()), g.missing_fx, g.unrated FROM (\n\(grouped())\n) AS g\(afterFilter) \(unsafeRaw: orderBy)"
         if let limit { sql.append(" LIMIT \(limit)") }
         return sql
     }

@@ -282,7 +282,7 @@ public final class ExportRunner: Sendable {
             var buffer: [UInt8] = []
             buffer.reserveCapacity(1 << 16)
             let afterChunk = configuration.afterChunk
-            try await engine.stream(query, withSummary: true, withTotals: schedule.format == .json) { head in
+            let totals = try await engine.stream(query, withSummary: true, withTotals: schedule.format == .json) { head in
                 summary = head
                 // The final rewrite waits while any day may still change (the database's
                 // clock decides, as in every report's notes).
@@ -309,7 +309,7 @@ public final class ExportRunner: Sendable {
             guard let summary else { throw ExportFileError(relative, "the report returned no summary") }
             if schedule.format == .json {
                 buffer.removeAll(keepingCapacity: true)
-                ReportDocument(layout: layout, rows: [], totals: summary.totals ?? ReportCounts(), previousTotals: summary.previousTotals, notes: summary.notes, nextCursor: nil)
+                ReportDocument(layout: layout, rows: [], totals: totals ?? ReportCounts(), previousTotals: summary.previousTotals, notes: summary.notes, nextCursor: nil)
                     .appendJSONTail(to: &buffer)
                 buffer.append(0x0A)
                 try await write(buffer)

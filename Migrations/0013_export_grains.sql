@@ -1,0 +1,25 @@
+-- AdTally schema, part 13: exports that stream a stored grain (issue 25, item 2).
+--
+-- Why: an export of every app's hour x app x network x format (or date x app x
+-- network x format in the apps' own zone) is the rollups themselves, one row per
+-- stored row. It was grouped and sorted anyway: on the bench's 1.1 M rows PostgreSQL
+-- spent 12 s (two sorts spilling ~250 MB, a hash grouping per bucket, the FX lookup
+-- per bucket) before the first row left, and a 10x range ran into the statement
+-- timeout. ReportGrain.swift reads such a report straight from the rollups in the
+-- order it is written: counts and priced money of each key are merged from index
+-- scans in key order, grouped as they pass (no hash, no sort of stored rows), and
+-- the few pending rows (deltas not yet compacted) are sorted and merged in.
+--
+-- The primary keys keep each app's rows together (app, time, ...): that order serves
+-- `app,hour,network,format`. The default order of a report is its dimensions'
+-- (`hour,app,network,format`), time first: these indexes serve it.
+--
+-- Invariant: every key with priced money also has a counts row (both are written
+-- from the same deltas in the same compaction pass, and money comes only from
+-- impressions and taps, which are counted), so the grain's money joins its counts.
+-- ReportGrain does not rely on it: counts and money are one union, grouped per key.
+
+CREATE INDEX rollup_1h_by_hour ON rollup_1h_compacted (hour, app_id, network, format);
+CREATE INDEX rollup_priced_1h_by_hour ON rollup_priced_1h (hour, app_id, network, format, currency);
+CREATE INDEX rollup_day_by_day ON rollup_day_compacted (day, app_id, network, format);
+CREATE INDEX rollup_priced_day_by_day ON rollup_priced_day (day, app_id, network, format, utc_day, currency);
