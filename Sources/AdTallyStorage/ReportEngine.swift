@@ -167,7 +167,7 @@ public struct ReportEngine: Sendable {
     ) async throws -> ReportCounts? {
         try await reads.run { pool, readFrom, started in
           try await pool.withLease { lease in
-            let (plan, compared, summary, grain) = try await lease.run { connection -> (ReportPlan, [String: ReportCounts]?, ReportSummary?, GrainDecoder?) in
+            let (plan, compared, summary, grain) = try await lease.run { connection -> (ReportPlan, [String: ReportCounts]?, ReportSummary?, GrainReader?) in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
                 // A client that reads nothing for a minute loses its transaction, its
@@ -179,14 +179,10 @@ public struct ReportEngine: Sendable {
                 if withSummary {
                     summary = ReportSummary(notes: try Self.notes(plan, readFrom: readFrom, on: connection), previousTotals: compared?.totals)
                 }
-                if let grain = plan.grain, let decoder = try GrainDecoder(plan, grain, on: connection) {
-                    // Each FETCH costs its own rows (no statement does the whole report), so a
-                    // stream that is making progress is never cut by the statement timeout.
-                    // Only merges of ordered scans: no hash (it loses the order), no sort of
-                    // stored rows (the pending ones are sorted either way).
-                    try connection.execute(unsafeSQL: "SET LOCAL enable_sort = off; SET LOCAL enable_hashagg = off; SET LOCAL enable_hashjoin = off")
-                    try connection.query(plan.declareGrainCursor(grain, limit: query.limit))
-                    return (plan, compared?.rows, summary, decoder)
+                // A stored grain is read in its order (each FETCH costs its own rows, so a
+                // stream that is making progress is never cut by the statement timeout).
+                if let grain = plan.grain, let reader = try GrainReader(plan, grain, on: connection) {
+                    return (plan, compared?.rows, summary, reader)
                 }
                 try connection.query(plan.declareCursor(limit: query.limit))
                 return (plan, compared?.rows, summary, nil)
@@ -202,13 +198,14 @@ public struct ReportEngine: Sendable {
             // A chunk's rows and the unrated events under them (for the totals; a row shows none).
             let unratedColumn = plan.missingFXColumn + 1
             let fetch: @Sendable (PostgresConnection) throws -> (rows: [ReportRow], unrated: Int64) = { connection in
+                if let grain { return try grain.next(Self.fetchSize, on: connection) }
                 var unrated: Int64 = 0
                 let rows = try connection.execute(unsafeSQL: "FETCH \(Self.fetchSize) FROM report_rows").map { row in
                     if let missing = try row.decode(plan.missingFXColumn, as: String?.self) {
                         throw ReportCurrencyError(missing: missing, reportCurrency: query.currency)
                     }
                     unrated += try row.decode(unratedColumn, as: Int64.self)
-                    return try grain?.decode(row) ?? plan.decodeRow(row)
+                    return try plan.decodeRow(row)
                 }
                 return (rows, unrated)
             }
@@ -225,7 +222,10 @@ public struct ReportEngine: Sendable {
                 try await rows(chunk.rows)
                 chunk = try await following
             }
-            try await lease.run { _ = try $0.execute(unsafeSQL: "COMMIT") }
+            try await lease.run { connection in
+                try grain?.finish(on: connection)
+                _ = try connection.execute(unsafeSQL: "COMMIT")
+            }
             return summing ? sums : totals
           }
         }

@@ -216,6 +216,32 @@ public final class PostgresConnection: @unchecked Sendable {
         try check(PQexec(handle, sql), sql: sql)
     }
 
+    /// The statement `send` sent and `receive` has not yet read, if any.
+    public private(set) var sent: String?
+
+    /// Sends SQL text (no parameters, written in code) without waiting for it: the caller
+    /// works while PostgreSQL runs it, then `receive` waits for its rows. One at a time.
+    public func send(unsafeSQL sql: String) throws {
+        precondition(sent == nil, "a statement was sent and not received")
+        guard PQsendQuery(handle, sql) == 1 else {
+            markBrokenIfNeeded()
+            throw PostgresError(kind: isUsable ? .server : .connectionLost, message: Self.lastError(handle))
+        }
+        sent = sql
+    }
+
+    /// The rows of the statement `send` sent, once PostgreSQL has answered.
+    public func receive() throws -> PostgresRows {
+        guard let sql = sent else { preconditionFailure("nothing was sent") }
+        sent = nil
+        var last: OpaquePointer?
+        while let result = PQgetResult(handle) {
+            if let earlier = last { PQclear(earlier) }
+            last = result
+        }
+        return try check(last, sql: sql)
+    }
+
     /// Runs `body` inside BEGIN/COMMIT; any error rolls the transaction back and is rethrown.
     /// `begin` is the statement that starts it (e.g. with an isolation level), written in code.
     public func withTransaction<T>(begin: String = "BEGIN", _ body: (PostgresConnection) throws -> T) throws -> T {

@@ -197,7 +197,7 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .count(let count): .integer(counts[count])
         case .money(let count): .micros(counts[count], per: 1)
         case .ratio(let numerator, let denominator):
-            counts[denominator] == 0 ? .null : .ratio(Double(counts[numerator]) / Double(counts[denominator]))
+            counts[denominator] == 0 ? .null : .ratio(MetricValue.double(counts[numerator]) / MetricValue.double(counts[denominator]))
         case .moneyPerMille(let numerator, let denominator):
             // Kept as a fraction: rounded once, to the currency's digits, when shown.
             counts[denominator] == 0 ? .null : .micros(counts[numerator] * 1000, per: counts[denominator])
@@ -222,12 +222,19 @@ public enum MetricValue: Sendable, Equatable {
         return .ratio((now - before) / before)
     }
 
+    /// A wide integer as a Double, the same value as `Double(value)`: through Int64 when it
+    /// fits (Int128's own conversion is generic and slow, and an export converts millions).
+    static func double(_ value: Int128) -> Double {
+        if let small = Int64(exactly: value) { return Double(small) }
+        return Double(value)
+    }
+
     /// The value as a number (for drawing it); nil when null.
     public var number: Double? {
         switch self {
         case .null: nil
-        case .integer(let value): Double(value)
-        case .micros(let value, let denominator): Double(value) / Double(denominator)
+        case .integer(let value): Self.double(value)
+        case .micros(let value, let denominator): Self.double(value) / Self.double(denominator)
         case .ratio(let value): value
         }
     }
