@@ -190,7 +190,7 @@ public struct ReportEngine: Sendable {
             // From here the caller may have sent something: no second try on the primary.
             started()
             try await start(summary)
-            let summing = withTotals && query.limit == nil && !plan.needsDevices
+            let summing = withTotals && query.limit == nil && query.after == nil && !plan.needsDevices
             let totals: ReportCounts? = withTotals && !summing
                 ? try await lease.run { connection in try Self.totals(plan, on: connection) } : nil
             // The next chunk is fetched (and decoded, on a pool thread) while this one is

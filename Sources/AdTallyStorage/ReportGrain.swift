@@ -33,7 +33,7 @@ extension ReportPlan {
     }
 
     /// The grain this report's rows are, or nil (then `declareCursor` groups and sorts).
-    /// An hourly grain also needs every hour of the range whole (`ReportEngine.grainHours`).
+    /// An hourly grain also needs every hour of the range whole (`GrainReader.init`).
     var grain: Grain? {
         guard !distributed, source != .raw, !needsDevices, query.after == nil, !(needsMoney && !dirty.isEmpty) else { return nil }
         guard !query.filters.contains(where: { $0.dimension.isTime }) else { return nil }
@@ -70,11 +70,14 @@ extension ReportPlan {
             ? "r.hour >= \(t0) AND r.hour < \(t1)"
             : "r.day BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
         let order = grain.keys.map { $0 == "t" ? timeColumn : "r.\($0)" }.joined(separator: ", ")
+        // One app (a read key's export) by equality: then its own rows are read in time order
+        // from the primary key, not every app's from the time index.
+        let app: PostgresQuery = query.apps.count == 1 ? "r.app_id = \(query.apps[0])" : "r.app_id = ANY(\(apps))"
         var cursors: [PostgresQuery] = [
             """
             DECLARE grain_counts NO SCROLL CURSOR FOR
             SELECT \(unsafeRaw: time), r.app_id, r.network, r.format\(unsafeRaw: grainCounts.map { ", r.\(Self.countNames[$0])" }.joined())
-            FROM \(unsafeRaw: counts) r WHERE r.app_id = ANY(\(apps)) AND \(range)\(columnFilters("r"))
+            FROM \(unsafeRaw: counts) r WHERE \(app) AND \(range)\(columnFilters("r"))
             ORDER BY \(unsafeRaw: order)
             """,
         ]
@@ -85,7 +88,7 @@ extension ReportPlan {
                 DECLARE grain_money NO SCROLL CURSOR FOR
                 SELECT \(unsafeRaw: time), r.app_id, r.network, r.format, \(unsafeRaw: utcDay)::text, r.currency, r.reported, r.estimated, r.unrated, \(fx)
                 FROM \(unsafeRaw: priced) r
-                WHERE r.app_id = ANY(\(apps)) AND \(range)\(columnFilters("r"))
+                WHERE \(app) AND \(range)\(columnFilters("r"))
                 ORDER BY \(unsafeRaw: order)\(unsafeRaw: hourly ? "" : ", r.utc_day"), r.currency
                 """)
         }
@@ -121,7 +124,7 @@ extension ReportPlan {
                    b.reported, b.estimated, b.unrated, \(fx)
             FROM (
                 SELECT \(unsafeRaw: time) AS t, p.app_id, p.network, p.format, p.u, \(unsafeRaw: currency) AS cur,
-                       \(unsafeRaw: Self.rollupCounts.map { "sum(p.\($0))::bigint" }.joined(separator: ", ")),
+                       \(unsafeRaw: Self.rollupCounts.indices.map { needed.contains(ReportCount(rawValue: $0)!) ? "sum(p.\(Self.countNames[$0]))::bigint" : "0::bigint" }.joined(separator: ", ")),
                        \(unsafeRaw: money)
                 FROM pending p\(unsafeRaw: needsMoney ? " " + RatePricing.join("p", prices: "prices") : "")
                 GROUP BY 1, 2, 3, 4, 5, 6
@@ -212,6 +215,8 @@ final class GrainReader: Sendable {
         let name: String
         var rows: PostgresRows?
         var index = 0
+        /// The key of `rows[index]`, once read.
+        var key: Key?
         /// A chunk fetched ahead, not yet read.
         var next: PostgresRows?
         /// No FETCH is left to send (a chunk came back short).
@@ -257,12 +262,15 @@ final class GrainReader: Sendable {
         var state = State()
         state.remaining = limit
         for row in try connection.query(plan.grainPending(grain)) {
-            state.pending.append(try Self.part(row, pending: true, &state.texts))
+            state.pending.append(try Self.part(row, &state.texts))
         }
         // Only ordered index scans: no sort or hash of stored rows, and no sequential scan
         // (it would need the sort). Each FETCH then costs its own rows.
         try connection.execute(unsafeSQL: "SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_hashagg = off; SET LOCAL enable_hashjoin = off")
         for cursor in plan.grainCursors(grain) { try connection.query(cursor) }
+        // A cursor's plan is made when it is declared: the rest of the transaction (totals
+        // for a stream cut by a limit) plans as every report does.
+        try connection.execute(unsafeSQL: "SET LOCAL enable_sort = DEFAULT; SET LOCAL enable_seqscan = DEFAULT; SET LOCAL enable_hashagg = DEFAULT; SET LOCAL enable_hashjoin = DEFAULT")
         if plan.needsMoney { state.streams.append(Stream(name: "grain_money")) }
         self.state = Mutex(state)
     }
@@ -275,6 +283,9 @@ final class GrainReader: Sendable {
             rows.reserveCapacity(count)
             var unrated: Int64 = 0
             defer { state.remaining = state.remaining.map { $0 - rows.count } }
+            // Kept across rows: no array is made per row for its parts.
+            var parts: [Part] = []
+            var buckets: [Part] = []
             while rows.count < count {
                 var next = state.pendingIndex < state.pending.count ? state.pending[state.pendingIndex].key : nil
                 for stream in state.streams.indices {
@@ -283,22 +294,24 @@ final class GrainReader: Sendable {
                 guard let key = next else { break }
 
                 var counts = ReportCounts()
-                var parts: [Part] = []
+                parts.removeAll(keepingCapacity: true)
                 while let current = try head(0, &state, connection), Key.same(current, key) {
                     counts.add(try Self.counts(state.streams[0].rows![state.streams[0].index], at: 4, countColumns))
                     state.streams[0].index += 1
+                    state.streams[0].key = nil
                 }
                 if state.streams.count > 1 {
                     while let current = try head(1, &state, connection), Key.same(current, key) {
-                        parts.append(try Self.part(state.streams[1].rows![state.streams[1].index], pending: false, &state.texts))
+                        parts.append(try Self.part(state.streams[1].rows![state.streams[1].index], key: current, &state.texts))
                         state.streams[1].index += 1
+                        state.streams[1].key = nil
                     }
                 }
                 while state.pendingIndex < state.pending.count, Key.same(state.pending[state.pendingIndex].key, key) {
                     parts.append(state.pending[state.pendingIndex])
                     state.pendingIndex += 1
                 }
-                unrated += try money(parts, into: &counts, connection)
+                unrated += try money(parts, &buckets, into: &counts, &state, connection)
                 rows.append(ReportRow(dimensions: dimensions(key, &state.dayTexts), counts: counts))
             }
             return (rows, unrated)
@@ -321,10 +334,14 @@ final class GrainReader: Sendable {
             state.streams[stream].rows = state.streams[stream].next
             state.streams[stream].next = nil
             state.streams[stream].index = 0
+            state.streams[stream].key = nil
             if state.inFlight == nil, !state.streams[stream].ended { try send(stream, &state, connection) }
             if state.streams[stream].rows!.isEmpty { return nil }
         }
-        return try Self.key(state.streams[stream].rows![state.streams[stream].index], &state.texts)
+        if let key = state.streams[stream].key { return key }
+        let key = try Self.key(state.streams[stream].rows![state.streams[stream].index], &state.texts)
+        state.streams[stream].key = key
+        return key
     }
 
     private func send(_ stream: Int, _ state: inout State, _ connection: PostgresConnection) throws {
@@ -352,9 +369,12 @@ final class GrainReader: Sendable {
         func text(_ x: String, _ y: String) -> Int { x == y ? 0 : x.utf8.lexicographicallyPrecedes(y.utf8) ? -1 : 1 }
         let time = a.time == b.time ? 0 : a.time < b.time ? -1 : 1
         let app = text(a.app, b.app)
-        for order in grain.timeFirst ? [time, app] : [app, time] where order != 0 { return order < 0 }
-        for order in [text(a.network, b.network), text(a.format, b.format)] where order != 0 { return order < 0 }
-        return false
+        let (first, second) = grain.timeFirst ? (time, app) : (app, time)
+        if first != 0 { return first < 0 }
+        if second != 0 { return second < 0 }
+        let network = text(a.network, b.network)
+        if network != 0 { return network < 0 }
+        return text(a.format, b.format) < 0
     }
 
     private func dimensions(_ key: Key, _ dayTexts: inout [Int64: String]) -> [String?] {
@@ -371,16 +391,23 @@ final class GrainReader: Sendable {
     }
 
     /// Sums the parts per (UTC date, currency) bucket, converts and rounds each once into
-    /// `counts`; returns their unrated events.
-    private func money(_ parts: [Part], into counts: inout ReportCounts, _ connection: PostgresConnection) throws -> Int64 {
+    /// `counts`; returns their unrated events. A bucket without the FX rate it needs fails
+    /// the row with the first such (date, currency) in the text's order, as the SQL's
+    /// `min(missing_fx)` names it.
+    private func money(_ parts: [Part], _ buckets: inout [Part], into counts: inout ReportCounts, _ state: inout State, _ connection: PostgresConnection) throws -> Int64 {
+        func sum(_ a: Int128, _ b: Int128) throws -> Int128 {
+            let (total, overflow) = a.addingReportingOverflow(b)
+            if overflow { throw PostgresError(kind: .decoding, message: "an amount of the report does not fit in 128 bits") }
+            return total
+        }
         var unrated: Int64 = 0
-        var buckets: [Part] = []
+        buckets.removeAll(keepingCapacity: true)
         for part in parts {
             counts.add(part.counts)
             unrated += part.unrated
             if let index = buckets.firstIndex(where: { $0.utcDay == part.utcDay && $0.currency == part.currency }) {
-                buckets[index].reported += part.reported
-                buckets[index].estimated += part.estimated
+                buckets[index].reported = try sum(buckets[index].reported, part.reported)
+                buckets[index].estimated = try sum(buckets[index].estimated, part.estimated)
                 if buckets[index].toRate == nil { buckets[index].toRate = part.toRate; buckets[index].fromRate = part.fromRate }
                 if buckets[index].missing == nil { buckets[index].missing = part.missing }
             } else {
@@ -388,37 +415,46 @@ final class GrainReader: Sendable {
             }
         }
         let reportCurrency = plan.query.currency
+        var missing: String?
         for bucket in buckets where !bucket.currency.isEmpty && (bucket.reported != 0 || bucket.estimated != 0) {
             if bucket.currency == reportCurrency {
                 // Reported revenue is whole micros; estimated rounds half to even, once.
-                counts.reportedMicros += bucket.reported / 1000
-                counts.estimatedMicros += Money.divideHalfEven(bucket.estimated, by: 1000)
+                counts.reportedMicros = try sum(counts.reportedMicros, bucket.reported / 1000)
+                counts.estimatedMicros = try sum(counts.estimatedMicros, Money.divideHalfEven(bucket.estimated, by: 1000))
                 continue
             }
             guard let to = bucket.toRate, let from = bucket.fromRate else {
-                throw ReportCurrencyError(missing: bucket.missing ?? "\(bucket.utcDay) \(bucket.currency) \(bucket.currency)", reportCurrency: reportCurrency)
+                let text = bucket.missing ?? "\(bucket.utcDay) \(bucket.currency) \(bucket.currency)"
+                if missing.map({ text.utf8.lexicographicallyPrecedes($0.utf8) }) ?? true { missing = text }
+                continue
             }
-            counts.reportedMicros += try Self.convert(bucket.reported, to: to, from: from, connection)
-            counts.estimatedMicros += try Self.convert(bucket.estimated, to: to, from: from, connection)
+            // A conversion PostgreSQL must do first takes the FETCH on its way.
+            let reported = try Self.convert(bucket.reported, to: to, from: from, connection) { if let stream = state.inFlight { try receive(stream, &state, connection) } }
+            let estimated = try Self.convert(bucket.estimated, to: to, from: from, connection) { if let stream = state.inFlight { try receive(stream, &state, connection) } }
+            counts.reportedMicros = try sum(counts.reportedMicros, reported)
+            counts.estimatedMicros = try sum(counts.estimatedMicros, estimated)
         }
+        if let missing { throw ReportCurrencyError(missing: missing, reportCurrency: reportCurrency) }
         return unrated
     }
 
     /// `thousandths / 1000 * to / from` rounded half to even, exactly: in 128-bit integers
-    /// when they hold it, else by PostgreSQL (`adtally_div_half_even`, as reports convert).
-    static func convert(_ thousandths: Int128, to: String, from: String, _ connection: PostgresConnection) throws -> Int128 {
-        if let to = decimal(to), let from = decimal(from) {
-            // thousandths/1000 * (tm / 10^ts) / (fm / 10^fs) = thousandths * tm * 10^fs / (1000 * fm * 10^ts)
+    /// when they hold it (the powers of ten cancelled first), else by PostgreSQL
+    /// (`adtally_div_half_even`, as reports convert), after `before`.
+    static func convert(_ thousandths: Int128, to: String, from: String, _ connection: PostgresConnection, before: () throws -> Void = {}) throws -> Int128 {
+        if let to = decimal(to), let from = decimal(from), to.mantissa > 0, from.mantissa > 0 {
+            // thousandths/1000 * (tm / 10^ts) / (fm / 10^fs) = thousandths * tm * 10^(fs - ts - 3) / fm
             var numerator: Int128? = thousandths
-            var denominator: Int128? = 1000
+            var denominator: Int128? = from.mantissa
             func times(_ value: inout Int128?, _ factor: Int128) { value = value.flatMap { v in let (r, o) = v.multipliedReportingOverflow(by: factor); return o ? nil : r } }
             times(&numerator, to.mantissa)
-            times(&denominator, from.mantissa)
-            for _ in 0..<from.scale { times(&numerator, 10) }
-            for _ in 0..<to.scale { times(&denominator, 10) }
-            if let numerator, let denominator, denominator > 0 { return Money.divideHalfEven(numerator, by: denominator) }
+            let exponent = from.scale - to.scale - 3
+            for _ in 0..<max(exponent, 0) { times(&numerator, 10) }
+            for _ in 0..<max(-exponent, 0) { times(&denominator, 10) }
+            if let numerator, let denominator { return Money.divideHalfEven(numerator, by: denominator) }
         }
-        let row = try connection.query("SELECT adtally_div_half_even(\(String(thousandths))::numeric / 1000 * \(to)::numeric, \(from)::numeric)::text")
+        try before()
+        let row = try connection.query("SELECT adtally_div_half_even(\(String(thousandths))::numeric * 0.001 * \(to)::numeric, \(from)::numeric)::text")
         guard let text = try row.first?.decode(0, as: String.self), let value = Int128(text) else {
             throw PostgresError(kind: .decoding, message: "an FX conversion of \(thousandths) thousandths at \(to) / \(from) did not give an integer")
         }
@@ -438,7 +474,12 @@ final class GrainReader: Sendable {
             digits += 1
             if point { scale += 1 }
         }
-        return digits > 0 ? (mantissa, scale) : nil
+        guard digits > 0 else { return nil }
+        while scale > 0, mantissa % 10 == 0 {
+            mantissa /= 10
+            scale -= 1
+        }
+        return (mantissa, scale)
     }
 
     /// An amount's text in thousandths (at most three decimals: micros, and the
@@ -449,6 +490,7 @@ final class GrainReader: Sendable {
             var value: Int128 = 0
             var negative = false
             var places: Int?
+            var digitsSoFar = 0
             for (position, byte) in bytes.enumerated() {
                 if position == 0 && byte == UInt8(ascii: "-") { negative = true; continue }
                 if byte == UInt8(ascii: "."), places == nil { places = 0; continue }
@@ -456,10 +498,12 @@ final class GrainReader: Sendable {
                     throw PostgresError(kind: .decoding, message: "\(String(decoding: bytes, as: UTF8.self)) is not an amount in thousandths of a micro")
                 }
                 if let count = places, count >= 3 { continue }  // trailing zeros past the thousandths
+                guard digitsSoFar < 37 else { throw PostgresError(kind: .decoding, message: "an amount of the report does not fit in 128 bits") }
+                digitsSoFar += 1
                 value = value * 10 + Int128(byte - 0x30)
                 if let count = places { places = count + 1 }
             }
-            for _ in (places ?? 0)..<3 { value *= 10 }
+            for _ in (places ?? 0)..<3 { value *= 10 }  // at most 37 + 3 digits: within Int128 (38)
             return negative ? -value : value
         }
     }
@@ -511,10 +555,11 @@ final class GrainReader: Sendable {
         return counts
     }
 
-    /// A money row (`grain_money`: key, UTC date, currency, reported, estimated, unrated,
-    /// FX) or a pending one (the 9 counts after the currency).
-    static func part(_ row: PostgresRow, pending: Bool, _ texts: inout Texts) throws -> Part {
-        let key = try Self.key(row, &texts)
+    /// A money row (`grain_money`: key (read already: `key`), UTC date, currency, reported,
+    /// estimated, unrated, FX) or a pending one (no `key`; the 9 counts after the currency).
+    static func part(_ row: PostgresRow, key: Key? = nil, _ texts: inout Texts) throws -> Part {
+        let pending = key == nil
+        let key = try key ?? Self.key(row, &texts)
         let money = pending ? 15 : 6
         func text(_ column: Int) -> String { row.withBytes(column) { texts.others.text($0) } }
         // The rates as PostgreSQL writes a text array: {to,from}.
@@ -555,9 +600,10 @@ struct TextTable {
     /// are kept: past that, the table starts again.
     mutating func text(_ bytes: UnsafeRawBufferPointer?) -> String {
         guard let bytes, !bytes.isEmpty else { return "" }
-        for candidate in [last, last + 1] where candidate < values.count && Self.equal(values[candidate], bytes) {
-            last = candidate
-            return values[candidate]
+        if last < values.count, Self.equal(values[last], bytes) { return values[last] }
+        if last + 1 < values.count, Self.equal(values[last + 1], bytes) {
+            last += 1
+            return values[last]
         }
         var hasher = Hasher()
         hasher.combine(bytes: bytes)

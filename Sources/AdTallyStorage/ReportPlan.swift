@@ -695,8 +695,8 @@ struct ReportPlan {
     /// The first "UTC-date from missing" the report would have to convert without an FX
     /// rate (NULL: none): the (UTC date, currency) buckets of the rows that may need a
     /// rate (stored money in other currencies than the report's, and the pending rows),
-    /// without counts or dimensions. A check before a stream, not a second evaluation of
-    /// the report: an export in the currency its money is in reads no stored row twice.
+    /// without counts or dimensions: a check before a stream, not a second evaluation of
+    /// the report (it still reads the range's priced rows, whose currency no index leads).
     func missingFX() -> PostgresQuery {
         "SELECT missing_fx FROM (\n\(grouped(dimensions: [], fxCheck: true))\n) AS g"
     }
@@ -705,7 +705,7 @@ struct ReportPlan {
     var missingFXColumn: Int { query.dimensions.count + Self.countColumns }
 
     /// A server-side cursor over the ordered rows, for streaming: each row's columns,
-    /// then its `missing_fx` and `unrated` (as `declareGrainCursor`'s rows).
+    /// then its `missing_fx` and `unrated`.
     func declareCursor(limit: Int?) -> PostgresQuery {
         var sql: PostgresQuery = "DECLARE report_rows NO SCROLL CURSOR FOR SELECT \(unsafeRaw: rowColumns()), g.missing_fx, g.unrated FROM (\n\(grouped())\n) AS g\(afterFilter) \(unsafeRaw: orderBy)"
         if let limit { sql.append(" LIMIT \(limit)") }

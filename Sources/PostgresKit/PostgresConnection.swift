@@ -153,6 +153,7 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Runs a statement with bound parameters and returns its rows.
     @discardableResult
     public func query(_ query: PostgresQuery) throws -> PostgresRows {
+        dropSent()
         let result = try withParameters(query.binds) { types, values in
             PQexecParams(handle, query.sql, Int32(query.binds.count), types, values, nil, nil, 0)
         }
@@ -175,6 +176,7 @@ public final class PostgresConnection: @unchecked Sendable {
     /// its generic plan be used). For long statements run again and again: a report's page.
     @discardableResult
     public func queryPrepared(_ query: PostgresQuery) throws -> PostgresRows {
+        dropSent()
         let types = query.binds.map { String($0.type) }.joined(separator: ",")
         let key = types + "|" + query.sql
         statementClock += 1
@@ -213,7 +215,8 @@ public final class PostgresConnection: @unchecked Sendable {
     /// For migrations and fixed session commands only — never for SQL built from values.
     @discardableResult
     public func execute(unsafeSQL sql: String) throws -> PostgresRows {
-        try check(PQexec(handle, sql), sql: sql)
+        dropSent()
+        return try check(PQexec(handle, sql), sql: sql)
     }
 
     /// The statement `send` sent and `receive` has not yet read, if any.
@@ -222,12 +225,22 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Sends SQL text (no parameters, written in code) without waiting for it: the caller
     /// works while PostgreSQL runs it, then `receive` waits for its rows. One at a time.
     public func send(unsafeSQL sql: String) throws {
-        precondition(sent == nil, "a statement was sent and not received")
+        dropSent()
         guard PQsendQuery(handle, sql) == 1 else {
             markBrokenIfNeeded()
             throw PostgresError(kind: isUsable ? .server : .connectionLost, message: Self.lastError(handle))
         }
         sent = sql
+    }
+
+    /// Reads and drops the answer to a statement sent and never received (its caller
+    /// failed): every other statement on the connection runs after it, and a connection
+    /// back in its pool must not carry it.
+    private func dropSent() {
+        guard sent != nil else { return }
+        sent = nil
+        while let result = PQgetResult(handle) { PQclear(result) }
+        markBrokenIfNeeded()
     }
 
     /// The rows of the statement `send` sent, once PostgreSQL has answered.
@@ -267,6 +280,7 @@ public final class PostgresConnection: @unchecked Sendable {
     @discardableResult
     public func copyIn(unsafeSQL copySQL: String, data: PostgresCopyBuffer) throws -> Int {
         precondition(!data.hasOpenRow, "COPY buffer ends inside a row")
+        dropSent()
         let start = try requireResult(PQexec(handle, copySQL), sql: copySQL)
         let startStatus = PQresultStatus(start)
         if startStatus != PGRES_COPY_IN {

@@ -303,6 +303,44 @@ struct PricedRollupTests {
             try await services.compactor.reprice(for: .seconds(120))
             _ = try await money.importFX(try Self.fx(shift: 0.0421))
             try await Self.expectGrainsSame(services, "re-priced, FX changed", grains: true)
+
+            // A rate missing inside a grain fails it, naming the rate, even with a FETCH on its
+            // way; the connection is clean for its next statement.
+            #expect(try await money.deleteFX(date: "2026-03-08", currency: "USD", base: "EUR"))
+            let eur = try ReportQuery.parse(
+                [("dimensions", "app,hour,network,format"), ("tz", "UTC"), ("currency", "EUR"), ("from", "2026-03-07"), ("to", "2026-03-09")],
+                readable: try await services.reports.readableApps(only: nil), isAdmin: true, acceptsCSV: true
+            )
+            try await services.database.pool.withConnection { connection in
+                let failure = #expect(throws: ReportCurrencyError.self) {
+                    try connection.withTransaction(begin: ReportEngine.snapshot) { connection in
+                        let plan = ReportPlan(eur, dirty: try ReportEngine.prepare(eur, on: connection).dirty)
+                        let grain = try #require(plan.grain)
+                        let reader = try #require(try GrainReader(plan, grain, chunk: 3, on: connection))
+                        while try !reader.next(2, on: connection).rows.isEmpty {}
+                    }
+                }
+                #expect(failure?.date == "2026-03-08" && failure?.currency == "USD", "\(String(describing: failure))")
+                let after = try connection.query("SELECT 1")
+                #expect(after.count == 1)
+            }
+            await #expect(throws: ReportCurrencyError.self) { try await services.reports.stream(eur, start: { _ in }, rows: { _ in }) }
+        }
+    }
+
+    @Test("a grain converts money exactly as PostgreSQL does, also past 128 bits (then PostgreSQL converts it)")
+    func grainConversion() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            try await services.database.pool.withConnection { connection in
+                let amounts: [Int128] = [0, 1, 499, 500, 1_500, 2_500, 987_001_000, 123_456_789_012_345, -7_500, Int128(10).power(30), Int128(10).power(37)]
+                for amount in amounts {
+                    for (to, from) in [("1.0731", "161.37"), ("1", "1"), ("0.000000123456789", "98765.4321"), ("7", "3")] {
+                        let mine = try GrainReader.convert(amount, to: to, from: from, connection)
+                        let theirs = try connection.query("SELECT adtally_div_half_even(\(String(amount))::numeric * 0.001 * \(to)::numeric, \(from)::numeric)::text")
+                        #expect(String(mine) == (try theirs.first?.decode(0, as: String.self)), "\(amount) at \(to) / \(from)")
+                    }
+                }
+            }
         }
     }
 
@@ -328,4 +366,8 @@ struct PricedRollupTests {
             #expect(try await Self.answers(services) == before)
         }
     }
+}
+
+extension Int128 {
+    fileprivate func power(_ exponent: Int) -> Int128 { (0..<exponent).reduce(1) { value, _ in value * self } }
 }
