@@ -128,6 +128,17 @@ struct PricedRollupTests {
         return now
     }
 
+    /// Every app's events on the windows' days, compacted (priced as they are folded) and re-priced.
+    static func storeCompactedWindows(_ services: AppServices) async throws {
+        for (index, app) in apps.enumerated() {
+            for (from, to) in windows {
+                for (seed, day) in [from, to].enumerated() { try await Reports.store(services, app: app.0, events(day: day, app: index, seed: seed)) }
+            }
+        }
+        try await services.compactor.compactOnce()
+        try await services.compactor.reprice(for: .seconds(120))
+    }
+
     /// The three apps, the card and the FX rates; the store that set them.
     static func setUp(_ services: AppServices) async throws -> MoneyStore {
         for (id, zone, currency) in apps {
@@ -144,13 +155,7 @@ struct PricedRollupTests {
         try await withServices(flags: Reports.flags) { services in
             let money = try await Self.setUp(services)
             // Most events compacted (priced as they are folded), some left pending.
-            for (index, app) in Self.apps.enumerated() {
-                for (from, to) in Self.windows {
-                    for (seed, day) in [from, to].enumerated() { try await Reports.store(services, app: app.0, Self.events(day: day, app: index, seed: seed)) }
-                }
-            }
-            try await services.compactor.compactOnce()
-            try await services.compactor.reprice(for: .seconds(120))
+            try await Self.storeCompactedWindows(services)
             #expect(try await Self.dirtyRanges(services) == 0)
             for (index, app) in Self.apps.enumerated() {
                 try await Reports.store(services, app: app.0, Self.events(day: "2026-03-08", app: index, seed: 5))
@@ -283,13 +288,7 @@ struct PricedRollupTests {
     func grainsStreamTheSameRows() async throws {
         try await withServices(flags: Reports.flags) { services in
             let money = try await Self.setUp(services)
-            for (index, app) in Self.apps.enumerated() {
-                for (from, to) in Self.windows {
-                    for (seed, day) in [from, to].enumerated() { try await Reports.store(services, app: app.0, Self.events(day: day, app: index, seed: seed)) }
-                }
-            }
-            try await services.compactor.compactOnce()
-            try await services.compactor.reprice(for: .seconds(120))
+            try await Self.storeCompactedWindows(services)
             try await Self.expectGrainsSame(services, "compacted", grains: true)
             // Pending deltas on the same keys as stored rows: one bucket, rounded once.
             for (index, app) in Self.apps.enumerated() {
