@@ -204,7 +204,7 @@ public struct ReportEngine: Sendable {
                     if let missing = try row.decode(plan.missingFXColumn, as: String?.self) {
                         throw ReportCurrencyError(missing: missing, reportCurrency: query.currency)
                     }
-                    unrated += try row.decode(unratedColumn, as: Int64.self)
+                    unrated += try GrainReader.integer(row, unratedColumn)
                     return try plan.decodeRow(row)
                 }
                 return (rows, unrated)

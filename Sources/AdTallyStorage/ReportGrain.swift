@@ -8,12 +8,11 @@ import Synchronization
 /// or app first, in that order (Migrations/0013). An export of one is read from the
 /// rollups in the order it is written, instead of grouped and sorted:
 ///
-/// - the counts and the priced money of every key come from index scans in key order,
-///   and the pending deltas (priced as every report prices them, `RatePricing`) are
-///   sorted and merged in: one ordered union, no sort of stored rows;
-/// - it is grouped per (key, UTC date, currency) bucket as it passes, each bucket
-///   converted at its date's FX rate and rounded once (`ReportPlan.convertedSums`, the
-///   same SQL as every report), then grouped per key;
+/// - the counts and the priced money of every key come from two cursors, index scans in
+///   key order, and the pending deltas (priced as every report prices them,
+///   `RatePricing`) from one small sorted query: nothing stored is grouped or sorted;
+/// - `GrainReader` merges the three key by key, sums money per (key, UTC date, currency)
+///   bucket and converts and rounds each bucket once, as `ReportPlan.convertedSums` does;
 /// - so each FETCH costs its own rows: no statement does the whole report before the
 ///   first row, and no statement timeout cuts a stream that is making progress.
 ///
@@ -186,13 +185,11 @@ final class GrainReader: Sendable {
 
     /// A key: the time (epoch seconds of an hour, or days since 1970 of a date), app,
     /// network and format (kept Strings).
-    struct Key {
+    struct Key: Equatable {
         var time: Int64
         var app: String
         var network: String
         var format: String
-
-        static func same(_ a: Key, _ b: Key) -> Bool { a.time == b.time && a.app == b.app && a.network == b.network && a.format == b.format }
     }
 
     /// A part of a bucket's money: a stored priced row or a pending group.
@@ -295,19 +292,19 @@ final class GrainReader: Sendable {
 
                 var counts = ReportCounts()
                 parts.removeAll(keepingCapacity: true)
-                while let current = try head(0, &state, connection), Key.same(current, key) {
+                while let current = try head(0, &state, connection), current == key {
                     counts.add(try Self.counts(state.streams[0].rows![state.streams[0].index], at: 4, countColumns))
                     state.streams[0].index += 1
                     state.streams[0].key = nil
                 }
                 if state.streams.count > 1 {
-                    while let current = try head(1, &state, connection), Key.same(current, key) {
+                    while let current = try head(1, &state, connection), current == key {
                         parts.append(try Self.part(state.streams[1].rows![state.streams[1].index], key: current, &state.texts))
                         state.streams[1].index += 1
                         state.streams[1].key = nil
                     }
                 }
-                while state.pendingIndex < state.pending.count, Key.same(state.pending[state.pendingIndex].key, key) {
+                while state.pendingIndex < state.pending.count, state.pending[state.pendingIndex].key == key {
                     parts.append(state.pending[state.pendingIndex])
                     state.pendingIndex += 1
                 }
