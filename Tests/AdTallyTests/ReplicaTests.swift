@@ -115,6 +115,11 @@ struct ReplicaTests {
     static func scenario(_ replica: TestReplica) async throws {
         var flags = Reports.flags
         flags.readMaxLagSeconds = Self.maxLag
+        // The live client sends every request down one connection and does not reopen
+        // it; the waits below that go around HTTP (the export run, the paused replica)
+        // can add up past the server's 60 s idle timeout on a busy machine, and the next
+        // request then fails with "I/O on closed channel" (CI did, once).
+        flags.httpIdleTimeoutSeconds = 3600
         let urls = Locked((primary: "", replica: ""))
         try await withTestApp(flags: flags, readURL: { primary in
             let url = replica.conninfo(for: primary)
