@@ -118,7 +118,7 @@ for week in 0 1 2 3 4 5; do
   sql <<SQL
 INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
                           action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps,
-                          device_hashes)
+                          device_hashes, viewer_hashes)
 SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
        CASE WHEN type IN ('impression', 'tap') THEN country END, CASE WHEN type IN ('impression', 'tap') THEN coalesce(currency, '') END,
        count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
@@ -126,7 +126,8 @@ SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
        count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown),
        coalesce(sum(revenue_micros), 0), count(revenue_micros),
        count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap'),
-       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL)
+       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL),
+       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL AND type = 'impression')
 FROM events
 WHERE occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'
 GROUP BY 1, 2, 3, 4, 5, 6;

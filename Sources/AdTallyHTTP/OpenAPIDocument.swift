@@ -274,7 +274,7 @@ paths:
         - {name: days, in: query, schema: {type: integer, minimum: 1, maximum: 3700}, description: "The N whole days before today (instead of from/to)."}
         - {name: tz, in: query, schema: {type: string}, description: "IANA zone (default: the apps' own; several zones: UTC)."}
         - {name: dimensions, in: query, schema: {type: string}, description: "Comma-separated: app date hour week month network placement format size country platform os_version app_version error_code."}
-        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3 (sessions among them), also reported_revenue and estimated_revenue (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
+        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3 (sessions among them), also reported_revenue and estimated_revenue, and the audience: active_devices, ad_viewers, dau, dav, engagement_rate, arpdau, arpdav, impressions_per_dau, impressions_per_dav, sessions_per_dau (dau and the averages over it need a day: not with hour) (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
         - {name: currency, in: query, schema: {type: string, pattern: "^[A-Z]{3}$"}}
         - {name: sort, in: query, schema: {type: string}, description: "Comma-separated dimensions or metrics, - for descending."}
         - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 100000}}
@@ -974,7 +974,7 @@ components:
             required: [name, type]
             properties:
               name: {type: string}
-              type: {type: string, enum: [string, date, month, timestamp, integer, ratio, money, change]}
+              type: {type: string, enum: [string, date, month, timestamp, integer, ratio, number, money, money_per_device, change]}
         rows:
           type: array
           items:

@@ -160,7 +160,8 @@ public struct ReportEngine: Sendable {
     ///
     /// Returns the totals when `withTotals`: summed from the rows as they pass (the rows
     /// add up to the totals, DESIGN §3), so the report is evaluated once; only unique
-    /// devices (sketches do not add) and a stream cut by `limit` have them computed apart.
+    /// devices and the audience (sketches do not add) and a stream cut by `limit` have
+    /// them computed apart.
     @discardableResult
     public func stream(
         _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = false, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
@@ -190,7 +191,7 @@ public struct ReportEngine: Sendable {
             // From here the caller may have sent something: no second try on the primary.
             started()
             try await start(summary)
-            let summing = withTotals && query.limit == nil && query.after == nil && !plan.needsDevices
+            let summing = withTotals && query.limit == nil && query.after == nil && !plan.needsDevices && !plan.needsAudience
             let totals: ReportCounts? = withTotals && !summing
                 ? try await lease.run { connection in try Self.totals(plan, on: connection) } : nil
             // The next chunk is fetched (and decoded, on a pool thread) while this one is

@@ -34,7 +34,7 @@ extension ReportPlan {
     /// The grain this report's rows are, or nil (then `declareCursor` groups and sorts).
     /// An hourly grain also needs every hour of the range whole (`GrainReader.init`).
     var grain: Grain? {
-        guard !distributed, source != .raw, !needsDevices, query.after == nil, !(needsMoney && !dirty.isEmpty) else { return nil }
+        guard !distributed, source != .raw, !needsDevices, !needsAudience, query.after == nil, !(needsMoney && !dirty.isEmpty) else { return nil }
         guard !query.filters.contains(where: { $0.dimension.isTime }) else { return nil }
         let time: ReportDimension = source == .hourly ? .hour : .date
         let orders: [[ReportDimension]] = [[time, .app, .network, .format], [.app, time, .network, .format]]

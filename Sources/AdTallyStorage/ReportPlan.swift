@@ -21,7 +21,13 @@ struct ReportPlan {
     let distributed: Bool
 
     /// Summed columns after the dimensions, in `ReportCount` order.
-    static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "sessions", "reported_micros", "estimated_micros", "unique_devices"]
+    static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "sessions", "reported_micros", "estimated_micros", "unique_devices",
+                             "active_devices", "ad_viewers", "device_days", "viewer_days", "days"]
+    /// The audience columns (`ReportCount.activeDevices` …): not summed over groups, but
+    /// read from the audience CTEs (`audience`).
+    static let audienceNames = ["active_devices", "ad_viewers", "device_days", "viewer_days", "days"]
+    /// The audience columns when no audience metric is asked for.
+    static let audienceZeros = audienceNames.map { "0::bigint AS \($0)" }.joined(separator: ", ")
     static let countColumns = countNames.count
     static let rollupCounts = countNames.prefix(9)
 
@@ -137,14 +143,17 @@ struct ReportPlan {
 
     /// `AND column = ANY(values)` for each filter on a stored column (`alias.column`):
     /// pushed into every part of the source.
-    func columnFilters(_ alias: String, devices: Bool = false) -> PostgresQuery {
+    func columnFilters(_ alias: String, devices: Bool = false, sessionless: Bool = false) -> PostgresQuery {
         var sql: PostgresQuery = ""
         // Sessions are stored under no network (Migrations/0011): rows of their own that
         // only the sessions count reads; left out otherwise, so no grouping by network or
         // format shows an empty one. Their devices are never read: unique_devices counts
         // the devices of ad events, whether sessions are asked for beside it or not.
-        if devices || !needed.contains(.sessions) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
+        // The audience's active devices read them (a session makes a device active).
+        if devices || !(needed.contains(.sessions) || needsAudience) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
         for filter in query.filters where !filter.dimension.isTime {
+            // Active devices are the app's: a session names no network, format or placement.
+            if sessionless && Self.sessionless.contains(filter.dimension) { continue }
             let column = filter.dimension == .app ? "app_id" : filter.dimension.rawValue
             if filter.dimension == .errorCode {
                 sql.append(" AND \(unsafeRaw: alias).\(unsafeRaw: column) = ANY(\(array: filter.values.compactMap { Int32($0) })::int[])")
@@ -164,6 +173,23 @@ struct ReportPlan {
             sql.append(" AND \(unsafeRaw: expression(filter.dimension)) = ANY(\(array: filter.values)::text[])")
         }
         return sql
+    }
+
+    /// A row's local date and hour text (or NULL) from its 15-minute `r.bucket`: per-row
+    /// zone conversions, only for the few rows of cut hours and pending deltas.
+    var rowDate: String { "\(local("r.bucket"))::date" }
+    var rowHour: String { needsHour ? hourText("date_trunc('hour', r.bucket, \(zone))") : "NULL::text" }
+    /// Hourly rows (`r.hour`) that lie whole in one group (`hoursCTE`).
+    var wholeHours: PostgresQuery { "JOIN hours ON hours.h = r.hour AND hours.whole" }
+    var hourRange: PostgresQuery { "r.hour >= \(t0) AND r.hour < \(t1)" }
+    /// The 15-minute rows (`r.bucket`) of the hours a group boundary cuts.
+    var cutBuckets: PostgresQuery { "r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)" }
+
+    /// A dimension as the `d<index>` column of a grouping: text in byte order ("C"), the
+    /// order rows are sorted in, so that a grouping done by sorting already yields it.
+    func dimensionSelect(_ index: Int, _ dimension: ReportDimension? = nil) -> String {
+        let dimension = dimension ?? query.dimensions[index]
+        return dimension == .errorCode ? "\(expression(dimension)) AS d\(index)" : "(\(expression(dimension))) COLLATE \"C\" AS d\(index)"
     }
 
     /// Whether rows need their hour text (`hk`).
@@ -210,9 +236,6 @@ struct ReportPlan {
         // Rows in the report currency never need a rate; '' is unrated events only.
         let needsRate: PostgresQuery = fxCheck ? " AND r.currency NOT IN (\(query.currency), '')" : ""
         let dirty = money && !self.dirty.isEmpty
-        // Per-row zone conversions only for the few rows of cut hours and pending deltas.
-        let rowHour = needsHour ? hourText("date_trunc('hour', r.bucket, \(zone))") : "NULL::text"
-        let rowDate = "\(local("r.bucket"))::date"
         let utcOfBucket = "(r.bucket AT TIME ZONE 'UTC')::date"
         // A row's (app, network, format, UTC date) in a dirty range, or not.
         func isDirty(_ utcDay: String) -> String {
@@ -256,9 +279,7 @@ struct ReportPlan {
                     """)
             }
         case .hourly:
-            let whole: PostgresQuery = "JOIN hours ON hours.h = r.hour AND hours.whole"
-            let hourRange: PostgresQuery = "r.hour >= \(t0) AND r.hour < \(t1)"
-            let cutBuckets: PostgresQuery = "r.bucket = ANY((SELECT buckets FROM cut)::timestamptz[]) AND r.bucket >= \(t0) AND r.bucket < \(t1)"
+            let whole = wholeHours
             let utcOfHour = "(r.hour AT TIME ZONE 'UTC')::date"
             if !fxCheck {
                 stored.append("""
@@ -360,7 +381,9 @@ struct ReportPlan {
         let used = query.usedDimensions
         // Weeks and months do not nest (a month can end mid-week): any of date, week or
         // month makes every local midnight a boundary; an hour, every local hour.
-        let finest: ReportDimension? = used.contains(.hour) ? .hour : used.contains(where: { $0 == .date || $0 == .week || $0 == .month }) ? .date : nil
+        // The audience counts devices per local day: every local midnight is a boundary.
+        let finest: ReportDimension? = used.contains(.hour) ? .hour
+            : used.contains(where: { $0 == .date || $0 == .week || $0 == .month }) || needsAudience ? .date : nil
         let sameGroup: String
         switch finest {
         case .hour?: sameGroup = "date_trunc('hour', h, \(zone)) = date_trunc('hour', h + interval '45 minutes', \(zone))"
@@ -428,13 +451,11 @@ struct ReportPlan {
         let dimensions = dimensions ?? query.dimensions
         let names = dimensions.indices.map { "d\($0)" }
         let groupBy = names.isEmpty ? "" : "\nGROUP BY " + names.joined(separator: ", ")
-        var select = ""
-        for (index, dimension) in dimensions.enumerated() {
-            // Text in byte order ("C"), the order rows are sorted in: then a grouping done by
-            // sorting already yields the report's order, and no second sort is needed.
-            select += dimension == .errorCode ? "\(expression(dimension)) AS d\(index), " : "(\(expression(dimension))) COLLATE \"C\" AS d\(index), "
-        }
+        let select = dimensions.enumerated().map { dimensionSelect($0.offset, $0.element) + ", " }.joined()
+        // The audience beside the groups (not in the FX check, which has no groups).
+        let audience = needsAudience && !fxCheck
         var with: [PostgresQuery] = source == .hourly ? [hoursCTE()] : []
+        if audience { with.append(contentsOf: audienceCTEs()) }
         if needsMoney && !dirty.isEmpty && source != .raw { with.append(dirtyDaysCTE()) }
         // The rows every grouping below reads: `s` with the dimension values as d0…; with
         // money, the rows the report prices itself are the CTE `pending` (priced once per
@@ -486,11 +507,13 @@ struct ReportPlan {
         let dimensionList = names.map { "s.\($0), " }.joined()
         let devices = needsDevices ? "hll_union_agg(s.devices)" : "NULL::hll"
         guard needsMoney else {
-            sql.append("""
+            let main: PostgresQuery = """
                 SELECT \(unsafeRaw: dimensionList)\(unsafeRaw: countSums("s")), 0::numeric AS reported_micros, 0::numeric AS estimated_micros,
-                    \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, 0::bigint AS unrated, NULL::text AS missing_fx, \(unsafeRaw: devices) AS devices
+                    \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros),
+                    0::bigint AS unrated, NULL::text AS missing_fx, \(unsafeRaw: devices) AS devices
                 FROM \(rows)\(unsafeRaw: groupBy)
-                """)
+                """
+            sql.append(audience ? withAudience(main) : main)
             return sql
         }
         // 1. Each row priced: reported revenue in its currency, or unpriced counts at the rate
@@ -520,14 +543,15 @@ struct ReportPlan {
             needed.contains(ReportCount(rawValue: index)!) ? "sum(p.\(name)) AS \(name)" : "0::numeric AS \(name)"
         }.joined(separator: ", ")
         let bucketKeys = (names.map { "p.\($0)" } + ["p.u", "p.cur"]).joined(separator: ", ")
-        sql.append(convertedSums(keys: names, buckets: """
+        let main = convertedSums(keys: names, buckets: """
             SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
                    sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated
             FROM (
             \(priced)
             ) AS p
             GROUP BY \(unsafeRaw: bucketKeys)
-            """))
+            """)
+        sql.append(audience ? withAudience(main) : main)
         return sql
     }
 
@@ -546,7 +570,7 @@ struct ReportPlan {
             SELECT \(unsafeRaw: keyList)\(unsafeRaw: countSums("s")),
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.reported ELSE adtally_div_half_even(s.reported * fx.to_rate, fx.from_rate) END), 0) AS reported_micros,
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN adtally_div_half_even(s.estimated, 1) ELSE adtally_div_half_even(s.estimated * fx.to_rate, fx.from_rate) END), 0) AS estimated_micros,
-                \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, coalesce(sum(s.unrated), 0)::bigint AS unrated,
+                \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros), coalesce(sum(s.unrated), 0)::bigint AS unrated,
                 -- "date from missing": the currency of the bucket, and the one without a rate that day.
                 min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0)
                          THEN s.u::text || ' ' || s.cur || ' '
@@ -585,8 +609,8 @@ struct ReportPlan {
                 let type: String
                 switch metric.formula {
                 case .count(let count): type = [.reportedMicros, .estimatedMicros, .revenueMicros].contains(count) ? "numeric" : "bigint"
-                case .money, .moneyPerMille: type = "numeric"
-                case .ratio: type = "float8"
+                case .money, .moneyPerMille, .moneyPerDevice: type = "numeric"
+                case .ratio, .average: type = "float8"
                 }
                 return (Self.sortExpression(metric), type, key.isDescending)
             }
@@ -644,7 +668,9 @@ struct ReportPlan {
         }
         switch metric.formula {
         case .count(let count), .money(let count): return column(count)
-        case .ratio(let numerator, let denominator): return "(\(column(numerator))::float8 / NULLIF(\(column(denominator)), 0))"
+        case .ratio(let numerator, let denominator), .average(let numerator, let denominator):
+            return "(\(column(numerator))::float8 / NULLIF(\(column(denominator)), 0))"
+        case .moneyPerDevice(let numerator, let denominator): return "(\(column(numerator)) / NULLIF(\(column(denominator)), 0))"
         case .moneyPerMille(let numerator, let denominator): return "(\(column(numerator)) * 1000 / NULLIF(\(column(denominator)), 0))"
         }
     }
@@ -663,6 +689,7 @@ struct ReportPlan {
         let windows = Self.countNames.map { name in
             name == "unique_devices"
                 ? (needsDevices ? Self.cardinality("hll_union_agg(g.devices) OVER ()") : "0::bigint")
+                : Self.audienceNames.contains(name) ? (needsAudience ? "g.t_\(name)" : "0::bigint")
                 : "sum(g.\(name)) OVER ()"
         }.enumerated().map { "\($0.element) AS total_\($0.offset)" }.joined(separator: ", ")
         let totals = Self.countNames.indices.map { "g.total_\($0)" }.joined(separator: ", ")
@@ -687,6 +714,7 @@ struct ReportPlan {
         let sums = Self.countNames.map { name in
             name == "unique_devices"
                 ? (needsDevices ? Self.cardinality("hll_union_agg(g.devices)") : "0::bigint")
+                : Self.audienceNames.contains(name) ? (needsAudience ? "coalesce(max(g.t_\(name)), 0)" : "0::bigint")
                 : "coalesce(sum(g.\(name)), 0)"
         }.joined(separator: ", ")
         return "SELECT \(unsafeRaw: sums), coalesce(sum(g.unrated), 0), min(g.missing_fx) FROM (\n\(grouped())\n) AS g"
@@ -767,6 +795,11 @@ struct ReportPlan {
         counts.reportedMicros = try integer(9)
         counts.estimatedMicros = try integer(10)
         counts.uniqueDevices = try count(11)
+        counts.activeDevices = try count(12)
+        counts.adViewers = try count(13)
+        counts.deviceDays = try count(14)
+        counts.viewerDays = try count(15)
+        counts.days = try count(16)
         return counts
     }
 

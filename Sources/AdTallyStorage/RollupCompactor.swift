@@ -290,24 +290,30 @@ public struct RollupCompactor: Sendable {
                 from_day = least(c.from_day, excluded.from_day), to_day = greatest(c.to_day, excluded.to_day), version = c.version + 1
             RETURNING 1
         ), devices AS (
-            -- Unique-device sketches (hll(11, 5), Migrations/0005) of the hashes the deltas carry.
-            SELECT app_id, bucket, network, format, hll_add_agg(h::hll_hashval, 11, 5) AS devices
-            FROM moved, unnest(moved.device_hashes) AS h GROUP BY 1, 2, 3, 4
+            -- Unique-device sketches (hll(11, 5), Migrations/0005) of the hashes the deltas
+            -- carry, and of the impressions' devices (the ad viewers, Migrations/0014):
+            -- a viewer is a device of the same row, so every viewers row has a devices row.
+            SELECT d.app_id, d.bucket, d.network, d.format, d.devices, v.viewers
+            FROM (SELECT app_id, bucket, network, format, hll_add_agg(h::hll_hashval, 11, 5) AS devices
+                  FROM moved, unnest(moved.device_hashes) AS h GROUP BY 1, 2, 3, 4) AS d
+            LEFT JOIN (SELECT app_id, bucket, network, format, hll_add_agg(h::hll_hashval, 11, 5) AS viewers
+                       FROM moved, unnest(moved.viewer_hashes) AS h GROUP BY 1, 2, 3, 4) AS v
+                USING (app_id, bucket, network, format)
         ), devices_15m AS (
-            INSERT INTO rollup_devices_15m_compacted AS r (app_id, bucket, network, format, devices)
-            SELECT app_id, bucket, network, format, devices FROM devices
-            ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET devices = hll_union(r.devices, excluded.devices)
+            INSERT INTO rollup_devices_15m_compacted AS r (app_id, bucket, network, format, devices, viewers)
+            SELECT app_id, bucket, network, format, devices, viewers FROM devices
+            ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET \(devicesUpdate)
             RETURNING 1
         ), devices_1h AS (
-            INSERT INTO rollup_devices_1h_compacted AS r (app_id, hour, network, format, devices)
-            SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, hll_union_agg(devices) FROM devices GROUP BY 1, 2, 3, 4
-            ON CONFLICT (app_id, hour, network, format) DO UPDATE SET devices = hll_union(r.devices, excluded.devices)
+            INSERT INTO rollup_devices_1h_compacted AS r (app_id, hour, network, format, devices, viewers)
+            SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, hll_union_agg(devices), hll_union_agg(viewers) FROM devices GROUP BY 1, 2, 3, 4
+            ON CONFLICT (app_id, hour, network, format) DO UPDATE SET \(devicesUpdate)
             RETURNING 1
         ), devices_day AS (
-            INSERT INTO rollup_devices_day_compacted AS r (app_id, day, network, format, devices)
-            SELECT d.app_id, (d.bucket AT TIME ZONE a.timezone)::date, d.network, d.format, hll_union_agg(d.devices)
+            INSERT INTO rollup_devices_day_compacted AS r (app_id, day, network, format, devices, viewers)
+            SELECT d.app_id, (d.bucket AT TIME ZONE a.timezone)::date, d.network, d.format, hll_union_agg(d.devices), hll_union_agg(d.viewers)
             FROM devices d JOIN apps a USING (app_id) GROUP BY 1, 2, 3, 4
-            ON CONFLICT (app_id, day, network, format) DO UPDATE SET devices = hll_union(r.devices, excluded.devices)
+            ON CONFLICT (app_id, day, network, format) DO UPDATE SET \(devicesUpdate)
             RETURNING 1
         )
         SELECT count(*)::bigint FROM moved
@@ -319,6 +325,13 @@ public struct RollupCompactor: Sendable {
         """
 
     static let pricedUpdate = "reported = r.reported + excluded.reported, estimated = r.estimated + excluded.estimated, unrated = r.unrated + excluded.unrated"
+
+    /// Sketches merged; a side without viewers (NULL) keeps the other's.
+    static let devicesUpdate = """
+        devices = hll_union(r.devices, excluded.devices), \
+        viewers = CASE WHEN r.viewers IS NULL THEN excluded.viewers WHEN excluded.viewers IS NULL THEN r.viewers \
+        ELSE hll_union(r.viewers, excluded.viewers) END
+        """
 
     static let unpricedUpdate = "impressions = r.impressions + excluded.impressions, taps = r.taps + excluded.taps"
 

@@ -49,6 +49,8 @@ struct RollupAccumulator {
         var revenueMicros: Int64 = 0, pricedEvents: Int64 = 0, unpricedImpressions: Int64 = 0, unpricedTaps: Int64 = 0
         /// Hashes of the events' devices (`DeviceHash`), repeats included until written.
         var devices: [Int64] = []
+        /// Hashes of the impressions' devices: the ad viewers (Migrations/0014).
+        var viewers: [Int64] = []
     }
 
     private var rows: [Key: Sums] = [:]
@@ -81,7 +83,7 @@ struct RollupAccumulator {
 
     /// rollup_delta's columns, in the order `write` appends them.
     static let columns = "app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps, "
-        + "action_cancels, expiries, wasted_fills, sessions, revenue_micros, priced_events, unpriced_impressions, unpriced_taps, device_hashes"
+        + "action_cancels, expiries, wasted_fills, sessions, revenue_micros, priced_events, unpriced_impressions, unpriced_taps, device_hashes, viewer_hashes"
 
     mutating func add(_ item: AppEvent) {
         let event = item.event
@@ -98,7 +100,11 @@ struct RollupAccumulator {
             rows[key] = Sums()
             _ = Self.count(event, into: &rows[key]!)
         }
-        if let device = event.device { rows[key]!.devices.append(DeviceHash.hash(device)) }
+        if let device = event.device {
+            let hash = DeviceHash.hash(device)
+            rows[key]!.devices.append(hash)
+            if event.type == .impression { rows[key]!.viewers.append(hash) }
+        }
     }
 
     /// Adds the event; false, changing nothing, when its revenue would overflow the row's sum.
@@ -132,7 +138,7 @@ struct RollupAccumulator {
     /// Appends the rows to `rollup_delta`.
     func write(on connection: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
-        var buffer = PostgresCopyBuffer(columns: 20, capacity: (rows.count + fullRows.count) * 200)
+        var buffer = PostgresCopyBuffer(columns: 21, capacity: (rows.count + fullRows.count) * 200)
         func appendRow(_ key: Key, _ sums: Sums) throws {
             let source = sources[Int(key.source)]
             try buffer.append(source.app)
@@ -156,6 +162,7 @@ struct RollupAccumulator {
             try buffer.appendInt32(sums.unpricedTaps)
             // A device seen twice in a group adds nothing to a sketch: send it once.
             buffer.append(int64Array: sums.devices.count > 1 ? Array(Set(sums.devices)) : sums.devices)
+            buffer.append(int64Array: sums.viewers.count > 1 ? Array(Set(sums.viewers)) : sums.viewers)
             buffer.endRow()
         }
         for (key, sums) in rows { try appendRow(key, sums) }

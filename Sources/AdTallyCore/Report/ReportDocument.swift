@@ -7,6 +7,22 @@ public struct ReportNotes: Sendable, Equatable {
         + "standard error 2.3%, so about 2 values in 3 are within ±2.3% of the exact count and 997 in 1,000 within ±6.9%; "
         + "a group with up to 160 distinct devices is counted exactly"
 
+    /// How far the audience metrics may be off (the same sketches, per local day).
+    public static let audienceBound = "active_devices, ad_viewers, dau, dav and the metrics over them (engagement_rate, arpdau, arpdav, "
+        + "impressions_per_dau, impressions_per_dav, sessions_per_dau) are estimated from the same HyperLogLog sketches, per local day of the "
+        + "report's zone: each day's count and each range-unique count has a standard error of 2.3% (997 in 1,000 within ±6.9%), "
+        + "and up to 160 distinct devices are counted exactly; dau and dav average those daily counts, so they are within the same bound"
+
+    /// Whose devices `active_devices` and `dau` are, when a row or filter names what a session does not.
+    public static func appAudience(_ query: ReportQuery) -> String? {
+        let named = Set(query.dimensions).union(query.filters.map(\.dimension))
+            .filter { [.network, .format, .placement, .size, .errorCode].contains($0) }
+        guard !named.isEmpty, query.metrics.contains(where: { $0.counts.contains(.activeDevices) || $0.counts.contains(.deviceDays) }) else { return nil }
+        let names = named.map(\.rawValue).sorted().joined(separator: ", ")
+        return "active_devices and dau (and engagement_rate, arpdau, impressions_per_dau, sessions_per_dau over them) are the app's, "
+            + "not the \(names)'s: a session (what makes a device active) names no \(names); ad_viewers and dav are the devices of the row's own impressions"
+    }
+
     /// How money is converted and rounded (DESIGN §3).
     public static func moneyRule(_ currency: String) -> String {
         "amounts are converted to \(currency) at the FX rate of their UTC date, summed exactly per row, UTC date and currency, "
@@ -231,7 +247,11 @@ public struct ReportDocument: Sendable {
         raw("],")
         key("provisional_days"); strings(notes.provisionalDays.map(ReportQuery.formatDate)); raw(",")
         key("cut_periods"); strings(ReportNotes.cutPeriods(query)); raw(",")
-        key("approximate"); strings(query.metrics.contains(.uniqueDevices) ? [ReportNotes.uniqueDevicesBound] : []); raw(",")
+        var approximate: [String] = []
+        if query.metrics.contains(.uniqueDevices) { approximate.append(ReportNotes.uniqueDevicesBound) }
+        if query.metrics.contains(where: \.isAudience) { approximate.append(ReportNotes.audienceBound) }
+        if let whose = ReportNotes.appAudience(query) { approximate.append(whose) }
+        key("approximate"); strings(approximate); raw(",")
         if let day = notes.rawEventsFrom {
             key("incomplete"); strings([
                 "there are raw events only from \(ReportQuery.formatDate(day)) (UTC) on (older ones were dropped by retention, or never sent): this report reads raw events, so days before that count nothing",

@@ -39,6 +39,12 @@ public enum ReportValueType: String, Sendable {
     case ratio
     /// A decimal string in the report currency's precision.
     case money
+    /// A decimal number that is not a fraction: an average per day or per device (DAU,
+    /// impressions per DAU); null when its denominator is 0.
+    case number
+    /// Money per device (ARPDAU): a decimal string with 4 more decimals than the report
+    /// currency's precision (at most 6, micros); null when no device was active.
+    case moneyPerDevice = "money_per_device"
     /// A relative change against the compared period (0.1 is +10%); null when the earlier value is 0 or missing.
     case change
 }
@@ -54,6 +60,16 @@ public enum ReportCount: Int, Sendable, CaseIterable {
     case estimatedMicros
     /// Distinct `device` values (a sketch's estimate: not additive across groups).
     case uniqueDevices
+    /// Distinct devices with any event, a `session` included, over the row's range (a sketch's estimate).
+    case activeDevices
+    /// Distinct devices with an impression over the row's range (a sketch's estimate).
+    case adViewers
+    /// The row's daily active devices summed over its days (device-days): DAU × days.
+    case deviceDays
+    /// The row's daily ad viewers summed over its days: DAV × days.
+    case viewerDays
+    /// The days of the report's range the row covers (1 for a date, the range's days without a time dimension).
+    case days
     /// Reported + estimated: derived, not a column of its own.
     case revenueMicros
 
@@ -66,6 +82,9 @@ public struct ReportCounts: Sendable, Equatable {
     public var taps: Int64 = 0, actionCancels: Int64 = 0, expiries: Int64 = 0, wastedFills: Int64 = 0
     public var sessions: Int64 = 0
     public var uniqueDevices: Int64 = 0
+    /// The audience (DESIGN §3): range-unique devices and viewers, and their daily
+    /// values summed over the row's days (device-days), and those days.
+    public var activeDevices: Int64 = 0, adViewers: Int64 = 0, deviceDays: Int64 = 0, viewerDays: Int64 = 0, days: Int64 = 0
     /// Money in micros of the report currency; wider than 64 bits because totals over years may be.
     public var reportedMicros: Int128 = 0, estimatedMicros: Int128 = 0
     /// Impressions and taps without reported revenue that no rate card entry priced.
@@ -78,11 +97,14 @@ public struct ReportCounts: Sendable, Equatable {
     public init() {}
 
     /// Adds another group's sums (two earlier rows that line up with one row). Unique
-    /// devices do not add up; the sum is an upper bound, which is what is left.
+    /// devices, active devices and ad viewers do not add up; the sum is an upper bound,
+    /// which is what is left. Device-days and days do add up over distinct days.
     public mutating func add(_ other: ReportCounts) {
         requests += other.requests; loads += other.loads; impressions += other.impressions; errors += other.errors
         taps += other.taps; actionCancels += other.actionCancels; expiries += other.expiries; wastedFills += other.wastedFills
         sessions += other.sessions
+        activeDevices += other.activeDevices; adViewers += other.adViewers
+        deviceDays += other.deviceDays; viewerDays += other.viewerDays; days += other.days
         uniqueDevices += other.uniqueDevices; reportedMicros += other.reportedMicros; estimatedMicros += other.estimatedMicros
         unratedEvents += other.unratedEvents
     }
@@ -102,6 +124,11 @@ public struct ReportCounts: Sendable, Equatable {
         case .reportedMicros: reportedMicros
         case .estimatedMicros: estimatedMicros
         case .uniqueDevices: Int128(uniqueDevices)
+        case .activeDevices: Int128(activeDevices)
+        case .adViewers: Int128(adViewers)
+        case .deviceDays: Int128(deviceDays)
+        case .viewerDays: Int128(viewerDays)
+        case .days: Int128(days)
         case .revenueMicros: revenueMicros
         }
     }
@@ -128,6 +155,15 @@ public enum ReportMetric: String, Sendable, CaseIterable {
     case ecpm, rpm
     case uniqueDevices = "unique_devices"
     case sessions
+    // The audience (DESIGN §3), in AdMob's, MAX's and LevelPlay's words.
+    case activeDevices = "active_devices"
+    case adViewers = "ad_viewers"
+    case dau, dav
+    case engagementRate = "engagement_rate"
+    case arpdau, arpdav
+    case impressionsPerDAU = "impressions_per_dau"
+    case impressionsPerDAV = "impressions_per_dav"
+    case sessionsPerDAU = "sessions_per_dau"
 
     /// DESIGN §4's default metrics.
     public static let defaults: [ReportMetric] = [.requests, .impressions, .fillRate, .taps, .ctr, .revenue, .ecpm]
@@ -142,6 +178,11 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case money(ReportCount)
         /// money × 1000 / denominator (eCPM, RPM); null when the denominator is 0.
         case moneyPerMille(ReportCount, ReportCount)
+        /// numerator / denominator, a quantity per device or per day (DAU, impressions per
+        /// DAU: not a fraction); null when the denominator is 0.
+        case average(ReportCount, ReportCount)
+        /// money / denominator, per device-day (ARPDAU); null when the denominator is 0.
+        case moneyPerDevice(ReportCount, ReportCount)
     }
 
     /// The definition (DESIGN §3).
@@ -168,14 +209,35 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .rpm: .moneyPerMille(.revenueMicros, .requests)
         case .uniqueDevices: .count(.uniqueDevices)
         case .sessions: .count(.sessions)
+        case .activeDevices: .count(.activeDevices)
+        case .adViewers: .count(.adViewers)
+        // The average over the row's days of each day's count: device-days / days.
+        case .dau: .average(.deviceDays, .days)
+        case .dav: .average(.viewerDays, .days)
+        // dav / dau: the days cancel out.
+        case .engagementRate: .ratio(.viewerDays, .deviceDays)
+        // revenue / dau / days = revenue / device-days; the same for the others.
+        case .arpdau: .moneyPerDevice(.revenueMicros, .deviceDays)
+        case .arpdav: .moneyPerDevice(.revenueMicros, .viewerDays)
+        case .impressionsPerDAU: .average(.impressions, .deviceDays)
+        case .impressionsPerDAV: .average(.impressions, .viewerDays)
+        case .sessionsPerDAU: .average(.sessions, .deviceDays)
         }
     }
+
+    /// Whether it is one of the audience metrics (DESIGN §3: from device sketches per
+    /// local day of the report's zone).
+    public var isAudience: Bool { !Set(counts).isDisjoint(with: [.activeDevices, .adViewers, .deviceDays, .viewerDays, .days]) }
+
+    /// Whether it averages daily values (then an hour cannot group it: an hour is no day).
+    public var isDailyAverage: Bool { !Set(counts).isDisjoint(with: [.deviceDays, .viewerDays]) }
 
     /// The counts the formula reads.
     public var counts: [ReportCount] {
         switch formula {
         case .count(let count), .money(let count): [count]
-        case .ratio(let numerator, let denominator), .moneyPerMille(let numerator, let denominator): [numerator, denominator]
+        case .ratio(let numerator, let denominator), .moneyPerMille(let numerator, let denominator),
+             .average(let numerator, let denominator), .moneyPerDevice(let numerator, let denominator): [numerator, denominator]
         }
     }
 
@@ -184,12 +246,14 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         switch formula {
         case .count: .integer
         case .ratio: .ratio
+        case .average: .number
         case .money, .moneyPerMille: .money
+        case .moneyPerDevice: .moneyPerDevice
         }
     }
 
     /// Whether it involves money (and so the report currency).
-    public var isMoney: Bool { valueType == .money }
+    public var isMoney: Bool { valueType == .money || valueType == .moneyPerDevice }
 
     /// The metric's value for a group's counts.
     public func value(_ counts: ReportCounts) -> MetricValue {
@@ -201,6 +265,10 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .moneyPerMille(let numerator, let denominator):
             // Kept as a fraction: rounded once, to the currency's digits, when shown.
             counts[denominator] == 0 ? .null : .micros(counts[numerator] * 1000, per: counts[denominator])
+        case .average(let numerator, let denominator):
+            counts[denominator] == 0 ? .null : .ratio(MetricValue.double(counts[numerator]) / MetricValue.double(counts[denominator]))
+        case .moneyPerDevice(let numerator, let denominator):
+            counts[denominator] == 0 ? .null : .micros(counts[numerator], per: counts[denominator])
         }
     }
 }

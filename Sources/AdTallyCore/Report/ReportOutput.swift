@@ -110,21 +110,28 @@ public struct ReportLayout: Sendable {
     private func forEachMetricCell(_ counts: ReportCounts, previous: ReportCounts?, _ body: (ReportCell) -> Void) {
         for metric in query.metrics {
             let value = metric.value(counts)
-            body(cell(value))
+            let digits = Self.digits(of: metric, currency: self.digits)
+            body(cell(value, digits: digits))
             if query.comparison != nil {
                 let earlier = metric.value(previous ?? ReportCounts())
-                body(cell(earlier))
+                body(cell(earlier, digits: digits))
                 body(cell(value.change(from: earlier)))
             }
         }
     }
 
-    func cell(_ value: MetricValue) -> ReportCell {
+    /// Decimals of a money metric: the currency's, and 4 more (at most micros) for money
+    /// per device, whose values are cents and less (an ARPDAU of $0.0123).
+    public static func digits(of metric: ReportMetric, currency digits: Int) -> Int {
+        metric.valueType == .moneyPerDevice ? min(digits + 4, 6) : digits
+    }
+
+    func cell(_ value: MetricValue, digits: Int? = nil) -> ReportCell {
         switch value {
         case .null: .null
         case .integer(let number): .integer(number)
         case .ratio(let number): number.isFinite ? .ratio(number) : .null
-        case .micros(let micros, let per): .money(micros: micros, per: per, digits: digits)
+        case .micros(let micros, let per): .money(micros: micros, per: per, digits: digits ?? self.digits)
         }
     }
 }

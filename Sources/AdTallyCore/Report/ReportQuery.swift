@@ -356,10 +356,17 @@ public struct ReportQuery: Sendable {
             comparison = value
         }
 
-        if comparison != nil, metrics.contains(.uniqueDevices) {
+        if comparison != nil, let metric = metrics.first(where: { [.uniqueDevices, .activeDevices, .adViewers].contains($0) }) {
             // Compared rows are matched in memory by their shifted keys, and two earlier rows can
-            // land on one (29 February, a repeated DST hour): counts add up, distinct devices do not.
-            throw ReportQueryError("compare", "cannot be used with unique_devices")
+            // land on one (29 February, a repeated DST hour): counts add up, distinct devices do not
+            // (daily values do: dau and the metrics over it compare).
+            throw ReportQueryError("compare", "cannot be used with \(metric.rawValue) (distinct devices over two merged periods do not add up; dau and dav compare)")
+        }
+        let hourly = dimensions.contains(.hour) || filters.contains { $0.dimension == .hour }
+        if hourly, let metric = metrics.first(where: \.isDailyAverage) {
+            throw ReportQueryError(
+                "metrics", "\(metric.rawValue) averages each local day's devices; an hour is not a day: group or filter by date, week or month (active_devices and ad_viewers count an hour's devices)"
+            )
         }
 
         var query = ReportQuery(

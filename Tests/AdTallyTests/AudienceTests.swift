@@ -1,0 +1,216 @@
+import AdTallyApp
+import AdTallyCore
+@testable import AdTallyStorage
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import TextFormats
+import Testing
+
+@Suite("Audience metrics: DAU, DAV and the metrics over them", .serialized)
+struct AudienceTests {
+    /// One event of the fixture, on local day 0, 1 or 2 of its app at a local time.
+    struct Local {
+        var day: Int
+        var hour: Int
+        var minute: Int
+        var type: EventType
+        var device: String
+        var network = "admob"
+    }
+
+    /// Three local days, hand-counted (times sit next to local midnights, where a zone's
+    /// day begins in the middle of a UTC hour or quarter):
+    /// - day 0: sessions A A B C C C; impressions A A (admob), B (iad); requests A B D (admob).
+    ///   Active {A B C D} = 4, viewers {A B} = 2 (admob {A}, iad {B}).
+    /// - day 1: sessions E E A; impressions E A (admob). Active {A E} = 2, viewers {A E} = 2.
+    /// - day 2: a session of F, no ad. Active {F} = 1, viewers none.
+    /// Every impression reports 1.00 USD.
+    static let fixture: [Local] = [
+        Local(day: 0, hour: 0, minute: 5, type: .session, device: "A"),
+        Local(day: 0, hour: 0, minute: 6, type: .request, device: "A"),
+        Local(day: 0, hour: 0, minute: 7, type: .impression, device: "A"),
+        Local(day: 0, hour: 12, minute: 0, type: .session, device: "A"),
+        Local(day: 0, hour: 12, minute: 1, type: .impression, device: "A"),
+        Local(day: 0, hour: 9, minute: 30, type: .session, device: "B"),
+        Local(day: 0, hour: 9, minute: 31, type: .request, device: "B"),
+        Local(day: 0, hour: 9, minute: 32, type: .impression, device: "B", network: "iad"),
+        Local(day: 0, hour: 23, minute: 50, type: .session, device: "C"),
+        Local(day: 0, hour: 23, minute: 51, type: .session, device: "C"),
+        Local(day: 0, hour: 23, minute: 52, type: .session, device: "C"),
+        Local(day: 0, hour: 23, minute: 53, type: .request, device: "D"),
+        Local(day: 1, hour: 0, minute: 1, type: .session, device: "E"),
+        Local(day: 1, hour: 0, minute: 2, type: .impression, device: "E"),
+        Local(day: 1, hour: 12, minute: 0, type: .session, device: "E"),
+        Local(day: 1, hour: 23, minute: 58, type: .session, device: "A"),
+        Local(day: 1, hour: 23, minute: 59, type: .impression, device: "A"),
+        Local(day: 2, hour: 0, minute: 0, type: .session, device: "F"),
+    ]
+
+    /// The fixture's events for local days starting at `first` in `zone`.
+    static func events(first: String, zone: String) -> [AdEvent] {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: zone)!
+        let start = ReportQuery.parseDate(first)!
+        return fixture.map { local in
+            let date = CivilTime.date(days: start + local.day)
+            let instant = calendar.date(from: DateComponents(year: date.year, month: date.month, day: date.day, hour: local.hour, minute: local.minute))!
+            let micros = Int64(instant.timeIntervalSince1970) * 1_000_000
+            if local.type == .session {
+                var event = Reports.event(.session, at: micros, network: "") { $0.device = local.device }
+                event.format = nil
+                event.placement = ""
+                event.platform = .ios
+                return event
+            }
+            return Reports.event(local.type, at: micros, network: local.network) { event in
+                event.device = local.device
+                event.platform = .ios
+                if local.type == .impression { event.revenueMicros = 1_000_000; event.currency = "USD" }
+            }
+        }
+    }
+
+    static let metrics = "dau,dav,active_devices,ad_viewers,engagement_rate,arpdau,arpdav,impressions_per_dau,impressions_per_dav,sessions_per_dau,sessions,impressions,revenue"
+
+    /// Cells by column name, for the row whose first cell is `key` (or the totals when nil).
+    static func values(_ body: [String: Any], _ key: String?) -> [String: String] {
+        let columns = (body["columns"] as? [[String: String]] ?? []).map { $0["name"]! }
+        func text(_ value: Any?) -> String { value == nil || value is NSNull ? "null" : "\(value!)" }
+        guard let key else {
+            let totals = body["totals"] as? [String: Any] ?? [:]
+            return Dictionary(uniqueKeysWithValues: totals.map { ($0.key, text($0.value)) })
+        }
+        guard let row = (body["rows"] as? [[Any]] ?? []).first(where: { "\($0[0])" == key }) else { return [:] }
+        return Dictionary(uniqueKeysWithValues: zip(columns, row.map(text)))
+    }
+
+    @Test("hand-computed DAU, DAV, ARPDAU and the rest: by date and over the range (average of daily vs range-unique), by network, in Kathmandu and across a DST day, from deltas, rollups and raw events")
+    func handComputed() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "holder")
+            // (app, its zone, the zone the report asks for, the first local day)
+            let cases = [
+                ("ktm", "Asia/Kathmandu", "Asia/Kathmandu", "2026-03-02"),
+                ("utc-ktm", "UTC", "Asia/Kathmandu", "2026-03-02"),
+                ("ny", "America/New_York", "America/New_York", "2026-03-07"),
+                ("utc-ny", "UTC", "America/New_York", "2026-03-07"),
+            ]
+            for (app, zone, reportZone, first) in cases {
+                _ = try await services.appStore.createApp(id: app, name: nil, timezone: zone, currency: "USD")
+                try await Reports.store(services, app: app, Self.events(first: first, zone: reportZone))
+            }
+            for compacted in [false, true] {
+                if compacted { try await services.compactor.compactOnce() }
+                for (app, _, reportZone, first) in cases {
+                    let day = ReportQuery.parseDate(first)!
+                    let (d0, d1, d2) = (ReportQuery.formatDate(day), ReportQuery.formatDate(day + 1), ReportQuery.formatDate(day + 2))
+                    let range = "apps=\(app)&tz=\(reportZone)&from=\(d0)&to=\(d2)&metrics=\(Self.metrics)"
+                    let label = "\(app) in \(reportZone), compacted: \(compacted)"
+                    // The rollups, then raw events (a filter on platform needs them).
+                    for raw in ["", "&platform=ios"] {
+                        let (status, byDate) = try await Reports.get(client, keys.admin, range + "&dimensions=date" + raw)
+                        #expect(status == .ok, "\(byDate)")
+                        let source = (byDate["notes"] as? [String: Any])?["source"] as? String ?? ""
+                        #expect(source.hasPrefix(raw.isEmpty ? "rollups" : "raw events"), "\(source)")
+                        #expect(Self.values(byDate, d0) == [
+                            "date": d0, "dau": "4", "dav": "2", "active_devices": "4", "ad_viewers": "2", "engagement_rate": "0.5",
+                            "arpdau": "0.750000", "arpdav": "1.500000", "impressions_per_dau": "0.75", "impressions_per_dav": "1.5",
+                            "sessions_per_dau": "1.5", "sessions": "6", "impressions": "3", "revenue": "3.00",
+                        ], "\(label) \(raw) day 0")
+                        #expect(Self.values(byDate, d1)["dau"] == "2" && Self.values(byDate, d1)["dav"] == "2", "\(label) \(raw) day 1")
+                        #expect(Self.values(byDate, d1)["arpdau"] == "1.000000" && Self.values(byDate, d1)["sessions_per_dau"] == "1.5", "\(label) \(raw) day 1")
+                        // A day with a session and no ad: active, not a viewer; its ratios over viewers are null.
+                        #expect(Self.values(byDate, d2) == [
+                            "date": d2, "dau": "1", "dav": "0", "active_devices": "1", "ad_viewers": "0", "engagement_rate": "0",
+                            "arpdau": "0.000000", "arpdav": "null", "impressions_per_dau": "0", "impressions_per_dav": "null",
+                            "sessions_per_dau": "1", "sessions": "1", "impressions": "0", "revenue": "0.00",
+                        ], "\(label) \(raw) day 2")
+                        // Over the range: the average of daily values (7 device-days / 3 days) is not the
+                        // range-unique count (6 devices: A B C D E F); both are right.
+                        let total: [String: String] = [
+                            "dau": "2.333333", "dav": "1.333333", "active_devices": "6", "ad_viewers": "3", "engagement_rate": "0.571429",
+                            "arpdau": "0.714286", "arpdav": "1.250000", "impressions_per_dau": "0.714286", "impressions_per_dav": "1.25",
+                            "sessions_per_dau": "1.428571", "sessions": "10", "impressions": "5", "revenue": "5.00",
+                        ]
+                        #expect(Self.values(byDate, nil) == total, "\(label) \(raw) totals")
+                        let (_, whole) = try await Reports.get(client, keys.admin, range + raw)
+                        #expect(Self.values(whole, nil) == total, "\(label) \(raw) no dimension, totals")
+                        #expect((whole["rows"] as? [[Any]])?.count == 1)
+                    }
+
+                    // By network: DAU is the app's (a session names no network), DAV the network's own viewers.
+                    let (_, byNetwork) = try await Reports.get(client, keys.admin, range + "&dimensions=network")
+                    let admob = Self.values(byNetwork, "admob"), iad = Self.values(byNetwork, "iad")
+                    #expect(admob["dau"] == "2.333333" && admob["active_devices"] == "6", "\(label) \(admob)")
+                    // admob's viewers: {A} on day 0, {A E} on day 1; iad's: {B} on day 0.
+                    #expect(admob["dav"] == "1" && admob["ad_viewers"] == "2" && admob["impressions_per_dav"] == "1.333333", "\(label) \(admob)")
+                    #expect(iad["dav"] == "0.333333" && iad["ad_viewers"] == "1" && iad["arpdav"] == "1.000000", "\(label) \(iad)")
+                    #expect(iad["arpdau"] == "0.142857", "\(label) \(iad)")
+                    #expect(Self.values(byNetwork, nil)["dav"] == "1.333333", "\(label) the totals are the app's")
+                    let approximate = (byNetwork["notes"] as? [String: Any])?["approximate"] as? [String] ?? []
+                    #expect(approximate.contains { $0.contains("are the app's") }, "\(approximate)")
+                    #expect(approximate.contains { $0.contains("2.3%") }, "\(approximate)")
+
+                    // A filter on one date: a one-day average.
+                    let (_, oneDay) = try await Reports.get(client, keys.admin, range + "&date=\(d1)")
+                    #expect(Self.values(oneDay, nil)["dau"] == "2" && Self.values(oneDay, nil)["active_devices"] == "2", "\(label)")
+                }
+            }
+
+            // Sorting by a derived metric.
+            let (status, sorted) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-04&dimensions=date&metrics=arpdau,dau&sort=-arpdau")
+            #expect(status == .ok)
+            #expect((sorted["rows"] as? [[Any]] ?? []).map { "\($0[0])" } == ["2026-03-03", "2026-03-02", "2026-03-04"])
+            // Compared: dau compares; distinct devices over a range do not.
+            let (compared, _) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-04&metrics=dau&compare=previous_period")
+            #expect(compared == .ok)
+            let (refused, body) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-04&metrics=active_devices&compare=previous_period")
+            #expect(refused == .badRequest && "\(body)".contains("active_devices"), "\(body)")
+            // An hour is not a day.
+            let (hourly, hourBody) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-02&dimensions=hour&metrics=dau")
+            #expect(hourly == .badRequest && "\(hourBody)".contains("metrics"), "\(hourBody)")
+            let hours = try await Reports.rows(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-02&dimensions=hour&metrics=active_devices,ad_viewers")
+            // Per hour: {A} at 00, {B} at 09, {A} at 12, {C D} at 23; viewers A, B, A.
+            #expect(hours.map { "\($0[1])/\($0[2])" } == ["1/1", "1/1", "1/1", "2/0"], "\(hours)")
+        }
+    }
+
+    @Test("sketches stay within their stated bound of exact count(DISTINCT device), daily and over the range")
+    func withinBound() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "big")
+            var random = SplitMix64(seed: 26)
+            let start = Reports.micros("2026-02-01T00:00:00Z")
+            var events: [AdEvent] = []
+            for _ in 0..<40_000 {
+                let micros = start + Int64(random.next() % (4 * 86_400)) * 1_000_000
+                let device = "device-\(random.next() % 12_000)"
+                let type: EventType = random.next() % 3 == 0 ? .impression : .request
+                events.append(Reports.event(type, at: micros) { $0.device = device })
+            }
+            try await Reports.store(services, app: "big", events)
+            try await services.compactor.compactOnce()
+            let exact = try await services.database.pool.query("""
+                SELECT (occurred_at AT TIME ZONE 'UTC')::date::text, count(DISTINCT device), count(DISTINCT device) FILTER (WHERE type = 'impression')
+                FROM events WHERE app_id = 'big' GROUP BY 1 ORDER BY 1
+                """).map { (try $0.decode(0, as: String.self), try $0.decode(1, as: Int.self), try $0.decode(2, as: Int.self)) }
+            let whole = try await services.database.pool.query("SELECT count(DISTINCT device) FROM events WHERE app_id = 'big'").first!.decode(0, as: Int.self)
+            let (_, body) = try await Reports.get(client, keys.admin, "apps=big&tz=UTC&from=2026-02-01&to=2026-02-04&dimensions=date&metrics=dau,dav,active_devices")
+            // 3 standard errors (2.3% each): the bound the notes state for 997 in 1,000.
+            func within(_ estimate: String?, _ truth: Int) -> Bool {
+                guard let value = Double(estimate ?? "") else { return false }
+                return abs(value - Double(truth)) <= 0.069 * Double(truth)
+            }
+            #expect(exact.count == 4)
+            for (day, devices, viewers) in exact {
+                let row = Self.values(body, day)
+                #expect(within(row["dau"], devices), "\(day): \(row) against \(devices)")
+                #expect(within(row["dav"], viewers), "\(day): \(row) against \(viewers)")
+            }
+            #expect(within(Self.values(body, nil)["active_devices"], whole), "\(Self.values(body, nil)) against \(whole)")
+            let average = Double(exact.map(\.1).reduce(0, +)) / 4
+            #expect(abs((Double(Self.values(body, nil)["dau"] ?? "") ?? 0) - average) <= 0.069 * average)
+        }
+    }
+}
