@@ -22,7 +22,7 @@ struct ReportPlan {
 
     /// Summed columns after the dimensions, in `ReportCount` order.
     static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "sessions", "reported_micros", "estimated_micros", "unique_devices",
-                             "active_devices", "ad_viewers", "device_days", "viewer_days", "days"]
+                             "active_devices", "ad_viewers", "device_days", "viewer_days", "days", "precise_micros"]
     /// The audience columns (`ReportCount.activeDevices` …): not summed over groups, but
     /// read from the audience CTEs (`audience`).
     static let audienceNames = ["active_devices", "ad_viewers", "device_days", "viewer_days", "days"]
@@ -66,7 +66,8 @@ struct ReportPlan {
         switch source {
         case .daily: "rollups: daily rows in the apps' own zone, and pending 15-minute deltas"
         case .hourly: "rollups: hourly rows for whole hours, 15-minute rows for hours a day or hour boundary of the zone cuts, and pending deltas"
-        case .raw: "raw events (\(query.usedDimensions.filter { !$0.isInRollups }.map(\.rawValue).sorted().joined(separator: ", ")) are not in the rollups)"
+        case .raw:
+            "raw events (\((query.usedDimensions.filter { !$0.isInRollups }.map(\.rawValue) + (needsPrecise ? ["precise_revenue_share"] : [])).sorted().joined(separator: ", ")) are not in the rollups)"
         }
     }
 
@@ -74,7 +75,7 @@ struct ReportPlan {
     var totalsColumn: Int { query.dimensions.count + Self.countColumns }
 
     /// Whether a metric reads revenue (then the revenue rollups are read and currencies checked).
-    var needsMoney: Bool { !needed.isDisjoint(with: [.revenueMicros, .reportedMicros, .estimatedMicros]) }
+    var needsMoney: Bool { !needed.isDisjoint(with: [.revenueMicros, .reportedMicros, .estimatedMicros, .preciseMicros]) }
 
     // MARK: - Fragments
 
@@ -138,8 +139,16 @@ struct ReportPlan {
         case .osVersion: return "e.os_version"
         case .appVersion: return "e.app_version"
         case .errorCode: return "e.error_code"
+        case .revenuePrecision: return Self.precisionExpression
         }
     }
+
+    /// An event's revenue precision: `unknown` when reported revenue came without one,
+    /// NULL for events without reported revenue.
+    static let precisionExpression = "CASE WHEN e.revenue_micros IS NOT NULL THEN coalesce(e.revenue_precision, 'unknown') END"
+
+    /// Whether precise reported revenue is asked for (raw events only: ReportQuery.isServedByRollups).
+    var needsPrecise: Bool { needed.contains(.preciseMicros) }
 
     /// `AND column = ANY(values)` for each filter on a stored column (`alias.column`):
     /// pushed into every part of the source.
@@ -157,6 +166,8 @@ struct ReportPlan {
             let column = filter.dimension == .app ? "app_id" : filter.dimension.rawValue
             if filter.dimension == .errorCode {
                 sql.append(" AND \(unsafeRaw: alias).\(unsafeRaw: column) = ANY(\(array: filter.values.compactMap { Int32($0) })::int[])")
+            } else if filter.dimension == .revenuePrecision {
+                sql.append(" AND \(unsafeRaw: Self.precisionExpression) = ANY(\(array: filter.values)::text[])")
             } else if filter.dimension == .country {
                 sql.append(" AND \(unsafeRaw: alias).country::text = ANY(\(array: filter.values)::text[])")
             } else {
@@ -477,7 +488,8 @@ struct ReportPlan {
                     \(unsafeRaw: money("CASE WHEN \(typed) THEN e.country::text END", else: "NULL::text")) AS country,
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'impression' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ui,
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'tap' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ut,
-                    \(unsafeRaw: sketch) AS devices, NULL::numeric AS est, NULL::bigint AS unrated_adjust
+                    \(unsafeRaw: sketch) AS devices, NULL::numeric AS est, NULL::bigint AS unrated_adjust,
+                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros
                 FROM events e
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """
@@ -509,7 +521,7 @@ struct ReportPlan {
         guard needsMoney else {
             let main: PostgresQuery = """
                 SELECT \(unsafeRaw: dimensionList)\(unsafeRaw: countSums("s")), 0::numeric AS reported_micros, 0::numeric AS estimated_micros,
-                    \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros),
+                    \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros), 0::numeric AS precise_micros,
                     0::bigint AS unrated, NULL::text AS missing_fx, \(unsafeRaw: devices) AS devices
                 FROM \(rows)\(unsafeRaw: groupBy)
                 """
@@ -534,7 +546,8 @@ struct ReportPlan {
                    \(unsafeRaw: Self.countList), s.devices,
                    \(unsafeRaw: RatePricing.reported("s", "s.revenue_micros")) AS reported,
                    coalesce(s.est, \(unsafeRaw: RatePricing.estimated("s.ui", "s.ut"))) AS estimated,
-                   coalesce(s.unrated_adjust, \(unsafeRaw: RatePricing.unrated("s", "s.ui", "s.ut"))) AS unrated
+                   coalesce(s.unrated_adjust, \(unsafeRaw: RatePricing.unrated("s", "s.ui", "s.ut"))) AS unrated,
+                   \(unsafeRaw: needsPrecise ? RatePricing.reported("s", "s.precise_micros") : "0::numeric") AS precise
             FROM \(rows)\(unsafeRaw: source == .raw || !distributed ? "" : "\nJOIN apps AS known ON known.app_id = s.app_id")
             \(unsafeRaw: RatePricing.join("s", prices: "prices"))
             """
@@ -545,7 +558,7 @@ struct ReportPlan {
         let bucketKeys = (names.map { "p.\($0)" } + ["p.u", "p.cur"]).joined(separator: ", ")
         let main = convertedSums(keys: names, buckets: """
             SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
-                   sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated
+                   sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated, sum(p.precise) AS precise
             FROM (
             \(priced)
             ) AS p
@@ -563,6 +576,10 @@ struct ReportPlan {
     /// over sorted input: `ReportGrain` streams them that way).
     func convertedSums(keys: [String], buckets: PostgresQuery) -> PostgresQuery {
         let rc = query.currency
+        // Precise reported revenue, converted and rounded as reported revenue is.
+        let precise: PostgresQuery = needsPrecise
+            ? "coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.precise ELSE adtally_div_half_even(s.precise * fx.to_rate, fx.from_rate) END), 0)"
+            : "0::numeric"
         let keyList = keys.map { "s.\($0), " }.joined()
         let groupBy = keys.isEmpty ? "" : "\nGROUP BY " + keys.map { "s.\($0)" }.joined(separator: ", ")
         let devices = needsDevices ? "hll_union_agg(s.devices)" : "NULL::hll"
@@ -570,7 +587,9 @@ struct ReportPlan {
             SELECT \(unsafeRaw: keyList)\(unsafeRaw: countSums("s")),
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.reported ELSE adtally_div_half_even(s.reported * fx.to_rate, fx.from_rate) END), 0) AS reported_micros,
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN adtally_div_half_even(s.estimated, 1) ELSE adtally_div_half_even(s.estimated * fx.to_rate, fx.from_rate) END), 0) AS estimated_micros,
-                \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros), coalesce(sum(s.unrated), 0)::bigint AS unrated,
+                \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros),
+                \(precise) AS precise_micros,
+                coalesce(sum(s.unrated), 0)::bigint AS unrated,
                 -- "date from missing": the currency of the bucket, and the one without a rate that day.
                 min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0)
                          THEN s.u::text || ' ' || s.cur || ' '
@@ -608,7 +627,7 @@ struct ReportPlan {
             case .metric(let metric):
                 let type: String
                 switch metric.formula {
-                case .count(let count): type = [.reportedMicros, .estimatedMicros, .revenueMicros].contains(count) ? "numeric" : "bigint"
+                case .count(let count): type = [.reportedMicros, .estimatedMicros, .revenueMicros, .preciseMicros].contains(count) ? "numeric" : "bigint"
                 case .money, .moneyPerMille, .moneyPerDevice: type = "numeric"
                 case .ratio, .average: type = "float8"
                 }
@@ -800,6 +819,7 @@ struct ReportPlan {
         counts.deviceDays = try count(14)
         counts.viewerDays = try count(15)
         counts.days = try count(16)
+        counts.preciseMicros = try integer(17)
         return counts
     }
 

@@ -213,4 +213,48 @@ struct AudienceTests {
             #expect(abs((Double(Self.values(body, nil)["dau"] ?? "") ?? 0) - average) <= 0.069 * average)
         }
     }
+
+    @Test("revenue_precision splits reported revenue, and the split sums to it; precise_revenue_share is the precise part of revenue, in the report currency")
+    func precision() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "prec")
+            let t = Reports.micros("2026-01-10T12:00:00Z")
+            func paid(_ type: EventType, _ micros: Int64, _ precision: RevenuePrecision?, currency: String = "USD") -> AdEvent {
+                Reports.event(type, at: t) { $0.revenueMicros = micros; $0.currency = currency; $0.revenuePrecision = precision }
+            }
+            // precise 1.00 + 0.10 (a tap), estimated 2.00, publisher_provided 0.25, none given 0.50 (unknown),
+            // 1.00 EUR precise (1.10 USD at the day's rate), and two requests without revenue.
+            let events = [
+                paid(.impression, 1_000_000, .precise), paid(.tap, 100_000, .precise), paid(.impression, 2_000_000, .estimated),
+                paid(.impression, 250_000, .publisherProvided), paid(.impression, 500_000, nil), paid(.impression, 1_000_000, .precise, currency: "EUR"),
+                Reports.event(.request, at: t), Reports.event(.request, at: t),
+            ]
+            try await Reports.store(services, app: "prec", events)
+            _ = try await services.database.pool.query("INSERT INTO fx_rates (day, base, currency, rate) VALUES ('2026-01-10', 'EUR', 'USD', 1.1), ('2026-01-10', 'EUR', 'EUR', 1)")
+            let query = "apps=prec&from=2026-01-10&to=2026-01-10&currency=USD&metrics=reported_revenue,revenue,precise_revenue_share,requests"
+            let (status, split) = try await Reports.get(client, keys.read, query + "&dimensions=revenue_precision")
+            #expect(status == .ok, "\(split)")
+            let rows = (split["rows"] as? [[Any]] ?? []).map { $0.map { $0 is NSNull ? "null" : "\($0)" } }
+            // NULL (the requests) sorts last.
+            #expect(rows == [
+                ["estimated", "2.00", "2.00", "0", "0"],
+                ["precise", "2.20", "2.20", "1", "0"],
+                ["publisher_provided", "0.25", "0.25", "0", "0"],
+                ["unknown", "0.50", "0.50", "0", "0"],
+                ["null", "0.00", "0.00", "null", "2"],
+            ], "\(rows)")
+            let totals = Self.values(split, nil)
+            #expect(totals["reported_revenue"] == "4.95" && totals["revenue"] == "4.95", "\(totals)")
+            #expect(totals["precise_revenue_share"] == "0.444444", "2.20 / 4.95: \(totals)")
+            let (_, whole) = try await Reports.get(client, keys.read, query)
+            #expect(Self.values(whole, nil)["precise_revenue_share"] == "0.444444")
+            let source = (whole["notes"] as? [String: Any])?["source"] as? String ?? ""
+            #expect(source.contains("precise_revenue_share"), "\(source)")
+            // A filter on a precision, and a bad one named.
+            let precise = try await Reports.rows(client, keys.read, query + "&revenue_precision=precise,unknown")
+            #expect(precise.first.map { "\($0[0])" } == "2.70")
+            let (bad, body) = try await Reports.get(client, keys.read, query + "&revenue_precision=exact")
+            #expect(bad == .badRequest && "\(body)".contains("revenue_precision"), "\(body)")
+        }
+    }
 }

@@ -4,6 +4,9 @@ public enum ReportDimension: String, Sendable, CaseIterable {
     case osVersion = "os_version"
     case appVersion = "app_version"
     case errorCode = "error_code"
+    /// How the network SDK knew a reported amount (DESIGN §2): precise, estimated,
+    /// publisher_provided, unknown (sent without one); null for events without reported revenue.
+    case revenuePrecision = "revenue_precision"
 
     /// A dimension of time in the report's zone.
     public var isTime: Bool { self == .date || self == .hour || self == .week || self == .month }
@@ -70,6 +73,8 @@ public enum ReportCount: Int, Sendable, CaseIterable {
     case viewerDays
     /// The days of the report's range the row covers (1 for a date, the range's days without a time dimension).
     case days
+    /// Reported revenue whose precision is `precise`, converted to the report currency, in micros.
+    case preciseMicros
     /// Reported + estimated: derived, not a column of its own.
     case revenueMicros
 
@@ -85,6 +90,8 @@ public struct ReportCounts: Sendable, Equatable {
     /// The audience (DESIGN §3): range-unique devices and viewers, and their daily
     /// values summed over the row's days (device-days), and those days.
     public var activeDevices: Int64 = 0, adViewers: Int64 = 0, deviceDays: Int64 = 0, viewerDays: Int64 = 0, days: Int64 = 0
+    /// The part of `reportedMicros` the SDKs called precise.
+    public var preciseMicros: Int128 = 0
     /// Money in micros of the report currency; wider than 64 bits because totals over years may be.
     public var reportedMicros: Int128 = 0, estimatedMicros: Int128 = 0
     /// Impressions and taps without reported revenue that no rate card entry priced.
@@ -105,6 +112,7 @@ public struct ReportCounts: Sendable, Equatable {
         sessions += other.sessions
         activeDevices += other.activeDevices; adViewers += other.adViewers
         deviceDays += other.deviceDays; viewerDays += other.viewerDays; days += other.days
+        preciseMicros += other.preciseMicros
         uniqueDevices += other.uniqueDevices; reportedMicros += other.reportedMicros; estimatedMicros += other.estimatedMicros
         unratedEvents += other.unratedEvents
     }
@@ -129,6 +137,7 @@ public struct ReportCounts: Sendable, Equatable {
         case .deviceDays: Int128(deviceDays)
         case .viewerDays: Int128(viewerDays)
         case .days: Int128(days)
+        case .preciseMicros: preciseMicros
         case .revenueMicros: revenueMicros
         }
     }
@@ -164,6 +173,8 @@ public enum ReportMetric: String, Sendable, CaseIterable {
     case impressionsPerDAU = "impressions_per_dau"
     case impressionsPerDAV = "impressions_per_dav"
     case sessionsPerDAU = "sessions_per_dau"
+    /// Reported revenue the SDKs called precise, as a share of revenue.
+    case preciseRevenueShare = "precise_revenue_share"
 
     /// DESIGN §4's default metrics.
     public static let defaults: [ReportMetric] = [.requests, .impressions, .fillRate, .taps, .ctr, .revenue, .ecpm]
@@ -222,6 +233,7 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .impressionsPerDAU: .average(.impressions, .deviceDays)
         case .impressionsPerDAV: .average(.impressions, .viewerDays)
         case .sessionsPerDAU: .average(.sessions, .deviceDays)
+        case .preciseRevenueShare: .ratio(.preciseMicros, .revenueMicros)
         }
     }
 

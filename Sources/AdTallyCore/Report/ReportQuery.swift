@@ -134,7 +134,7 @@ public struct ReportQuery: Sendable {
 
     /// Whether the rollups answer it exactly (else raw events are read).
     public var isServedByRollups: Bool {
-        usedDimensions.allSatisfy(\.isInRollups)
+        usedDimensions.allSatisfy(\.isInRollups) && !metrics.contains { $0.counts.contains(.preciseMicros) }
     }
 
     /// Number of days in the range.
@@ -412,6 +412,10 @@ public struct ReportQuery: Sendable {
             guard Int32(value) != nil else { throw ReportQueryError(name, "\"\(value)\" is not an integer") }
         case .format:
             guard AdFormat(rawValue: value) != nil else { throw ReportQueryError(name, "\"\(value)\" is not one of \(AdFormat.allCases.map(\.rawValue).joined(separator: ", "))") }
+        case .revenuePrecision:
+            guard RevenuePrecision(rawValue: value) != nil else {
+                throw ReportQueryError(name, "\"\(value)\" is not one of \(RevenuePrecision.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
         case .platform:
             guard Platform(rawValue: value) != nil else { throw ReportQueryError(name, "\"\(value)\" is not one of \(Platform.allCases.map(\.rawValue).joined(separator: ", "))") }
         default:
