@@ -56,3 +56,11 @@ FROM (
     FROM rollup_devices_15m_compacted q JOIN apps a USING (app_id) WHERE q.viewers IS NOT NULL GROUP BY 1, 2, 3, 4
 ) AS v
 WHERE r.app_id = v.app_id AND r.day = v.day AND r.network = v.network AND r.format = v.format;
+
+-- The Grafana series (Migrations/0007) carry the audience too: written by the report
+-- engine like every other column (ReportSeries.swift); NULL in hour rows (an hour is
+-- no day) and in rows written before this migration until they are written again.
+ALTER TABLE report_series ADD COLUMN sessions bigint, ADD COLUMN dau numeric, ADD COLUMN dav numeric,
+    ADD COLUMN engagement_rate double precision, ADD COLUMN arpdau numeric;
+-- Every app's series are due again, so the new columns fill at the next refresh.
+UPDATE report_series_refresh SET due_at = NULL;

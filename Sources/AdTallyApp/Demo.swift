@@ -246,8 +246,35 @@ public struct DemoLoader: Sendable {
                 guard at / 1_000_000 < end else { continue }
                 events += request(app, at: at, devices: devices, random: &random).filter { $0.1 / 1_000_000 < end }.map(\.0)
             }
+            // Sessions: the app coming to the foreground, a few times a day per device, from a
+            // pool a third larger than the ad devices' (some users never ask for an ad). Drawn
+            // from a generator of their own, so the ad traffic is the same as without them.
+            var sessionRandom = SplitMix64(seed: UInt64(truncatingIfNeeded: hourStart) &* 31 &+ UInt64(app.id.utf8.count))
+            for _ in 0..<(requests / 4) {
+                let at = hourStart * 1_000_000 + Int64(sessionRandom.nextDouble() * 3_600_000_000)
+                guard at / 1_000_000 < end else { continue }
+                events.append(session(app, at: at, device: Int(sessionRandom.next() % UInt64(devices + devices / 3))))
+            }
         }
         return events
+    }
+
+    /// A `session` event of a device (DESIGN §2: no network, format or placement).
+    static func session(_ app: DemoApp, at: Int64, device: Int) -> RawEvent {
+        let isIOS = device % 5 < 3
+        var raw = RawEvent()
+        raw.set("id", .string(UUID().uuidString.lowercased()))
+        raw.set("type", .string(EventType.session.rawValue))
+        raw.set("occurred_at", .string(timestamp(at)))
+        raw.set("platform", .string(isIOS ? "ios" : "android"))
+        raw.set("app_version", .string(["3.2.0", "3.3.0", "3.3.1"][min(2, device % 7 / 2)]))
+        raw.set("device", .string("\(app.id)-device-\(device)"))
+        return raw
+    }
+
+    /// RFC 3339 in UTC: PostgreSQL's "YYYY-MM-DD HH:MM:SS.ffffff+00" with a T and a Z.
+    static func timestamp(_ micros: Int64) -> String {
+        CivilTime.timestamp(micros: micros).replacingOccurrences(of: " ", with: "T").dropLast(3) + "Z"
     }
 
     /// One ad request and what followed it: (event, occurred_at micros).
@@ -272,8 +299,7 @@ public struct DemoLoader: Sendable {
             var raw = base
             raw.set("id", .string(UUID().uuidString.lowercased()))
             raw.set("type", .string(type.rawValue))
-            // RFC 3339 in UTC: PostgreSQL's "YYYY-MM-DD HH:MM:SS.ffffff+00" with a T and a Z.
-            raw.set("occurred_at", .string(CivilTime.timestamp(micros: micros).replacingOccurrences(of: " ", with: "T").dropLast(3) + "Z"))
+            raw.set("occurred_at", .string(timestamp(micros)))
             extra(&raw)
             out.append((raw, micros))
         }
@@ -303,6 +329,9 @@ public struct DemoLoader: Sendable {
                 // The SDK reports what this impression earned: eCPM / 1000, give or take.
                 raw.set("revenue_micros", .number(String(Int64(Double(ecpm) / 1000 * (0.6 + 0.8 * random.nextDouble())))))
                 raw.set("currency", .string("USD"))
+                // How the SDK knew it (AdMob's AdValue precision), by device: mostly precise.
+                let precision = ["precise", "precise", "precise", "precise", "precise", "precise", "estimated", "estimated", "publisher_provided", nil][device % 10]
+                if let precision { raw.set("revenue_precision", .string(precision)) }
             }
         }
         if isFullScreen, random.nextDouble() < 0.25 { event(.expiry, shown + 60_000_000) { $0.set("shown", .bool(true)) } }

@@ -52,6 +52,8 @@ public struct ReportSeriesWriter: Sendable {
     static let metrics: [ReportMetric] = [
         .requests, .impressions, .fillRate, .loads, .showRate, .errors, .errorRate, .taps, .ctr, .actionCancels, .cancelRate,
         .expiries, .expiryRate, .wastedFills, .revenue, .reportedRevenue, .estimatedRevenue, .ecpm, .rpm,
+        // The audience (Migrations/0014); an hour row has no daily average (NULL there).
+        .sessions, .dau, .dav, .engagementRate, .arpdau,
     ]
 
     /// Rewrites the recent series of every app; returns the rows written. An app
@@ -211,8 +213,9 @@ public struct ReportSeriesWriter: Sendable {
             }
             for byNetwork in networks.isEmpty ? [false] : [false, true] {
                 let names = parts[index].grain == "hour" ? hourNetworks : networks
+                let metrics = parts[index].grain == "hour" ? Self.metrics.filter { !$0.isDailyAverage } : Self.metrics
                 let document = try await page(
-                    parts[index].from, parts[index].to, dimension + (byNetwork ? [.network] : []), Self.metrics,
+                    parts[index].from, parts[index].to, dimension + (byNetwork ? [.network] : []), metrics,
                     extra: byNetwork ? [("network", names.joined(separator: ","))] : []
                 )
                 guard document.nextCursor == nil else {

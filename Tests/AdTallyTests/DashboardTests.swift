@@ -326,11 +326,12 @@ struct DashboardTests {
 
             // The engine's own numbers: a day's row equals the report API's for that day.
             let readable = try await services.reports.readableApps(only: nil)
-            let query = try ReportQuery.parse([("apps", "demo-puzzle"), ("days", "3"), ("dimensions", "date"), ("metrics", "requests,fill_rate,revenue")], readable: readable, isAdmin: true)
+            let query = try ReportQuery.parse([("apps", "demo-puzzle"), ("days", "3"), ("dimensions", "date"), ("metrics", "requests,fill_rate,revenue,dau,arpdau")], readable: readable, isAdmin: true)
             let page = try await services.reports.page(query)
             for row in page.rows {
                 let stored = try await services.database.pool.query("""
-                    SELECT requests, fill_rate::text, revenue::text FROM report_series WHERE app_id = 'demo-puzzle' AND grain = 'day' AND network = '*' AND period = \(row.dimensions[0]!)
+                    SELECT requests, fill_rate::text, revenue::text, dau::text, arpdau::text FROM report_series
+                    WHERE app_id = 'demo-puzzle' AND grain = 'day' AND network = '*' AND period = \(row.dimensions[0]!)
                     """)
                 let cells = page.layout.cells(row)
                 // A missing row fails the test; indexing it would trap the whole test process.
@@ -339,6 +340,9 @@ struct DashboardTests {
                 // As the API writes it (ratios to 6 decimals).
                 #expect(try Double(day.decode(1, as: String.self)) == Double(ReportText.plain(cells[2])))
                 #expect(try day.decode(2, as: String.self) == ReportText.plain(cells[3]))
+                // The demo's sessions make every day's DAU larger than 0.
+                #expect(try Double(day.decode(3, as: String.self)) == Double(ReportText.plain(cells[4])) && row.counts.deviceDays > 0)
+                #expect(try day.decode(4, as: String.self) == ReportText.plain(cells[5]))
             }
 
             var queries = 0
