@@ -180,6 +180,8 @@ def expected_values(base, key, app, start, end, hourly):
     networks = sorted(row["network"] for row in top)
     by_network, _ = rows(f"{grain},network", "revenue,ecpm", network=",".join(networks)) if networks else ([], None)
     expiries, _ = rows(grain, "expiries,wasted_fills", format="interstitial")
+    # The audience: daily averages by day; an hour is no day, so by hour the devices of each hour.
+    audience, _ = rows(grain, "active_devices,ad_viewers" if hourly else "dau,dav,engagement_rate,revenue,arpdau")
 
     def series(source, metric, count, network=None):
         values = {}
@@ -199,6 +201,10 @@ def expected_values(base, key, app, start, end, hourly):
         "expiries": {"all expiries (top part: shown)": series(expiries, "expiries", True), "never shown (wasted fills)": series(expiries, "wasted_fills", True)},
         "revenue": {network: series(by_network, "revenue", True, network) for network in networks},
         "ecpm": {network: series(by_network, "ecpm", False, network) for network in networks},
+        **({"audience": {"active devices": series(audience, "active_devices", True), "ad viewers": series(audience, "ad_viewers", True)}} if hourly else {
+            "audience": {"DAU": series(audience, "dau", False), "DAV": series(audience, "dav", False), "engagement rate": series(audience, "engagement_rate", False)},
+            "arpdau": {"revenue": series(audience, "revenue", True), "ARPDAU": series(audience, "arpdau", False)},
+        }),
     }
 
 

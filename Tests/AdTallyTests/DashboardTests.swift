@@ -58,7 +58,7 @@ struct DashboardTests {
             let page = try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: session])
             #expect(page.status == .ok)
             let html = String(buffer: page.body)
-            #expect(html.components(separatedBy: "<svg class=\"chart\"").count - 1 == 6)
+            #expect(html.components(separatedBy: "<svg class=\"chart\"").count - 1 == 8)
             #expect(html.contains("Asia/Kolkata") && !html.contains(read.secret))
             // A script may send its key instead of a cookie.
             #expect(try await client.execute(uri: "/dashboard", method: .get, headers: [.authorization: "Bearer \(read.secret)"]).status == .ok)

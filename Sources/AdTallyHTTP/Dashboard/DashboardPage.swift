@@ -3,7 +3,7 @@ import AdTallyStorage
 import Foundation
 
 /// The HTML of `/dashboard`: a form to pick the app and range, headline figures,
-/// six charts, and the table they are drawn from. Values and their text come from
+/// eight charts, and the table they are drawn from. Values and their text come from
 /// the report engine's documents (`ReportLayout`'s cells); this draws them.
 struct DashboardPage {
     /// The table's metrics; the first charts read them from the same rows.
@@ -20,6 +20,14 @@ struct DashboardPage {
     /// The networks drawn (those with the most revenue, then requests), and whether there are more.
     var topNetworks: [String] = []
     var hasMoreNetworks = false
+    /// The audience per period: by day DAU, DAV, engagement, revenue and ARPDAU; by
+    /// hour (an hour is no day) active devices and ad viewers.
+    var audience: ReportDocument?
+
+    /// The audience metrics the page reads for a grain.
+    static func audienceMetrics(_ grain: ReportDimension) -> [ReportMetric] {
+        grain == .hour ? [.activeDevices, .adViewers] : [.dau, .dav, .engagementRate, .revenue, .arpdau]
+    }
 
     // MARK: - Rows by category
 
@@ -142,7 +150,7 @@ struct DashboardPage {
     func charts() -> [SVGChart] {
         let categories = self.categories
         let labels = Self.labels(categories, grain: selection.grain)
-        let mainRows = Rows(main), expiryRows = Rows(expiries), networkRows = Rows(networks)
+        let mainRows = Rows(main), expiryRows = Rows(expiries), networkRows = Rows(networks), audienceRows = Rows(audience)
         let provisionalDays = Set((main?.notes.provisionalDays ?? []).map(ReportQuery.formatDate))
         let provisional = Set(categories.indices.filter { provisionalDays.contains(String(categories[$0].prefix(10))) })
         let currency = main?.layout.query.currency ?? selection.app.currency
@@ -174,7 +182,19 @@ struct DashboardPage {
                   networkNames.enumerated().map { index, name in line(networkRows, .revenue, name, colour: 5 + index, kind: .bar, network: name) }),
             chart("ecpm", "eCPM by network", .money(currency), "eCPM \(currency)",
                   networkNames.enumerated().map { index, name in line(networkRows, .ecpm, name, colour: 5 + index, network: name) }),
-        ]
+        ] + (selection.grain == .hour ? [
+            chart("audience", "Active devices and ad viewers per hour", .count, "devices", [
+                line(audienceRows, .activeDevices, "active devices", colour: 0), line(audienceRows, .adViewers, "ad viewers", colour: 1),
+            ]),
+        ] : [
+            chart("audience", "Daily active devices (DAU), ad viewers (DAV) and engagement (DAV / DAU)", .count, "devices", right: (.percent, "engagement %"), [
+                line(audienceRows, .dau, "DAU", colour: 0), line(audienceRows, .dav, "DAV", colour: 1),
+                line(audienceRows, .engagementRate, "engagement rate", colour: 3, axis: .right),
+            ]),
+            chart("arpdau", "Revenue and ARPDAU (revenue per daily active device)", .money(currency), "revenue \(currency)", right: (.money(currency), "ARPDAU \(currency)"), [
+                line(audienceRows, .revenue, "revenue", colour: 5, kind: .bar), line(audienceRows, .arpdau, "ARPDAU", colour: 2, axis: .right),
+            ]),
+        ])
     }
 
     // MARK: - HTML

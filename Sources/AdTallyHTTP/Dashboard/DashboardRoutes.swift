@@ -279,6 +279,7 @@ public struct DashboardRoutes: Sendable {
                 summary = nil
             }
             var page = DashboardPage(selection: selection, key: key, main: main, expiries: expiries, networks: networks)
+            page.audience = try await engine.page(try Self.query(selection, dimensions: [selection.grain], metrics: DashboardPage.audienceMetrics(selection.grain)))
             page.summary = summary
             page.topNetworks = topNetworks.sorted()
             page.hasMoreNetworks = top.nextCursor != nil
