@@ -17,6 +17,8 @@
 # 4. the same report as a plain GROUP BY over the raw events in psql (the plain
 #    PostgreSQL peer), and a check that both give the same numbers;
 #    the same report in EUR (conversion on) and unique_devices by date (30 days): p50;
+#    the audience (dau, dav, arpdau, impressions_per_dau by date, 30 days) and its peer,
+#    the plain date report: p50 (audience_p50_ms, date_report_p50_ms);
 # 5. one raw-served shape (7 days x country,placement, largest app): p50;
 # 6. a CSV export of every app's hour x app x network x format over 35 days,
 #    streamed: rows/s and the server's RSS (idle and peak), against psql \copy of
@@ -96,6 +98,9 @@ echo "== HTTP: the same report in EUR (every USD amount converted at its day's r
 fetch --url "$url?apps=bench-00&days=30&dimensions=date,network&currency=EUR" --count "$calls" --name fx | tee "$work/fx.txt"
 echo "== HTTP: unique_devices by date, largest app, 30 days, $calls calls"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=unique_devices" --count "$calls" --name uniques | tee "$work/uniques.txt"
+echo "== HTTP: the audience (dau, dav, arpdau, impressions per DAU) by date for the largest app, and its peer: the plain date report"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=dau,dav,arpdau,impressions_per_dau" --count "$calls" --name audience | tee "$work/audience.txt"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date" --count "$calls" --name date_report | tee "$work/date_report.txt"
 
 trace_summary
 
@@ -244,6 +249,9 @@ def read(name):
     return dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
 largest, median, raw, export, big = read("largest"), read("median"), read("raw"), read("export"), read("big_export")
 fx, uniques, nocard = read("fx"), read("uniques"), read("nocard")
+audience, date_report = read("audience"), read("date_report")
+print(f"ratio_audience_to_report_p50={float(audience['audience_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
+print(f"ratio_audience_to_date_report_p50={float(audience['audience_p50_ms']) / float(date_report['date_report_p50_ms']):.2f}")
 export_rate = float(export["export_lines_per_s"])
 print(f"ratio_raw_peer_to_report_p50={raw_peer / float(largest['largest_p50_ms']):.0f}")
 print(f"ratio_export_to_copy={export_rate / copy_rate:.2f}")
@@ -260,5 +268,6 @@ print("RESULT "
       f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f} "
       f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']} no_card_report_p50_ms={nocard['nocard_p50_ms']} "
       f"export_fair_copy_rows_per_s={fair_rate:.0f} series_cpu_s_per_min_1000_apps={series_cpu} card_change_visible_ms={card_visible} "
-      f"repriced_s={repriced} cli_report_ms={cli} big_export_rows_per_s={float(big['big_export_lines_per_s']):.0f}")
+      f"repriced_s={repriced} cli_report_ms={cli} big_export_rows_per_s={float(big['big_export_lines_per_s']):.0f} "
+      f"audience_p50_ms={audience['audience_p50_ms']} date_report_p50_ms={date_report['date_report_p50_ms']}")
 PY
