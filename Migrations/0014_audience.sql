@@ -64,3 +64,7 @@ ALTER TABLE report_series ADD COLUMN sessions bigint, ADD COLUMN dau numeric, AD
     ADD COLUMN engagement_rate double precision, ADD COLUMN arpdau numeric;
 -- Every app's series are due again, so the new columns fill at the next refresh.
 UPDATE report_series_refresh SET due_at = NULL;
+
+-- An automatic mediation policy may rank networks by ARPDAU (over whole UTC days) as
+-- well as by expected revenue per request (DESIGN §9).
+ALTER TABLE mediation_policies ADD COLUMN rank_by text NOT NULL DEFAULT 'rpm' CHECK (rank_by IN ('rpm', 'arpdau'));

@@ -615,6 +615,7 @@ paths:
                 window_hours: {type: integer, minimum: 1, maximum: 168}
                 min_requests: {type: integer, minimum: 1, maximum: 1000000000}
                 hysteresis: {type: number, minimum: 0, maximum: 10}
+                rank_by: {type: string, enum: [rpm, arpdau], description: "automatic: rank by expected revenue per 1000 requests (default) or by ARPDAU (then window_hours must be whole days)."}
                 max_age_seconds: {type: integer, minimum: 0, maximum: 86400}
       responses:
         "200":
@@ -874,6 +875,7 @@ components:
         window_hours: {type: integer}
         min_requests: {type: integer}
         hysteresis: {type: number}
+        rank_by: {type: string, enum: [rpm, arpdau]}
         max_age_seconds: {type: integer}
         updated_at: {type: [string, "null"], format: date-time}
     MediationAnswer:
@@ -907,6 +909,7 @@ components:
               fill_rate: {type: [number, "null"]}
               ecpm: {type: [string, "null"]}
               rpm: {type: [string, "null"], description: "Expected revenue per 1000 requests: fill × eCPM."}
+              arpdau: {type: [string, "null"], description: "Present when the policy ranks by ARPDAU: the network's revenue per daily active device of the app (null: no active device)."}
               revenue: {type: string}
               trusted: {type: boolean, description: "It had the policy's minimum requests in the window."}
         chosen_since: {type: string, format: date-time}

@@ -45,6 +45,11 @@ struct MediationTests {
         try #require(try await eventually { services.mediationRefresher.isLoaded }, "the first mediation pass never loaded")
     }
 
+    /// The field a policy's validation refuses, or nil.
+    static func refusedField(_ policy: MediationPolicy) -> String? {
+        do { _ = try policy.validated(); return nil } catch { return error.field }
+    }
+
     static let automatic = MediationPolicy(
         scope: MediationScope(app: "med"), rule: .automatic, networks: ["admob", "iad", "nend"], defaultNetwork: "admob", windowHours: 6,
         minRequests: 100, hysteresis: 0.1
@@ -415,6 +420,44 @@ struct MediationTests {
             let (stats, _) = try await services.mediationRefresher.stats(policy, app: ReportApp(id: "med", timezone: "UTC", currency: "USD"), now: Self.at(3))
             #expect(stats.map(\.network) == ["admob"])
             #expect(stats.first?.counts.requests == 150)
+        }
+    }
+
+    @Test("an automatic policy may rank by ARPDAU over whole days: the engine's arpdau picks the network RPM would not")
+    func ranksByARPDAU() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            _ = try await services.appStore.createApp(id: "med", name: nil)
+            // 10 active devices (their sessions); admob earns 0.40 USD on 200 requests (RPM 2.00),
+            // iad 0.60 on 400 (RPM 1.50): by RPM admob, by ARPDAU (0.04 against 0.06) iad.
+            let sessions = (0..<10).map { index in
+                var event = Reports.event(.session, at: Int64(Self.at(1).timeIntervalSince1970) * 1_000_000, network: "") { $0.device = "d\(index)" }
+                event.format = nil
+                event.placement = ""
+                return event
+            }
+            try await Reports.store(services, app: "med",
+                sessions + Self.traffic(network: "admob", hours: 0..<2, requests: 100, impressions: 10, revenueMicros: 20_000)
+                    + Self.traffic(network: "iad", hours: 0..<2, requests: 200, impressions: 50, revenueMicros: 6000)
+            )
+            var policy = Self.automatic
+            policy.windowHours = 24
+            policy.rankBy = .arpdau
+            _ = try await services.mediation.set(policy, actor: "test")
+            #expect(try await services.mediation.policies(app: "med").first?.policy.rankBy == .arpdau)
+            let app = ReportApp(id: "med", timezone: "UTC", currency: "USD")
+            let (stats, from) = try await services.mediationRefresher.stats(policy, app: app, now: Self.at(3))
+            #expect(from == Self.at(0), "whole UTC days: from the day's midnight")
+            let byARPDAU = MediationChooser.choose(policy, stats: stats, incumbent: nil, currency: "USD")
+            #expect(byARPDAU.network == "iad" && byARPDAU.reason.contains("ARPDAU") && byARPDAU.reason.contains("0.060000 USD"), "\(byARPDAU.reason)")
+            var byRPM = policy
+            byRPM.rankBy = .rpm
+            byRPM.windowHours = 6
+            let (hourly, _) = try await services.mediationRefresher.stats(byRPM, app: app, now: Self.at(3))
+            #expect(MediationChooser.choose(byRPM, stats: hourly, incumbent: nil, currency: "USD").network == "admob")
+            // DAU is per day, and only an automatic policy ranks.
+            policy.windowHours = 36
+            #expect(Self.refusedField(policy) == "window_hours")
+            #expect(Self.refusedField(MediationPolicy(scope: MediationScope(app: "med"), rule: .pinned, network: "admob", rankBy: .arpdau)) == "rank_by")
         }
     }
 }

@@ -13,11 +13,14 @@ public struct MediationAnswer: Sendable, Encodable {
         var fillRate: Double?
         var ecpm: String?
         var rpm: String?
+        /// Shown (null when no device was active) when the policy ranks by ARPDAU.
+        var arpdau: String?
+        var showsARPDAU = false
         var revenue: String
         var isTrusted: Bool
 
         enum CodingKeys: String, CodingKey {
-            case network, requests, impressions, fillRate = "fill_rate", ecpm, rpm, revenue, isTrusted = "trusted"
+            case network, requests, impressions, fillRate = "fill_rate", ecpm, rpm, arpdau, revenue, isTrusted = "trusted"
         }
 
         public func encode(to encoder: any Encoder) throws {
@@ -28,6 +31,7 @@ public struct MediationAnswer: Sendable, Encodable {
             try container.encode(fillRate, forKey: .fillRate)
             try container.encode(ecpm, forKey: .ecpm)
             try container.encode(rpm, forKey: .rpm)
+            if showsARPDAU { try container.encode(arpdau, forKey: .arpdau) }
             try container.encode(revenue, forKey: .revenue)
             try container.encode(isTrusted, forKey: .isTrusted)
         }
@@ -77,19 +81,21 @@ public struct MediationAnswer: Sendable, Encodable {
         var byNetwork = Dictionary(stats.map { ($0.network, $0) }, uniquingKeysWith: { a, _ in a })
         for name in policy.named where byNetwork[name] == nil { byNetwork[name] = MediationNetworkStats(network: name, counts: ReportCounts()) }
         let digits = Money.digits(currency)
-        func money(_ value: MetricValue) -> String? {
+        func money(_ value: MetricValue, _ metric: ReportMetric = .revenue) -> String? {
             guard case .micros(let micros, let per) = value else { return nil }
-            return Money.format(micros: micros, per: per, digits: digits)
+            return Money.format(micros: micros, per: per, digits: ReportLayout.digits(of: metric, currency: digits))
         }
         let named = Set(policy.named)
         let candidates = byNetwork.values.filter { line in
             line.network != EventValidator.otherNetwork && (named.contains(line.network) || policy.named.isEmpty || policy.rule == .automatic && policy.networks.isEmpty)
                 && (named.contains(line.network) || line.counts.requests >= policy.minRequests)
         }
-        networks = candidates.sorted { MediationChooser.order($1, $0) }.prefix(Self.maxLines).map { line in
+        networks = candidates.sorted { MediationChooser.order($1, $0, policy.rankBy) }.prefix(Self.maxLines).map { line in
             NetworkLine(
                 network: line.network, requests: line.counts.requests, impressions: line.counts.impressions, fillRate: line.fillRate.number,
-                ecpm: money(line.ecpm), rpm: money(line.expected), revenue: money(ReportMetric.revenue.value(line.counts)) ?? "0",
+                ecpm: money(line.ecpm), rpm: money(line.expected),
+                arpdau: money(line.arpdau, .arpdau), showsARPDAU: policy.rankBy == .arpdau,
+                revenue: money(ReportMetric.revenue.value(line.counts)) ?? "0",
                 isTrusted: line.counts.requests >= policy.minRequests
             )
         }

@@ -20,6 +20,11 @@ public struct MediationNetworkStats: Sendable, Equatable {
     public var expected: MetricValue { ReportMetric.rpm.value(counts) }
     /// `expected` as a number; nil without requests.
     public var expectedNumber: Double? { expected.number }
+    /// `arpdau` (DESIGN §3): the network's revenue per daily active device of the app.
+    public var arpdau: MetricValue { ReportMetric.arpdau.value(counts) }
+
+    /// What a policy ranks by, as a number; nil when undefined (no requests, no device).
+    func rankValue(_ rank: MediationRank) -> Double? { rank == .rpm ? expectedNumber : arpdau.number }
 }
 
 /// What decided a choice.
@@ -28,7 +33,7 @@ public enum MediationBasis: String, Sendable, Codable {
     case pinned
     /// A weighted policy's split.
     case weighted
-    /// The best expected revenue among the networks with enough data.
+    /// The best expected revenue (or ARPDAU) among the networks with enough data.
     case best
     /// The incumbent kept: no challenger beat it by more than the hysteresis.
     case kept
@@ -82,21 +87,25 @@ public enum MediationChooser {
         // `other` (events of networks the app never admitted, Migrations/0010) is no
         // network an app can show.
         let candidates = stats.filter { $0.network != EventValidator.otherNetwork && (allowed?.contains($0.network) ?? true) }
-        let trusted = candidates.filter { $0.counts.requests >= policy.minRequests && $0.expectedNumber != nil }
+        let rank = policy.rankBy
+        let trusted = candidates.filter { $0.counts.requests >= policy.minRequests && $0.rankValue(rank) != nil }
         let incumbent = rawIncumbent.flatMap { name in allowed == nil || allowed!.contains(name) ? name : nil }
-        let window = "in the last \(policy.windowHours) h"
+        let window = rank == .arpdau ? "in the last \(policy.windowHours / 24) UTC days" : "in the last \(policy.windowHours) h"
         func only(_ network: String, _ basis: MediationBasis, _ reason: String) -> MediationChoice {
             MediationChoice(network: network, weights: [(network, 1)], basis: basis, reason: reason)
         }
-        func money(_ stats: MediationNetworkStats) -> String {
-            guard case .micros(let micros, let per) = stats.expected else { return "–" }
-            return Money.format(micros: micros, per: per, digits: Money.digits(currency)) + " " + currency
+        func money(_ value: MetricValue, _ metric: ReportMetric) -> String {
+            guard case .micros(let micros, let per) = value else { return "–" }
+            return Money.format(micros: micros, per: per, digits: ReportLayout.digits(of: metric, currency: Money.digits(currency))) + " " + currency
         }
         func describe(_ stats: MediationNetworkStats) -> String {
+            if rank == .arpdau {
+                return "\(stats.network) \(money(stats.arpdau, .arpdau)) per daily active device (\(stats.counts.requests) requests)"
+            }
             let fill = stats.fillRate.number.map { MediationPolicy.percent($0) } ?? "–"
-            return "\(stats.network) \(money(stats)) per 1000 requests (fill \(fill) of \(stats.counts.requests))"
+            return "\(stats.network) \(money(stats.expected, .rpm)) per 1000 requests (fill \(fill) of \(stats.counts.requests))"
         }
-        guard let best = trusted.max(by: { order($0, $1) }) else {
+        guard let best = trusted.max(by: { order($0, $1, rank) }) else {
             let thin: String
             if let unreadable {
                 thin = "the window's numbers could not be read (\(unreadable))"
@@ -110,15 +119,16 @@ public enum MediationChooser {
             let fallback = policy.defaultNetwork ?? ""
             return only(fallback, .defaultNetwork, "\(thin) and nothing was chosen before: the policy's default, \(fallback)")
         }
-        let bestText = "highest expected revenue (fill × eCPM) \(window) among networks with ≥ \(policy.minRequests) requests: \(describe(best))"
+        let measure = rank == .arpdau ? "ARPDAU (revenue per daily active device)" : "expected revenue (fill × eCPM)"
+        let bestText = "highest \(measure) \(window) among networks with ≥ \(policy.minRequests) requests: \(describe(best))"
         guard let incumbent, incumbent != best.network else {
             return only(best.network, .best, bestText)
         }
-        guard let current = trusted.first(where: { $0.network == incumbent }), let currentValue = current.expectedNumber else {
+        guard let current = trusted.first(where: { $0.network == incumbent }), let currentValue = current.rankValue(rank) else {
             let had = candidates.first { $0.network == incumbent }?.counts.requests ?? 0
             return only(best.network, .best, "\(bestText); the last choice, \(incumbent), had \(had) requests \(window), too few to keep it")
         }
-        let bestValue = best.expectedNumber ?? 0
+        let bestValue = best.rankValue(rank) ?? 0
         if bestValue > currentValue * (1 + policy.hysteresis) {
             return only(best.network, .best, "\(bestText); it beats the last choice, \(describe(current)), by more than the \(MediationPolicy.percent(policy.hysteresis)) hysteresis")
         }
@@ -128,10 +138,10 @@ public enum MediationChooser {
         )
     }
 
-    /// Ascending order for `max`: expected revenue, then requests, then the name
+    /// Ascending order for `max`: the ranked value, then requests, then the name
     /// backwards (so that ties go to the alphabetically first network).
-    static func order(_ a: MediationNetworkStats, _ b: MediationNetworkStats) -> Bool {
-        let (x, y) = (a.expectedNumber ?? 0, b.expectedNumber ?? 0)
+    static func order(_ a: MediationNetworkStats, _ b: MediationNetworkStats, _ rank: MediationRank) -> Bool {
+        let (x, y) = (a.rankValue(rank) ?? 0, b.rankValue(rank) ?? 0)
         if x != y { return x < y }
         if a.counts.requests != b.counts.requests { return a.counts.requests < b.counts.requests }
         return a.network > b.network

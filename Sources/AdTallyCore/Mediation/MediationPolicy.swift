@@ -10,6 +10,15 @@ public enum MediationRule: String, Sendable, Codable, CaseIterable {
     case automatic
 }
 
+/// What an automatic policy ranks networks by (DESIGN §9, §3).
+public enum MediationRank: String, Sendable, Codable, CaseIterable {
+    /// Expected revenue per 1000 requests: fill × eCPM (`rpm`), over a window of hours.
+    case rpm
+    /// Revenue per daily active device (`arpdau`; a network's revenue over the app's DAU),
+    /// over a window of whole UTC days.
+    case arpdau
+}
+
 /// Which requests a policy answers: an app, and optionally one placement and/or one
 /// country of it (nil: every one). The most specific policy that matches wins.
 public struct MediationScope: Sendable, Hashable {
@@ -82,6 +91,8 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     public var minRequests: Int64
     /// `automatic`: the fraction by which a challenger must beat the incumbent's expected revenue.
     public var hysteresis: Double
+    /// `automatic`: what networks are ranked by.
+    public var rankBy: MediationRank
     /// Seconds an app may keep the answer (`Cache-Control: max-age`).
     public var maxAgeSeconds: Int
     /// When it was last set (nil before it is stored).
@@ -96,8 +107,9 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     public init(
         scope: MediationScope, rule: MediationRule, network: String? = nil, weights: [String: Int]? = nil, networks: [String] = [],
         defaultNetwork: String? = nil, windowHours: Int = defaultWindowHours, minRequests: Int64 = defaultMinRequests,
-        hysteresis: Double = defaultHysteresis, maxAgeSeconds: Int = defaultMaxAgeSeconds, updatedAt: Date? = nil
+        hysteresis: Double = defaultHysteresis, rankBy: MediationRank = .rpm, maxAgeSeconds: Int = defaultMaxAgeSeconds, updatedAt: Date? = nil
     ) {
+        self.rankBy = rankBy
         self.scope = scope
         self.rule = rule
         self.network = network
@@ -146,6 +158,10 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         try refuse(weights != nil && rule != .weighted, "weights", "weighted")
         try refuse(!networks.isEmpty && rule != .automatic, "networks", "automatic")
         try refuse(defaultNetwork != nil && rule != .automatic, "default", "automatic")
+        try refuse(rankBy != .rpm && rule != .automatic, "rank_by", "automatic")
+        if rankBy == .arpdau, windowHours % 24 != 0 {
+            throw .init("window_hours", "must be whole days (24, 48 … 168) with rank_by arpdau: DAU is counted per day")
+        }
         guard (1...Self.maxWindowHours).contains(windowHours) else { throw .init("window_hours", "must be a whole number from 1 to \(Self.maxWindowHours)") }
         guard (1...1_000_000_000).contains(minRequests) else { throw .init("min_requests", "must be a whole number from 1 to 1000000000") }
         guard hysteresis.isFinite, (0...10).contains(hysteresis) else { throw .init("hysteresis", "must be a fraction from 0 to 10 (0.1: a challenger must be 10% better)") }
@@ -170,7 +186,8 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
             text = "weighted " + (weights ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         case .automatic:
             let over = networks.isEmpty ? "any network" : networks.joined(separator: ", ")
-            text = "automatic over \(over) (\(windowHours) h window, ≥ \(minRequests) requests, \(Self.percent(hysteresis)) hysteresis, default \(defaultNetwork ?? "?"))"
+            let window = rankBy == .arpdau ? "ARPDAU over \(windowHours / 24) d" : "\(windowHours) h window"
+            text = "automatic over \(over) (\(window), ≥ \(minRequests) requests, \(Self.percent(hysteresis)) hysteresis, default \(defaultNetwork ?? "?"))"
         }
         return maxAgeSeconds == Self.defaultMaxAgeSeconds ? text : text + ", max-age \(maxAgeSeconds) s"
     }
@@ -184,7 +201,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     enum CodingKeys: String, CodingKey {
         case app, placement, country, rule, network, weights, networks
         case defaultNetwork = "default"
-        case windowHours = "window_hours", minRequests = "min_requests", hysteresis
+        case windowHours = "window_hours", minRequests = "min_requests", hysteresis, rankBy = "rank_by"
         case maxAgeSeconds = "max_age_seconds", updatedAt = "updated_at"
     }
 
@@ -193,7 +210,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     public init(from decoder: any Decoder) throws {
         // A misspelt field would otherwise leave its default in place without a word.
         for key in try decoder.container(keyedBy: AnyCodingKey.self).allKeys where CodingKeys(stringValue: key.stringValue) == nil {
-            throw FieldError(key.stringValue, "is not a policy field; the fields are app, placement, country, rule, network, weights, networks, default, window_hours, min_requests, hysteresis, max_age_seconds")
+            throw FieldError(key.stringValue, "is not a policy field; the fields are app, placement, country, rule, network, weights, networks, default, window_hours, min_requests, hysteresis, rank_by, max_age_seconds")
         }
         let container = try decoder.container(keyedBy: CodingKeys.self)
         scope = MediationScope(
@@ -223,6 +240,9 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         windowHours = try whole(.windowHours) ?? Self.defaultWindowHours
         minRequests = try whole(.minRequests).map(Int64.init) ?? Self.defaultMinRequests
         hysteresis = try container.decodeIfPresent(Double.self, forKey: .hysteresis) ?? Self.defaultHysteresis
+        let rankText = try container.decodeIfPresent(String.self, forKey: .rankBy) ?? MediationRank.rpm.rawValue
+        guard let rankBy = MediationRank(rawValue: rankText) else { throw FieldError("rank_by", "must be rpm or arpdau") }
+        self.rankBy = rankBy
         maxAgeSeconds = try whole(.maxAgeSeconds) ?? Self.defaultMaxAgeSeconds
         updatedAt = nil
     }
@@ -241,6 +261,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         try container.encode(windowHours, forKey: .windowHours)
         try container.encode(minRequests, forKey: .minRequests)
         try container.encode(hysteresis, forKey: .hysteresis)
+        try container.encode(rankBy, forKey: .rankBy)
         try container.encode(maxAgeSeconds, forKey: .maxAgeSeconds)
         try container.encode(updatedAt, forKey: .updatedAt)
     }

@@ -277,18 +277,23 @@ public final class MediationRefresher: Sendable {
     /// Each network's numbers in a policy's window — from the start of the UTC hour
     /// `windowHours` hours before `now`'s to `now` — summed by the report engine: a
     /// network report in UTC over the window's days, filtered to the window's hours.
+    /// Ranked by ARPDAU, the window is whole UTC days (`windowHours / 24` of them, today
+    /// the last): DAU is counted per day.
     public func stats(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> (stats: [MediationNetworkStats], from: Date) {
         let hours = Self.windowHours(policy, now: now)
+        // ARPDAU is per day: its window is the last whole UTC days (today's so far the last).
+        let days = policy.rankBy == .arpdau ? (hours.upperBound / 24 - policy.windowHours / 24 + 1)...(hours.upperBound / 24) : nil
         var parameters = [
-            ("apps", app.id), ("tz", "UTC"), ("from", ReportQuery.formatDate(hours.lowerBound / 24)), ("to", ReportQuery.formatDate(hours.upperBound / 24)),
-            ("dimensions", "network"), ("metrics", "requests,impressions,revenue"), ("limit", String(ReportQuery.maxLimit)),
+            ("apps", app.id), ("tz", "UTC"),
+            ("from", ReportQuery.formatDate(days?.lowerBound ?? hours.lowerBound / 24)), ("to", ReportQuery.formatDate(hours.upperBound / 24)),
+            ("dimensions", "network"), ("metrics", "requests,impressions,revenue" + (days == nil ? "" : ",arpdau")), ("limit", String(ReportQuery.maxLimit)),
         ]
         // Only the policy's candidates: the networks it names (an automatic policy without
         // a list may choose any the app admitted, Migrations/0010, at most 64).
         if !(policy.rule == .automatic && policy.networks.isEmpty) { parameters.append(("network", policy.named.joined(separator: ","))) }
         var query = try ReportQuery.parse(parameters, readable: [app], isAdmin: true, now: now)
         // Set as they are: the parameters' syntax would split a placement at its commas.
-        query.filters.append((.hour, hours.map(Self.hourText)))
+        if days == nil { query.filters.append((.hour, hours.map(Self.hourText))) }
         if let placement = policy.scope.placement { query.filters.append((.placement, [placement])) }
         if let country = policy.scope.country { query.filters.append((.country, [country])) }
         let page = try await engine.page(query)
@@ -296,7 +301,7 @@ public final class MediationRefresher: Sendable {
             throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) networks in the window of \(policy.scope.description)")
         }
         let stats = page.rows.compactMap { row in row.dimensions[0].map { MediationNetworkStats(network: $0, counts: row.counts) } }
-        return (stats, Date(timeIntervalSince1970: Double(hours.lowerBound * 3600)))
+        return (stats, Date(timeIntervalSince1970: Double(days.map { $0.lowerBound * 86_400 } ?? hours.lowerBound * 3600)))
     }
 
     /// An hour's start as the engine writes it in UTC: `2026-11-23T15:00:00+00:00`.

@@ -94,7 +94,7 @@ public struct MediationStore: Sendable {
 
     static let columns = """
         app_id, placement, country, rule, network, weights::text, to_json(networks)::text, default_network, window_hours, min_requests,
-        hysteresis, max_age_seconds, updated_at, chosen, chosen_since, decision, decided_at
+        hysteresis, max_age_seconds, updated_at, chosen, chosen_since, decision, decided_at, rank_by
         """
 
     static func decode(_ row: PostgresRow) throws -> StoredMediationPolicy {
@@ -106,7 +106,7 @@ public struct MediationStore: Sendable {
             scope: MediationScope(app: try row.decode(0), placement: placement.isEmpty ? nil : placement, country: country.isEmpty ? nil : country),
             rule: MediationRule(rawValue: try row.decode(3)) ?? .pinned, network: try row.decode(4), weights: weights, networks: networks,
             defaultNetwork: try row.decode(7), windowHours: try row.decode(8), minRequests: try row.decode(9), hysteresis: try row.decode(10),
-            maxAgeSeconds: try row.decode(11), updatedAt: try row.decode(12)
+            rankBy: MediationRank(rawValue: try row.decode(17)) ?? .rpm, maxAgeSeconds: try row.decode(11), updatedAt: try row.decode(12)
         )
         return StoredMediationPolicy(policy: policy, chosen: try row.decode(13), chosenSince: try row.decode(14), decision: try row.decode(15), decidedAt: try row.decode(16))
     }
@@ -142,14 +142,14 @@ public struct MediationStore: Sendable {
                 }
                 try connection.query("""
                     INSERT INTO mediation_policies (app_id, placement, country, rule, network, weights, networks, default_network, window_hours,
-                                                    min_requests, hysteresis, max_age_seconds)
+                                                    min_requests, hysteresis, max_age_seconds, rank_by)
                     VALUES (\(scope.app), \(scope.placement ?? ""), \(scope.country ?? ""), \(policy.rule.rawValue), \(policy.network), \(weights)::jsonb,
                             \(array: policy.networks)::text[], \(policy.defaultNetwork), \(policy.windowHours), \(policy.minRequests), \(policy.hysteresis),
-                            \(policy.maxAgeSeconds))
+                            \(policy.maxAgeSeconds), \(policy.rankBy.rawValue))
                     ON CONFLICT (app_id, placement, country) DO UPDATE SET
                         rule = excluded.rule, network = excluded.network, weights = excluded.weights, networks = excluded.networks,
                         default_network = excluded.default_network, window_hours = excluded.window_hours, min_requests = excluded.min_requests,
-                        hysteresis = excluded.hysteresis, max_age_seconds = excluded.max_age_seconds, updated_at = excluded.updated_at
+                        hysteresis = excluded.hysteresis, max_age_seconds = excluded.max_age_seconds, rank_by = excluded.rank_by, updated_at = excluded.updated_at
                     """)
                 // Read back, not RETURNING: Citus refuses non-IMMUTABLE functions (to_json,
                 // clock_timestamp) in a write's RETURNING and DO UPDATE SET; the default
@@ -218,7 +218,7 @@ public struct MediationStore: Sendable {
                 """).first else { return .policyDeleted }
             let current = try Self.decode(row)
             guard current.policy.updatedAt == policyUpdatedAt else { return .policyChanged }
-            let now: Date = try row.decode(17)
+            let now: Date = try row.decode(18)
             let choice = decide(current.chosen)
             let changed = choice.network != current.chosen
             let since = changed ? now : current.chosenSince ?? now
