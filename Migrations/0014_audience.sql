@@ -25,9 +25,13 @@
 -- What it costs: measured on `adtally demo` data (see the numbers below, from
 -- `make measure-audience`), per app-month.
 --
--- History: the viewers of impressions still kept as raw events are sketched below;
--- impressions older than the raw events kept have no viewer sketch, so ad_viewers
--- and DAV read 0 there (the report's notes say from when raw events are kept).
+-- History: the viewers of impressions still kept as raw events are sketched below (into
+-- rows compacted already, and into new rows for deltas still pending: their devices
+-- join when the compactor folds them); impressions older than the raw events kept have
+-- no viewer sketch, so ad_viewers and DAV read 0 there, and a report whose range starts
+-- before `id_horizon.viewers_from` says so in its notes (`incomplete`). Deltas written
+-- by a server of the previous version during a rolling upgrade carry no viewer hashes:
+-- their impressions' devices count as active, not as viewers.
 
 ALTER TABLE rollup_delta ADD COLUMN viewer_hashes bigint[];
 
@@ -35,27 +39,30 @@ ALTER TABLE rollup_devices_15m_compacted ADD COLUMN viewers hll;
 ALTER TABLE rollup_devices_1h_compacted ADD COLUMN viewers hll;
 ALTER TABLE rollup_devices_day_compacted ADD COLUMN viewers hll;
 
-UPDATE rollup_devices_15m_compacted r SET viewers = v.viewers
-FROM (
-    SELECT app_id, date_bin('15 minutes', occurred_at, TIMESTAMPTZ '1970-01-01 00:00:00+00') AS bucket, network, format,
-           hll_add_agg(hll_hash_text(device), 11, 5) AS viewers
-    FROM events WHERE type = 'impression' AND device IS NOT NULL GROUP BY 1, 2, 3, 4
-) AS v
-WHERE r.app_id = v.app_id AND r.bucket = v.bucket AND r.network = v.network AND r.format = v.format;
+-- A new row (its deltas pending) gets the viewers as its devices too: a subset of them,
+-- and the rest join when the compactor folds the deltas.
+INSERT INTO rollup_devices_15m_compacted AS r (app_id, bucket, network, format, devices, viewers)
+SELECT app_id, date_bin('15 minutes', occurred_at, TIMESTAMPTZ '1970-01-01 00:00:00+00'), network, format,
+       hll_add_agg(hll_hash_text(device), 11, 5), hll_add_agg(hll_hash_text(device), 11, 5)
+FROM events WHERE type = 'impression' AND device IS NOT NULL GROUP BY 1, 2, 3, 4
+ON CONFLICT (app_id, bucket, network, format) DO UPDATE SET viewers = excluded.viewers;
 
-UPDATE rollup_devices_1h_compacted r SET viewers = v.viewers
-FROM (
-    SELECT app_id, date_trunc('hour', bucket, 'UTC') AS hour, network, format, hll_union_agg(viewers) AS viewers
-    FROM rollup_devices_15m_compacted WHERE viewers IS NOT NULL GROUP BY 1, 2, 3, 4
-) AS v
-WHERE r.app_id = v.app_id AND r.hour = v.hour AND r.network = v.network AND r.format = v.format;
+INSERT INTO rollup_devices_1h_compacted AS r (app_id, hour, network, format, devices, viewers)
+SELECT app_id, date_trunc('hour', bucket, 'UTC'), network, format, hll_union_agg(viewers), hll_union_agg(viewers)
+FROM rollup_devices_15m_compacted WHERE viewers IS NOT NULL GROUP BY 1, 2, 3, 4
+ON CONFLICT (app_id, hour, network, format) DO UPDATE SET viewers = excluded.viewers;
 
-UPDATE rollup_devices_day_compacted r SET viewers = v.viewers
-FROM (
-    SELECT q.app_id, (q.bucket AT TIME ZONE a.timezone)::date AS day, q.network, q.format, hll_union_agg(q.viewers) AS viewers
-    FROM rollup_devices_15m_compacted q JOIN apps a USING (app_id) WHERE q.viewers IS NOT NULL GROUP BY 1, 2, 3, 4
-) AS v
-WHERE r.app_id = v.app_id AND r.day = v.day AND r.network = v.network AND r.format = v.format;
+INSERT INTO rollup_devices_day_compacted AS r (app_id, day, network, format, devices, viewers)
+SELECT q.app_id, (q.bucket AT TIME ZONE a.timezone)::date, q.network, q.format, hll_union_agg(q.viewers), hll_union_agg(q.viewers)
+FROM rollup_devices_15m_compacted q JOIN apps a USING (app_id) WHERE q.viewers IS NOT NULL GROUP BY 1, 2, 3, 4
+ON CONFLICT (app_id, day, network, format) DO UPDATE SET viewers = excluded.viewers;
+
+-- From when ad viewers are whole: the UTC day of the oldest raw event kept, when there
+-- was history (NULL: none, every day is whole).
+ALTER TABLE id_horizon ADD COLUMN viewers_from timestamptz;
+UPDATE id_horizon SET viewers_from = CASE
+    WHEN EXISTS (SELECT 1 FROM rollup_devices_15m_compacted) OR EXISTS (SELECT 1 FROM rollup_delta)
+    THEN date_trunc('day', coalesce((SELECT min(occurred_at) FROM events), now()), 'UTC') END;
 
 -- The Grafana series (Migrations/0007) carry the audience too: written by the report
 -- engine like every other column (ReportSeries.swift); NULL in hour rows (an hour is
@@ -65,6 +72,7 @@ ALTER TABLE report_series ADD COLUMN sessions bigint, ADD COLUMN dau numeric, AD
 -- Every app's series are due again, so the new columns fill at the next refresh.
 UPDATE report_series_refresh SET due_at = NULL;
 
--- An automatic mediation policy may rank networks by ARPDAU (over whole UTC days) as
--- well as by expected revenue per request (DESIGN §9).
-ALTER TABLE mediation_policies ADD COLUMN rank_by text NOT NULL DEFAULT 'rpm' CHECK (rank_by IN ('rpm', 'arpdau'));
+-- An automatic mediation policy may rank networks by ARPDAV, revenue per daily viewer of
+-- each network's ads (over whole UTC days), as well as by expected revenue per request
+-- (DESIGN §9). Not by ARPDAU: by network, DAU is the app's, so it would rank by revenue.
+ALTER TABLE mediation_policies ADD COLUMN rank_by text NOT NULL DEFAULT 'rpm' CHECK (rank_by IN ('rpm', 'arpdav'));

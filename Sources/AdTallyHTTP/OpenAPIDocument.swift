@@ -615,7 +615,7 @@ paths:
                 window_hours: {type: integer, minimum: 1, maximum: 168}
                 min_requests: {type: integer, minimum: 1, maximum: 1000000000}
                 hysteresis: {type: number, minimum: 0, maximum: 10}
-                rank_by: {type: string, enum: [rpm, arpdau], description: "automatic: rank by expected revenue per 1000 requests (default) or by ARPDAU (then window_hours must be whole days)."}
+                rank_by: {type: string, enum: [rpm, arpdav], description: "automatic: rank by expected revenue per 1000 requests (default) or by ARPDAV, revenue per daily viewer of each network's ads (then window_hours must be whole days: the days before today)."}
                 max_age_seconds: {type: integer, minimum: 0, maximum: 86400}
       responses:
         "200":
@@ -875,7 +875,7 @@ components:
         window_hours: {type: integer}
         min_requests: {type: integer}
         hysteresis: {type: number}
-        rank_by: {type: string, enum: [rpm, arpdau]}
+        rank_by: {type: string, enum: [rpm, arpdav]}
         max_age_seconds: {type: integer}
         updated_at: {type: [string, "null"], format: date-time}
     MediationAnswer:
@@ -909,7 +909,7 @@ components:
               fill_rate: {type: [number, "null"]}
               ecpm: {type: [string, "null"]}
               rpm: {type: [string, "null"], description: "Expected revenue per 1000 requests: fill × eCPM."}
-              arpdau: {type: [string, "null"], description: "Present when the policy ranks by ARPDAU: the network's revenue per daily active device of the app (null: no active device)."}
+              arpdav: {type: [string, "null"], description: "Present when the policy ranks by ARPDAV: the network's revenue per daily viewer of its ads (null: none)."}
               revenue: {type: string}
               trusted: {type: boolean, description: "It had the policy's minimum requests in the window."}
         chosen_since: {type: string, format: date-time}

@@ -316,6 +316,12 @@ public struct ReportEngine: Sendable {
                 WHERE first IS NOT NULL
                 """)
             if let row = oldest.first, try row.decode(1, as: Bool.self) { notes.rawEventsFrom = try row.decode(0, as: Int.self) }
+        } else if plan.needsViewers {
+            // Impressions compacted before 0014 have no viewer sketch.
+            let since = try connection.query("""
+                SELECT (viewers_from AT TIME ZONE 'UTC')::date - DATE '1970-01-01' FROM id_horizon WHERE viewers_from > \(plan.t0)
+                """)
+            if let row = since.first { notes.viewersFrom = try row.decode(0, as: Int.self) }
         }
         let days = try connection.query("""
             SELECT d - DATE '1970-01-01', extract(epoch FROM e - s)::bigint,

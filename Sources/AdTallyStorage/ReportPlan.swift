@@ -158,8 +158,12 @@ struct ReportPlan {
         // only the sessions count reads; left out otherwise, so no grouping by network or
         // format shows an empty one. Their devices are never read: unique_devices counts
         // the devices of ad events, whether sessions are asked for beside it or not.
-        // The audience's active devices read them (a session makes a device active).
-        if devices || !(needed.contains(.sessions) || needsAudience) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
+        // With the audience, a day that saw only sessions still has its row, unless a row
+        // names what sessions lack (their '' network would be a row of its own; the audience
+        // CTEs read the sessions' devices through filters of their own).
+        let sessionRows = needed.contains(.sessions) || (needsAudience && query.dimensions.allSatisfy { !Self.sessionless.contains($0) })
+        // (`sessionless`: the active devices' parts, which always read the sessions.)
+        if devices || (!sessionRows && !sessionless) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
         for filter in query.filters where !filter.dimension.isTime {
             // Active devices are the app's: a session names no network, format or placement.
             if sessionless && Self.sessionless.contains(filter.dimension) { continue }

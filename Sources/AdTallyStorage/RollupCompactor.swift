@@ -93,31 +93,63 @@ public struct RollupCompactor: Sendable {
         self.logger = logger
     }
 
-    /// Moves every delta row committed before the call; returns how many it moved
+    /// About the most delta rows one pass folds (`pass`): a backlog (an import of history,
+    /// compaction stopped for a while) is folded a span of buckets at a time, each a
+    /// statement of its own well inside the statement timeout; the bench's week-long
+    /// backlog in one statement ran past it.
+    public static let passRows = 100_000
+
+    /// Moves every delta row committed before the call, a span of buckets per pass
+    /// (about `passRows` rows, each pass its own transaction); returns how many it moved
     /// (0 when another process is compacting right now).
     @discardableResult
     public func compactOnce() async throws -> Int {
+        var total = 0
+        while true {
+            let (moved, more) = try await pass()
+            total += moved
+            if !more { return total }
+        }
+    }
+
+    /// One pass: every delta when there are at most `passRows`, else those of the oldest
+    /// buckets, a span as long as `passRows` rows would take if the rows were spread
+    /// evenly (at least one bucket); `more` when others were left beyond that span.
+    func pass() async throws -> (moved: Int, more: Bool) {
         let started = ContinuousClock.now
         let identity = self.identity
-        let moved = try await pool.withConnection { connection in
+        let result = try await pool.withConnection { connection -> (moved: Int, more: Bool) in
             // nil: another process holds the compaction lock.
-            let moved: Int? = try connection.withTransaction { connection in
+            let result: (moved: Int, more: Bool)? = try connection.withTransaction { connection in
                 let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
                 guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return nil }
                 let lockedAt = try lock.decode(1, as: String.self)
-                let moved = try connection.execute(unsafeSQL: Self.moveStatement).first?.decode(0, as: Int.self) ?? 0
+                // The span's end, computed apart: on Citus a DELETE's condition may not read the
+                // distributed table it deletes from.
+                let span = try connection.query("""
+                    SELECT (min(bucket) + greatest(interval '15 minutes', (max(bucket) - min(bucket)) * (\(Double(Self.passRows)) / greatest(count(*), 1))))::text,
+                           count(*) > \(Self.passRows)
+                    FROM rollup_delta
+                    """)
+                let end = try span.first?.decode(0, as: String?.self)
+                let more = try span.first?.decode(1, as: Bool?.self) ?? false
+                let statement = more && end != nil
+                    ? PostgresQuery(unsafeSQL: Self.moveStatement(bounded: true), binds: [PostgresBind(text: end, type: 1184)])
+                    : PostgresQuery(unsafeSQL: Self.moveStatement)
+                let moved = try connection.query(statement).first?.decode(0, as: Int.self) ?? 0
                 if moved > 0 {
                     try connection.query("""
                         INSERT INTO rollup_compaction_passes (started_at, finished_at, server, delta_rows, priced)
                         VALUES (\(lockedAt)::timestamptz, clock_timestamp(), \(identity), \(moved), true)
                         """)
                 }
-                return moved
+                return (moved, more)
             }
-            guard let moved else { return 0 }
-            if moved > 0 {
+            guard let result else { return (0, false) }
+            if result.moved > 0 && !result.more {
                 // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
-                // (the table takes tens of thousands of rows a second under load).
+                // (the table takes tens of thousands of rows a second under load); once a
+                // backlog is folded, not after each of its passes.
                 _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED) rollup_delta")
             }
             // The table keeps its emptied pages (vacuum_truncate = false, so that ingest
@@ -127,18 +159,18 @@ public struct RollupCompactor: Sendable {
             // lock is taken only if free, and is rare. Checked on every pass, not only one
             // that moved rows: a pass whose vacuums were skipped (an autovacuum held the
             // table) is made good by the next one even when no event comes meanwhile.
-            if try Citus.mainForkBytes("rollup_delta", on: connection) > Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576 {
+            if !result.more, try Citus.mainForkBytes("rollup_delta", on: connection) > Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576 {
                 _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED, TRUNCATE) rollup_delta")
             }
-            return moved
+            return result
         }
-        if moved > 0 {
+        if result.moved > 0 {
             let elapsed = ContinuousClock.now - started
             passTimer.record(duration: elapsed)
-            movedCounter.increment(by: moved)
-            logger.debug("rollups compacted", metadata: ["delta_rows": "\(moved)"])
+            movedCounter.increment(by: result.moved)
+            logger.debug("rollups compacted", metadata: ["delta_rows": "\(result.moved)"])
         }
-        return moved
+        return result
     }
 
     /// Re-prices one chunk of the ranges a card change left dirty (`RatePricing.repriceChunk`):
@@ -178,12 +210,18 @@ public struct RollupCompactor: Sendable {
     }
 
     /// Deletes every delta row the statement sees (rows committed later stay for the
-    /// next pass) and adds their sums to every compacted table (15-minute, hourly and
+    /// next pass; `moveStatement(bounded:)`: those of the buckets before a time) and adds their sums to every compacted table (15-minute, hourly and
     /// daily grains, Migrations/0004; priced, Migrations/0012); returns the number of
     /// rows moved. Whole-table, not by ctid: on Citus a ctid names a row only within
     /// one shard. No ORDER BY: only one compactor writes the compacted tables at a
     /// time, so row lock order cannot deadlock, and hashing the groups is cheaper than
     /// sorting the deltas twice.
+    /// `bounded`: only the buckets before `$1`.
+    static func moveStatement(bounded: Bool) -> String {
+        bounded ? moveStatement.replacingOccurrences(of: "DELETE FROM rollup_delta RETURNING *", with: "DELETE FROM rollup_delta WHERE bucket < $1 RETURNING *")
+            : moveStatement
+    }
+
     static let moveStatement = """
         WITH moved AS (
             DELETE FROM rollup_delta RETURNING *

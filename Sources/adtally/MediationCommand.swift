@@ -107,7 +107,7 @@ struct MediationCommand: AsyncParsableCommand {
         @Option(help: "automatic: the trailing window in hours (1-168; default 24).") var windowHours = MediationPolicy.defaultWindowHours
         @Option(help: "automatic: requests a network needs in the window to be trusted (default 1000).") var minRequests = MediationPolicy.defaultMinRequests
         @Option(help: "automatic: how much better a challenger must be, as a fraction (default 0.1).") var hysteresis = MediationPolicy.defaultHysteresis
-        @Option(name: .customLong("rank-by"), help: "automatic: rpm (expected revenue per 1000 requests, the default) or arpdau (revenue per daily active device; --window-hours in whole days).") var rankBy = "rpm"
+        @Option(name: .customLong("rank-by"), help: "automatic: rpm (expected revenue per 1000 requests, the default) or arpdav (revenue per daily viewer of each network's ads; --window-hours in whole days).") var rankBy = "rpm"
         @Option(help: "Seconds apps may keep the answer (Cache-Control: max-age; default 300).") var maxAge = MediationPolicy.defaultMaxAgeSeconds
 
         func run() async throws {
@@ -121,7 +121,7 @@ struct MediationCommand: AsyncParsableCommand {
                     parsedWeights?[String(parts[0])] = weight
                 }
             }
-            guard let rank = MediationRank(rawValue: rankBy) else { throw ValidationError("--rank-by: must be rpm or arpdau") }
+            guard let rank = MediationRank(rawValue: rankBy) else { throw ValidationError("--rank-by: must be rpm or arpdav") }
             let policy = MediationPolicy(
                 scope: scope.scope, rule: rule, network: network, weights: parsedWeights,
                 networks: networks.map { $0.split(separator: ",").map(String.init) } ?? [], defaultNetwork: defaultNetwork, windowHours: windowHours,

@@ -4,6 +4,7 @@ import AdTallyCore
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import PostgresKit
 import TextFormats
 import Testing
 
@@ -140,7 +141,14 @@ struct AudienceTests {
                     }
 
                     // By network: DAU is the app's (a session names no network), DAV the network's own viewers.
-                    let (_, byNetwork) = try await Reports.get(client, keys.admin, range + "&dimensions=network")
+                    let (_, byNetwork) = try await Reports.get(
+                        client, keys.admin, "apps=\(app)&tz=\(reportZone)&from=\(d0)&to=\(d2)&dimensions=network&metrics=dau,dav,active_devices,ad_viewers,arpdau,arpdav,impressions_per_dav"
+                    )
+                    // Only the networks: sessions (stored under no network) are no row of their own
+                    // unless sessions are asked for (then their row counts them).
+                    #expect((byNetwork["rows"] as? [[Any]] ?? []).map { "\($0[0])" } == ["admob", "iad"], "\(label)")
+                    let (_, withSessions) = try await Reports.get(client, keys.admin, range + "&dimensions=network")
+                    #expect((withSessions["rows"] as? [[Any]] ?? []).map { "\($0[0])" } == ["", "admob", "iad"], "\(label)")
                     let admob = Self.values(byNetwork, "admob"), iad = Self.values(byNetwork, "iad")
                     #expect(admob["dau"] == "2.333333" && admob["active_devices"] == "6", "\(label) \(admob)")
                     // admob's viewers: {A} on day 0, {A E} on day 1; iad's: {B} on day 0.
@@ -158,13 +166,31 @@ struct AudienceTests {
                 }
             }
 
+            // A week the range cuts averages the range's days in it (03-01 is a Sunday: its
+            // week has no events; 03-02 and 03-03 make 4 + 2 device-days over 2 days); a month;
+            // a filter on a week.
+            let week = try await Reports.rows(client, keys.admin, "apps=ktm&from=2026-03-01&to=2026-03-03&dimensions=week&metrics=dau,sessions")
+            #expect(week.map { "\($0[0]) \($0[1])" } == ["2026-03-02 3"], "\(week)")
+            let month = try await Reports.rows(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-04&dimensions=month&metrics=dau")
+            #expect(month.map { "\($0[0]) \($0[1])" } == ["2026-03 2.333333"], "\(month)")
+            let (_, weekFilter) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-01&to=2026-03-03&week=2026-03-02&metrics=dau")
+            #expect(Self.values(weekFilter, nil)["dau"] == "3", "\(weekFilter)")
+            // Two apps read in one zone: each row its own, the totals the union (the fixture's
+            // device names are the same in both, so the union is one app's).
+            let (_, twoApps) = try await Reports.get(client, keys.admin, "apps=ktm,utc-ktm&tz=Asia/Kathmandu&from=2026-03-02&to=2026-03-04&dimensions=app&metrics=dau,active_devices")
+            #expect((twoApps["rows"] as? [[Any]] ?? []).map { "\($0[0]) \($0[1]) \($0[2])" } == ["ktm 2.333333 6", "utc-ktm 2.333333 6"], "\(twoApps)")
+            #expect(Self.values(twoApps, nil)["dau"] == "2.333333")
+            // Compared with the period before: 03-03..03-04 (dau (2 + 1) / 2) against 03-01..03-02 (4 / 2).
+            let (comparedStatus, comparedBody) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-03&to=2026-03-04&metrics=dau&compare=previous_period")
+            #expect(comparedStatus == .ok)
+            let comparedTotals = Self.values(comparedBody, nil)
+            #expect(comparedTotals["dau"] == "1.5" && comparedTotals["dau_previous"] == "2" && comparedTotals["dau_change"] == "-0.25", "\(comparedTotals)")
+
             // Sorting by a derived metric.
             let (status, sorted) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-04&dimensions=date&metrics=arpdau,dau&sort=-arpdau")
             #expect(status == .ok)
             #expect((sorted["rows"] as? [[Any]] ?? []).map { "\($0[0])" } == ["2026-03-03", "2026-03-02", "2026-03-04"])
-            // Compared: dau compares; distinct devices over a range do not.
-            let (compared, _) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-04&metrics=dau&compare=previous_period")
-            #expect(compared == .ok)
+            // Distinct devices over a range do not compare.
             let (refused, body) = try await Reports.get(client, keys.admin, "apps=ktm&from=2026-03-02&to=2026-03-04&metrics=active_devices&compare=previous_period")
             #expect(refused == .badRequest && "\(body)".contains("active_devices"), "\(body)")
             // An hour is not a day.
@@ -255,6 +281,49 @@ struct AudienceTests {
             #expect(precise.first.map { "\($0[0])" } == "2.70")
             let (bad, body) = try await Reports.get(client, keys.read, query + "&revenue_precision=exact")
             #expect(bad == .badRequest && "\(body)".contains("revenue_precision"), "\(body)")
+        }
+    }
+
+    @Test("Migrations/0014 on a database with history: viewers sketched from the raw events kept, pending deltas included; older days say they count no viewers")
+    func migratedHistory() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            _ = try await services.appStore.createApp(id: "hist", name: nil, timezone: "UTC", currency: "USD")
+            let t = Reports.micros("2026-01-10T12:00:00Z")
+            func impression(_ device: String, at micros: Int64) -> AdEvent { Reports.event(.impression, at: micros) { $0.device = device } }
+            // Compacted: A B C saw ads, D only asked; pending: E saw one an hour later.
+            try await Reports.store(services, app: "hist", [impression("A", at: t), impression("B", at: t), impression("C", at: t), Reports.event(.request, at: t) { $0.device = "D" }])
+            try await services.compactor.compactOnce()
+            try await Reports.store(services, app: "hist", [impression("E", at: t + 3_600_000_000)])
+            let engine = services.reports
+            let readable = try await engine.readableApps(only: "hist")
+            func dav(_ from: String) async throws -> (viewers: Int64, notes: ReportNotes) {
+                let query = try ReportQuery.parse([("apps", "hist"), ("from", from), ("to", "2026-01-10"), ("metrics", "ad_viewers,dav,active_devices")], readable: readable, isAdmin: true)
+                let page = try await engine.page(query)
+                return (page.totals.adViewers, page.notes)
+            }
+            #expect(try await dav("2026-01-10").viewers == 4)
+            // The database as the previous version left it: no viewer sketches anywhere.
+            let pool = services.database.pool
+            for table in ["rollup_devices_15m_compacted", "rollup_devices_1h_compacted", "rollup_devices_day_compacted"] {
+                try await pool.query(PostgresQuery(unsafeSQL: "ALTER TABLE \(table) DROP COLUMN viewers"))
+            }
+            let previous = """
+                ALTER TABLE rollup_delta DROP COLUMN viewer_hashes;
+                ALTER TABLE id_horizon DROP COLUMN viewers_from;
+                ALTER TABLE report_series DROP COLUMN sessions, DROP COLUMN dau, DROP COLUMN dav, DROP COLUMN engagement_rate, DROP COLUMN arpdau;
+                ALTER TABLE mediation_policies DROP COLUMN rank_by
+                """
+            _ = try await pool.withConnection { try $0.execute(unsafeSQL: previous) }
+            let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("Migrations/0014_audience.sql")
+            let migration = try String(contentsOf: file, encoding: .utf8)
+            _ = try await pool.withConnection { try $0.execute(unsafeSQL: migration) }
+            #expect(try await dav("2026-01-10").viewers == 4, "from the raw events, before the pending delta is folded")
+            try await services.compactor.compactOnce()
+            let after = try await dav("2026-01-10")
+            #expect(after.viewers == 4 && after.notes.viewersFrom == nil, "\(after.notes)")
+            // A range from before the oldest raw event kept says viewers are missing there.
+            #expect(try await dav("2026-01-09").notes.viewersFrom == ReportQuery.parseDate("2026-01-10"))
         }
     }
 }

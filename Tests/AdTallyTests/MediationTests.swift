@@ -423,41 +423,52 @@ struct MediationTests {
         }
     }
 
-    @Test("an automatic policy may rank by ARPDAU over whole days: the engine's arpdau picks the network RPM would not")
-    func ranksByARPDAU() async throws {
+    @Test("an automatic policy may rank by ARPDAV over the whole days before today: the engine's arpdav picks the network RPM would not; arpdau is refused saying why")
+    func ranksByARPDAV() async throws {
         try await withServices(flags: Reports.flags) { services in
             _ = try await services.appStore.createApp(id: "med", name: nil)
-            // 10 active devices (their sessions); admob earns 0.40 USD on 200 requests (RPM 2.00),
-            // iad 0.60 on 400 (RPM 1.50): by RPM admob, by ARPDAU (0.04 against 0.06) iad.
-            let sessions = (0..<10).map { index in
-                var event = Reports.event(.session, at: Int64(Self.at(1).timeIntervalSince1970) * 1_000_000, network: "") { $0.device = "d\(index)" }
-                event.format = nil
-                event.placement = ""
-                return event
+            // admob earns 0.40 USD on 200 requests (RPM 2.00) from 10 viewers (ARPDAV 0.04);
+            // iad 0.60 on 400 (RPM 1.50) from 5 viewers (0.12): by RPM admob, by ARPDAV iad.
+            func viewed(_ events: [AdEvent], _ prefix: String, _ viewers: Int) -> [AdEvent] {
+                var index = 0
+                return events.map { event in
+                    var event = event
+                    if event.type == .impression { event.device = "\(prefix)\(index % viewers)"; index += 1 }
+                    return event
+                }
             }
             try await Reports.store(services, app: "med",
-                sessions + Self.traffic(network: "admob", hours: 0..<2, requests: 100, impressions: 10, revenueMicros: 20_000)
-                    + Self.traffic(network: "iad", hours: 0..<2, requests: 200, impressions: 50, revenueMicros: 6000)
+                viewed(Self.traffic(network: "admob", hours: 0..<2, requests: 100, impressions: 10, revenueMicros: 20_000), "a", 10)
+                    + viewed(Self.traffic(network: "iad", hours: 0..<2, requests: 200, impressions: 50, revenueMicros: 6000), "b", 5)
             )
             var policy = Self.automatic
             policy.windowHours = 24
-            policy.rankBy = .arpdau
+            policy.rankBy = .arpdav
             _ = try await services.mediation.set(policy, actor: "test")
-            #expect(try await services.mediation.policies(app: "med").first?.policy.rankBy == .arpdau)
+            #expect(try await services.mediation.policies(app: "med").first?.policy.rankBy == .arpdav)
             let app = ReportApp(id: "med", timezone: "UTC", currency: "USD")
-            let (stats, from) = try await services.mediationRefresher.stats(policy, app: app, now: Self.at(3))
+            // The next day at 03:00: the window is the whole day before.
+            let (stats, from) = try await services.mediationRefresher.stats(policy, app: app, now: Self.at(27))
             #expect(from == Self.at(0), "whole UTC days: from the day's midnight")
-            let byARPDAU = MediationChooser.choose(policy, stats: stats, incumbent: nil, currency: "USD")
-            #expect(byARPDAU.network == "iad" && byARPDAU.reason.contains("ARPDAU") && byARPDAU.reason.contains("0.060000 USD"), "\(byARPDAU.reason)")
+            let byARPDAV = MediationChooser.choose(policy, stats: stats, incumbent: nil, currency: "USD")
+            #expect(byARPDAV.network == "iad" && byARPDAV.reason.contains("ARPDAV") && byARPDAV.reason.contains("0.120000 USD"), "\(byARPDAV.reason)")
             var byRPM = policy
             byRPM.rankBy = .rpm
             byRPM.windowHours = 6
             let (hourly, _) = try await services.mediationRefresher.stats(byRPM, app: app, now: Self.at(3))
             #expect(MediationChooser.choose(byRPM, stats: hourly, incumbent: nil, currency: "USD").network == "admob")
-            // DAU is per day, and only an automatic policy ranks.
+            // DAV is per day, and only an automatic policy ranks.
             policy.windowHours = 36
             #expect(Self.refusedField(policy) == "window_hours")
-            #expect(Self.refusedField(MediationPolicy(scope: MediationScope(app: "med"), rule: .pinned, network: "admob", rankBy: .arpdau)) == "rank_by")
+            #expect(Self.refusedField(MediationPolicy(scope: MediationScope(app: "med"), rule: .pinned, network: "admob", rankBy: .arpdav)) == "rank_by")
+            // arpdau would rank by revenue (a network's DAU is the app's): refused, saying so.
+            let body = #"{"rule":"automatic","default":"admob","window_hours":24,"rank_by":"arpdau"}"#
+            #expect(throws: FieldError.self) { try JSONDecoder().decode(MediationPolicy.self, from: Data(body.utf8)) }
+            do {
+                _ = try JSONDecoder().decode(MediationPolicy.self, from: Data(body.utf8))
+            } catch let error as FieldError {
+                #expect(error.field == "rank_by" && error.description.contains("rank networks by their revenue"), "\(error)")
+            }
         }
     }
 }

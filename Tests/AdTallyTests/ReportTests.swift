@@ -58,6 +58,10 @@ struct ReportTests {
                     "error_rate": "0.1", "taps": "3", "ctr": "0.375", "action_cancels": "1", "cancel_rate": "0.333333",
                     "expiries": "2", "expiry_rate": "0.2", "wasted_fills": "1", "revenue": "5.50", "ecpm": "687.50", "rpm": "550.00",
                     "reported_revenue": "5.50", "estimated_revenue": "0.00", "unique_devices": "4",
+                    // The audience of one day: the app's 5 devices are active (by network too: the
+                    // app's); no impression carries a device, so nobody viewed an ad.
+                    "active_devices": "5", "dau": "5", "ad_viewers": "0", "dav": "0", "engagement_rate": "0",
+                    "arpdau": "1.100000", "arpdav": "null", "impressions_per_dau": "1.6", "impressions_per_dav": "null", "sessions_per_dau": "0",
                 ]
                 for (name, value) in expected where columns.contains(name) { #expect(cell(0, name) == value, "admob \(name), compacted: \(compacted)") }
                 // iad: only taps, so every ratio over requests or impressions is null, not 0.

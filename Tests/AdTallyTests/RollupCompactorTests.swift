@@ -114,6 +114,11 @@ struct RollupCompactorTests {
             let autovacuum = try PostgresConnection(connecting: services.database.pool.configuration.conninfo)
             _ = try autovacuum.execute(unsafeSQL: "BEGIN; LOCK TABLE rollup_delta IN SHARE UPDATE EXCLUSIVE MODE")
             #expect(try await services.compactor.compactOnce() == 300_000)
+            // Folded a span of buckets at a time (each statement well inside the statement
+            // timeout), not in one statement.
+            let passes = try await Ingest.count(services, "SELECT count(*)::int FROM rollup_compaction_passes")
+            let largest = try await Ingest.count(services, "SELECT max(delta_rows)::int FROM rollup_compaction_passes")
+            #expect(passes >= 300_000 / RollupCompactor.passRows && largest <= 2 * RollupCompactor.passRows, "\(passes) passes, the largest \(largest) rows")
             #expect(try await Ingest.count(services, size) > RollupCompactor.shrinkDeltaTableAboveMB)
             _ = try autovacuum.execute(unsafeSQL: "ROLLBACK")
             // The next pass gives the space back, though it has no rows to move.

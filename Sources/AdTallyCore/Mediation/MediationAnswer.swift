@@ -13,14 +13,14 @@ public struct MediationAnswer: Sendable, Encodable {
         var fillRate: Double?
         var ecpm: String?
         var rpm: String?
-        /// Shown (null when no device was active) when the policy ranks by ARPDAU.
-        var arpdau: String?
-        var showsARPDAU = false
+        /// Shown (null when no device saw its ads) when the policy ranks by ARPDAV.
+        var arpdav: String?
+        var showsARPDAV = false
         var revenue: String
         var isTrusted: Bool
 
         enum CodingKeys: String, CodingKey {
-            case network, requests, impressions, fillRate = "fill_rate", ecpm, rpm, arpdau, revenue, isTrusted = "trusted"
+            case network, requests, impressions, fillRate = "fill_rate", ecpm, rpm, arpdav, revenue, isTrusted = "trusted"
         }
 
         public func encode(to encoder: any Encoder) throws {
@@ -31,7 +31,7 @@ public struct MediationAnswer: Sendable, Encodable {
             try container.encode(fillRate, forKey: .fillRate)
             try container.encode(ecpm, forKey: .ecpm)
             try container.encode(rpm, forKey: .rpm)
-            if showsARPDAU { try container.encode(arpdau, forKey: .arpdau) }
+            if showsARPDAV { try container.encode(arpdav, forKey: .arpdav) }
             try container.encode(revenue, forKey: .revenue)
             try container.encode(isTrusted, forKey: .isTrusted)
         }
@@ -94,7 +94,7 @@ public struct MediationAnswer: Sendable, Encodable {
             NetworkLine(
                 network: line.network, requests: line.counts.requests, impressions: line.counts.impressions, fillRate: line.fillRate.number,
                 ecpm: money(line.ecpm), rpm: money(line.expected),
-                arpdau: money(line.arpdau, .arpdau), showsARPDAU: policy.rankBy == .arpdau,
+                arpdav: money(line.arpdav, .arpdav), showsARPDAV: policy.rankBy == .arpdav,
                 revenue: money(ReportMetric.revenue.value(line.counts)) ?? "0",
                 isTrusted: line.counts.requests >= policy.minRequests
             )

@@ -20,11 +20,11 @@ public struct MediationNetworkStats: Sendable, Equatable {
     public var expected: MetricValue { ReportMetric.rpm.value(counts) }
     /// `expected` as a number; nil without requests.
     public var expectedNumber: Double? { expected.number }
-    /// `arpdau` (DESIGN §3): the network's revenue per daily active device of the app.
-    public var arpdau: MetricValue { ReportMetric.arpdau.value(counts) }
+    /// `arpdav` (DESIGN §3): the network's revenue per daily viewer of its ads.
+    public var arpdav: MetricValue { ReportMetric.arpdav.value(counts) }
 
-    /// What a policy ranks by, as a number; nil when undefined (no requests, no device).
-    func rankValue(_ rank: MediationRank) -> Double? { rank == .rpm ? expectedNumber : arpdau.number }
+    /// What a policy ranks by, as a number; nil when undefined (no requests, no viewer).
+    func rankValue(_ rank: MediationRank) -> Double? { rank == .rpm ? expectedNumber : arpdav.number }
 }
 
 /// What decided a choice.
@@ -33,7 +33,7 @@ public enum MediationBasis: String, Sendable, Codable {
     case pinned
     /// A weighted policy's split.
     case weighted
-    /// The best expected revenue (or ARPDAU) among the networks with enough data.
+    /// The best expected revenue (or ARPDAV) among the networks with enough data.
     case best
     /// The incumbent kept: no challenger beat it by more than the hysteresis.
     case kept
@@ -90,7 +90,7 @@ public enum MediationChooser {
         let rank = policy.rankBy
         let trusted = candidates.filter { $0.counts.requests >= policy.minRequests && $0.rankValue(rank) != nil }
         let incumbent = rawIncumbent.flatMap { name in allowed == nil || allowed!.contains(name) ? name : nil }
-        let window = rank == .arpdau ? "in the last \(policy.windowHours / 24) UTC days" : "in the last \(policy.windowHours) h"
+        let window = rank == .arpdav ? "in the last \(policy.windowHours / 24) whole UTC days" : "in the last \(policy.windowHours) h"
         func only(_ network: String, _ basis: MediationBasis, _ reason: String) -> MediationChoice {
             MediationChoice(network: network, weights: [(network, 1)], basis: basis, reason: reason)
         }
@@ -99,8 +99,8 @@ public enum MediationChooser {
             return Money.format(micros: micros, per: per, digits: ReportLayout.digits(of: metric, currency: Money.digits(currency))) + " " + currency
         }
         func describe(_ stats: MediationNetworkStats) -> String {
-            if rank == .arpdau {
-                return "\(stats.network) \(money(stats.arpdau, .arpdau)) per daily active device (\(stats.counts.requests) requests)"
+            if rank == .arpdav {
+                return "\(stats.network) \(money(stats.arpdav, .arpdav)) per daily ad viewer (\(stats.counts.requests) requests)"
             }
             let fill = stats.fillRate.number.map { MediationPolicy.percent($0) } ?? "–"
             return "\(stats.network) \(money(stats.expected, .rpm)) per 1000 requests (fill \(fill) of \(stats.counts.requests))"
@@ -119,7 +119,7 @@ public enum MediationChooser {
             let fallback = policy.defaultNetwork ?? ""
             return only(fallback, .defaultNetwork, "\(thin) and nothing was chosen before: the policy's default, \(fallback)")
         }
-        let measure = rank == .arpdau ? "ARPDAU (revenue per daily active device)" : "expected revenue (fill × eCPM)"
+        let measure = rank == .arpdav ? "ARPDAV (revenue per daily ad viewer)" : "expected revenue (fill × eCPM)"
         let bestText = "highest \(measure) \(window) among networks with ≥ \(policy.minRequests) requests: \(describe(best))"
         guard let incumbent, incumbent != best.network else {
             return only(best.network, .best, bestText)

@@ -14,9 +14,12 @@ public enum MediationRule: String, Sendable, Codable, CaseIterable {
 public enum MediationRank: String, Sendable, Codable, CaseIterable {
     /// Expected revenue per 1000 requests: fill × eCPM (`rpm`), over a window of hours.
     case rpm
-    /// Revenue per daily active device (`arpdau`; a network's revenue over the app's DAU),
-    /// over a window of whole UTC days.
-    case arpdau
+    /// Revenue per daily ad viewer of the network (`arpdav`: its revenue over the device-days
+    /// of the devices that saw its ads), over a window of whole UTC days. Not `arpdau`: by
+    /// network, DAU is the app's (DESIGN §3), so a network's ARPDAU is its revenue over one
+    /// denominator shared by all, and ranking by it would rank by revenue, which the network
+    /// served most always wins; per request (RPM) or per viewer (ARPDAV) compares them.
+    case arpdav
 }
 
 /// Which requests a policy answers: an app, and optionally one placement and/or one
@@ -159,8 +162,8 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         try refuse(!networks.isEmpty && rule != .automatic, "networks", "automatic")
         try refuse(defaultNetwork != nil && rule != .automatic, "default", "automatic")
         try refuse(rankBy != .rpm && rule != .automatic, "rank_by", "automatic")
-        if rankBy == .arpdau, windowHours % 24 != 0 {
-            throw .init("window_hours", "must be whole days (24, 48 … 168) with rank_by arpdau: DAU is counted per day")
+        if rankBy == .arpdav, windowHours % 24 != 0 {
+            throw .init("window_hours", "must be whole days (24, 48 … 168) with rank_by arpdav: DAV is counted per day")
         }
         guard (1...Self.maxWindowHours).contains(windowHours) else { throw .init("window_hours", "must be a whole number from 1 to \(Self.maxWindowHours)") }
         guard (1...1_000_000_000).contains(minRequests) else { throw .init("min_requests", "must be a whole number from 1 to 1000000000") }
@@ -186,7 +189,7 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
             text = "weighted " + (weights ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         case .automatic:
             let over = networks.isEmpty ? "any network" : networks.joined(separator: ", ")
-            let window = rankBy == .arpdau ? "ARPDAU over \(windowHours / 24) d" : "\(windowHours) h window"
+            let window = rankBy == .arpdav ? "ARPDAV over \(windowHours / 24) d" : "\(windowHours) h window"
             text = "automatic over \(over) (\(window), ≥ \(minRequests) requests, \(Self.percent(hysteresis)) hysteresis, default \(defaultNetwork ?? "?"))"
         }
         return maxAgeSeconds == Self.defaultMaxAgeSeconds ? text : text + ", max-age \(maxAgeSeconds) s"
@@ -241,7 +244,11 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
         minRequests = try whole(.minRequests).map(Int64.init) ?? Self.defaultMinRequests
         hysteresis = try container.decodeIfPresent(Double.self, forKey: .hysteresis) ?? Self.defaultHysteresis
         let rankText = try container.decodeIfPresent(String.self, forKey: .rankBy) ?? MediationRank.rpm.rawValue
-        guard let rankBy = MediationRank(rawValue: rankText) else { throw FieldError("rank_by", "must be rpm or arpdau") }
+        guard let rankBy = MediationRank(rawValue: rankText) else {
+            throw FieldError("rank_by", rankText == "arpdau"
+                ? "must be rpm or arpdav: by network DAU is the app's, so ARPDAU would rank networks by their revenue (the one served most always wins); arpdav ranks by revenue per daily ad viewer of each network"
+                : "must be rpm or arpdav")
+        }
         self.rankBy = rankBy
         maxAgeSeconds = try whole(.maxAgeSeconds) ?? Self.defaultMaxAgeSeconds
         updatedAt = nil

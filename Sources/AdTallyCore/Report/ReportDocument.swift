@@ -16,7 +16,7 @@ public struct ReportNotes: Sendable, Equatable {
     /// Whose devices `active_devices` and `dau` are, when a row or filter names what a session does not.
     public static func appAudience(_ query: ReportQuery) -> String? {
         let named = Set(query.dimensions).union(query.filters.map(\.dimension))
-            .filter { [.network, .format, .placement, .size, .errorCode].contains($0) }
+            .filter { [.network, .format, .placement, .size, .errorCode, .revenuePrecision].contains($0) }
         guard !named.isEmpty, query.metrics.contains(where: { $0.counts.contains(.activeDevices) || $0.counts.contains(.deviceDays) }) else { return nil }
         let names = named.map(\.rawValue).sorted().joined(separator: ", ")
         return "active_devices and dau (and engagement_rate, arpdau, impressions_per_dau, sessions_per_dau over them) are the app's, "
@@ -55,6 +55,9 @@ public struct ReportNotes: Sendable, Equatable {
     /// For a report read from raw events: the first UTC day whose raw events are
     /// still kept, when the range starts before it (earlier days are missing).
     public var rawEventsFrom: Int?
+    /// The first UTC day whose impressions' devices are sketched (Migrations/0014), when the
+    /// report reads ad viewers and starts before it; nil otherwise.
+    public var viewersFrom: Int?
     /// The database server the report was read from.
     public var readFrom = ReadFrom(server: .primary)
 
@@ -252,11 +255,18 @@ public struct ReportDocument: Sendable {
         if query.metrics.contains(where: \.isAudience) { approximate.append(ReportNotes.audienceBound) }
         if let whose = ReportNotes.appAudience(query) { approximate.append(whose) }
         key("approximate"); strings(approximate); raw(",")
+        var incomplete: [String] = []
         if let day = notes.rawEventsFrom {
-            key("incomplete"); strings([
-                "there are raw events only from \(ReportQuery.formatDate(day)) (UTC) on (older ones were dropped by retention, or never sent): this report reads raw events, so days before that count nothing",
-            ]); raw(",")
+            incomplete.append(
+                "there are raw events only from \(ReportQuery.formatDate(day)) (UTC) on (older ones were dropped by retention, or never sent): this report reads raw events, so days before that count nothing"
+            )
         }
+        if let day = notes.viewersFrom {
+            incomplete.append(
+                "ad viewers are counted from \(ReportQuery.formatDate(day)) (UTC) on: older impressions were summed before their devices were sketched apart (Migrations/0014), so ad_viewers, dav and the metrics over them count none before that"
+            )
+        }
+        if !incomplete.isEmpty { key("incomplete"); strings(incomplete); raw(",") }
         var estimated: [String] = []
         if query.metrics.contains(where: \.isMoney) {
             if totals.estimatedMicros != 0 {

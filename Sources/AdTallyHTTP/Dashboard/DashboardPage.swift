@@ -133,7 +133,9 @@ struct DashboardPage {
             if let row = rows.byKey[category + "\u{1}" + (network ?? "")] {
                 var number = metric.value(row.counts).number
                 if metric.isMoney, let value = number { number = value / 1_000_000 }
-                let text = Self.text(document.layout.cells(row)[column])
+                // A percentage for a fraction; an average (DAU) as the number it is.
+                let cell = document.layout.cells(row)[column]
+                let text = metric.valueType == .number ? ReportText.plain(cell) : Self.text(cell)
                 values.append(number)
                 labels.append("\(title) · \(metric.rawValue): \(text.isEmpty ? "none" : text)\(metric.isMoney && !text.isEmpty ? " \(document.layout.query.currency)" : "")")
             } else {

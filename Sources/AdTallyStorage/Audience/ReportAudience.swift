@@ -15,12 +15,12 @@ import PostgresKit
 /// a local midnight cuts (`hoursCTE` makes every local midnight a boundary when the
 /// audience is asked for); raw events are sketched by their local day.
 ///
-/// Active devices are the app's, whatever network, format, placement, size or error code
-/// a row or filter names: a session (what makes a device active without an ad) names none
-/// of them. Ad viewers are the devices of the row's own impressions.
+/// Active devices are the app's, whatever network, format, placement, size, error code or
+/// revenue precision a row or filter names: a session (what makes a device active without
+/// an ad) has none of them. Ad viewers are the devices of the row's own impressions.
 extension ReportPlan {
     /// Dimensions a `session` event does not carry.
-    static let sessionless: Set<ReportDimension> = [.network, .format, .placement, .size, .errorCode]
+    static let sessionless: Set<ReportDimension> = [.network, .format, .placement, .size, .errorCode, .revenuePrecision]
 
     var needsActive: Bool { !needed.isDisjoint(with: [.activeDevices, .deviceDays]) }
     var needsViewers: Bool { !needed.isDisjoint(with: [.adViewers, .viewerDays]) }

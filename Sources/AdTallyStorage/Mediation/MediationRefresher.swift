@@ -248,7 +248,7 @@ public final class MediationRefresher: Sendable {
         } catch {
             unreadableNumbers.increment()
             logger.warning("mediation numbers unreadable; falling back", metadata: ["policy": "\(policy.scope.description)", "error": "\(error)"])
-            window = ([], Date(timeIntervalSince1970: Double(Self.windowHours(policy, now: now).lowerBound * 3600)))
+            window = ([], Self.windowStart(policy, now: now))
             unreadable = "\(error)"
         }
         let numbers = window, why = unreadable, chooser = choosing
@@ -267,6 +267,19 @@ public final class MediationRefresher: Sendable {
         )
     }
 
+    /// The whole UTC days (since the epoch) of a policy ranked by ARPDAV: the `windowHours
+    /// / 24` days before today's; nil for a policy whose window is in hours.
+    static func windowDays(_ policy: MediationPolicy, now: Date) -> ClosedRange<Int>? {
+        guard policy.rankBy == .arpdav else { return nil }
+        let today = Int(now.timeIntervalSince1970.rounded(.down)) / 86_400
+        return (today - policy.windowHours / 24)...(today - 1)
+    }
+
+    /// Where a policy's window starts.
+    static func windowStart(_ policy: MediationPolicy, now: Date) -> Date {
+        Date(timeIntervalSince1970: Double(windowDays(policy, now: now).map { $0.lowerBound * 86_400 } ?? windowHours(policy, now: now).lowerBound * 3600))
+    }
+
     /// The UTC hours (since the epoch) a policy's window spans at `now`: from the hour
     /// `windowHours` before now's to now's own.
     static func windowHours(_ policy: MediationPolicy, now: Date) -> ClosedRange<Int> {
@@ -277,16 +290,16 @@ public final class MediationRefresher: Sendable {
     /// Each network's numbers in a policy's window — from the start of the UTC hour
     /// `windowHours` hours before `now`'s to `now` — summed by the report engine: a
     /// network report in UTC over the window's days, filtered to the window's hours.
-    /// Ranked by ARPDAU, the window is whole UTC days (`windowHours / 24` of them, today
-    /// the last): DAU is counted per day.
+    /// Ranked by ARPDAV, the window is whole UTC days: the `windowHours / 24` days before
+    /// today's (DAV is counted per day; a day under way would start every night from
+    /// nothing).
     public func stats(_ policy: MediationPolicy, app: ReportApp, now: Date) async throws -> (stats: [MediationNetworkStats], from: Date) {
         let hours = Self.windowHours(policy, now: now)
-        // ARPDAU is per day: its window is the last whole UTC days (today's so far the last).
-        let days = policy.rankBy == .arpdau ? (hours.upperBound / 24 - policy.windowHours / 24 + 1)...(hours.upperBound / 24) : nil
+        let days = Self.windowDays(policy, now: now)
         var parameters = [
             ("apps", app.id), ("tz", "UTC"),
-            ("from", ReportQuery.formatDate(days?.lowerBound ?? hours.lowerBound / 24)), ("to", ReportQuery.formatDate(hours.upperBound / 24)),
-            ("dimensions", "network"), ("metrics", "requests,impressions,revenue" + (days == nil ? "" : ",arpdau")), ("limit", String(ReportQuery.maxLimit)),
+            ("from", ReportQuery.formatDate(days?.lowerBound ?? hours.lowerBound / 24)), ("to", ReportQuery.formatDate(days?.upperBound ?? hours.upperBound / 24)),
+            ("dimensions", "network"), ("metrics", "requests,impressions,revenue" + (days == nil ? "" : ",arpdav")), ("limit", String(ReportQuery.maxLimit)),
         ]
         // Only the policy's candidates: the networks it names (an automatic policy without
         // a list may choose any the app admitted, Migrations/0010, at most 64).
@@ -301,7 +314,7 @@ public final class MediationRefresher: Sendable {
             throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) networks in the window of \(policy.scope.description)")
         }
         let stats = page.rows.compactMap { row in row.dimensions[0].map { MediationNetworkStats(network: $0, counts: row.counts) } }
-        return (stats, Date(timeIntervalSince1970: Double(days.map { $0.lowerBound * 86_400 } ?? hours.lowerBound * 3600)))
+        return (stats, Self.windowStart(policy, now: now))
     }
 
     /// An hour's start as the engine writes it in UTC: `2026-11-23T15:00:00+00:00`.
