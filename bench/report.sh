@@ -211,7 +211,10 @@ fair_rate=$peer_rate
 echo "fair_copy_rows=$peer_rows export_fair_copy_rows_per_s=$fair_rate"
 
 echo "== HTTP: a 10x range: 315 more days of hourly history copied into the rollups (as a restore would write them), then every app's hour x app x network x format over 350 days"
-history="FROM %s, generate_series(1, 9) AS k WHERE hour >= (now()::date - 35)::timestamptz AND hour < now()::date::timestamptz"
+# The copies are of the loaded 35 days' hours from the first one (not from today's date:
+# a run that crossed midnight copied the newest hour onto the oldest loaded one).
+first_hour=$(sql -c "SELECT min(hour) FROM rollup_1h_compacted")
+history="FROM %s, generate_series(1, 9) AS k WHERE hour >= '$first_hour'::timestamptz AND hour < '$first_hour'::timestamptz + interval '840 hours'"
 # shellcheck disable=SC2059
 sql -c "INSERT INTO rollup_1h_compacted (app_id, hour, network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills, sessions)
         SELECT app_id, hour - k * interval '840 hours', network, format, requests, loads, impressions, errors, taps, action_cancels, expiries, wasted_fills, sessions

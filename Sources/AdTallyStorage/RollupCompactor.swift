@@ -93,14 +93,14 @@ public struct RollupCompactor: Sendable {
         self.logger = logger
     }
 
-    /// About the most delta rows one pass folds (`pass`): a backlog (an import of history,
+    /// The most delta rows one pass folds (`pass`): a backlog (an import of history,
     /// compaction stopped for a while) is folded a span of buckets at a time, each a
     /// statement of its own well inside the statement timeout; the bench's week-long
     /// backlog in one statement ran past it.
     public static let passRows = 100_000
 
     /// Moves every delta row committed before the call, a span of buckets per pass
-    /// (about `passRows` rows, each pass its own transaction); returns how many it moved
+    /// (at most `passRows` rows unless one bucket holds more, each pass its own transaction); returns how many it moved
     /// (0 when another process is compacting right now).
     @discardableResult
     public func compactOnce() async throws -> Int {
@@ -113,8 +113,7 @@ public struct RollupCompactor: Sendable {
     }
 
     /// One pass: every delta when there are at most `passRows`, else those of the oldest
-    /// buckets, a span as long as `passRows` rows would take if the rows were spread
-    /// evenly (at least one bucket); `more` when others were left beyond that span.
+    /// buckets up to `passRows` rows (at least one bucket); `more` when others were left.
     func pass() async throws -> (moved: Int, more: Bool) {
         let started = ContinuousClock.now
         let identity = self.identity
@@ -126,13 +125,19 @@ public struct RollupCompactor: Sendable {
                 let lockedAt = try lock.decode(1, as: String.self)
                 // The span's end, computed apart: on Citus a DELETE's condition may not read the
                 // distributed table it deletes from.
-                let span = try connection.query("""
-                    SELECT (min(bucket) + greatest(interval '15 minutes', (max(bucket) - min(bucket)) * (\(Double(Self.passRows)) / greatest(count(*), 1))))::text,
-                           count(*) > \(Self.passRows)
-                    FROM rollup_delta
-                    """)
-                let end = try span.first?.decode(0, as: String?.self)
-                let more = try span.first?.decode(1, as: Bool?.self) ?? false
+                // The rows per bucket (a few hundred buckets a week), oldest first: the pass ends
+                // at the bucket where `passRows` is reached (rows are far from even over a day).
+                var seen = 0
+                var end: String?
+                for row in try connection.query("SELECT bucket::text, count(*) FROM rollup_delta GROUP BY bucket ORDER BY bucket") {
+                    let rows = try row.decode(1, as: Int.self)
+                    if seen > 0 && seen + rows > Self.passRows {
+                        end = try row.decode(0, as: String.self)
+                        break
+                    }
+                    seen += rows
+                }
+                let more = end != nil
                 let statement = more && end != nil
                     ? PostgresQuery(unsafeSQL: Self.moveStatement(bounded: true), binds: [PostgresBind(text: end, type: 1184)])
                     : PostgresQuery(unsafeSQL: Self.moveStatement)
