@@ -161,12 +161,12 @@ struct ReportPlan {
         // With the audience, a day that saw only sessions still has its row, unless a row
         // names what sessions lack (their '' network would be a row of its own; the audience
         // CTEs read the sessions' devices through filters of their own).
-        let sessionRows = needed.contains(.sessions) || (needsAudience && query.dimensions.allSatisfy { !Self.sessionless.contains($0) })
+        let sessionRows = needed.contains(.sessions) || (needsAudience && !query.dimensions.contains(where: \.isOnAdEventsOnly))
         // (`sessionless`: the active devices' parts, which always read the sessions.)
         if devices || (!sessionRows && !sessionless) { sql.append(" AND \(unsafeRaw: alias).network <> ''") }
         for filter in query.filters where !filter.dimension.isTime {
             // Active devices are the app's: a session names no network, format or placement.
-            if sessionless && Self.sessionless.contains(filter.dimension) { continue }
+            if sessionless && filter.dimension.isOnAdEventsOnly { continue }
             let column = filter.dimension == .app ? "app_id" : filter.dimension.rawValue
             if filter.dimension == .errorCode {
                 sql.append(" AND \(unsafeRaw: alias).\(unsafeRaw: column) = ANY(\(array: filter.values.compactMap { Int32($0) })::int[])")

@@ -16,7 +16,7 @@ public struct ReportNotes: Sendable, Equatable {
     /// Whose devices `active_devices` and `dau` are, when a row or filter names what a session does not.
     public static func appAudience(_ query: ReportQuery) -> String? {
         let named = Set(query.dimensions).union(query.filters.map(\.dimension))
-            .filter { [.network, .format, .placement, .size, .errorCode, .revenuePrecision].contains($0) }
+            .filter(\.isOnAdEventsOnly)
         guard !named.isEmpty, query.metrics.contains(where: { $0.counts.contains(.activeDevices) || $0.counts.contains(.deviceDays) }) else { return nil }
         let names = named.map(\.rawValue).sorted().joined(separator: ", ")
         return "active_devices and dau (and engagement_rate, arpdau, impressions_per_dau, sessions_per_dau over them) are the app's, "

@@ -11,6 +11,10 @@ public enum ReportDimension: String, Sendable, CaseIterable {
     /// A dimension of time in the report's zone.
     public var isTime: Bool { self == .date || self == .hour || self == .week || self == .month }
 
+    /// Not carried by a `session` event (DESIGN §2): active devices, which sessions make,
+    /// are the app's whatever a report names of these.
+    public var isOnAdEventsOnly: Bool { [.network, .format, .placement, .size, .errorCode, .revenuePrecision].contains(self) }
+
     /// Kept in the rollups; the others need the raw events.
     public var isInRollups: Bool { isTime || self == .app || self == .network || self == .format }
 

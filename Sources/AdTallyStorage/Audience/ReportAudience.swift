@@ -19,9 +19,6 @@ import PostgresKit
 /// revenue precision a row or filter names: a session (what makes a device active without
 /// an ad) has none of them. Ad viewers are the devices of the row's own impressions.
 extension ReportPlan {
-    /// Dimensions a `session` event does not carry.
-    static let sessionless: Set<ReportDimension> = [.network, .format, .placement, .size, .errorCode, .revenuePrecision]
-
     var needsActive: Bool { !needed.isDisjoint(with: [.activeDevices, .deviceDays]) }
     var needsViewers: Bool { !needed.isDisjoint(with: [.adViewers, .viewerDays]) }
     var needsDays: Bool { needed.contains(.days) }
@@ -31,7 +28,7 @@ extension ReportPlan {
     /// `d0 …` of the query's dimensions a kind of device groups by: active devices by
     /// those sessions carry, viewers by all.
     func audienceDimensions(viewers: Bool) -> [Int] {
-        query.dimensions.indices.filter { viewers || !Self.sessionless.contains(query.dimensions[$0]) }
+        query.dimensions.indices.filter { viewers || !query.dimensions[$0].isOnAdEventsOnly }
     }
 
     /// Rows (app_id, d, hk, network, format, s) of the range's per-day sketches from the
