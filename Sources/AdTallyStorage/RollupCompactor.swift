@@ -123,10 +123,9 @@ public struct RollupCompactor: Sendable {
                 let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
                 guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return nil }
                 let lockedAt = try lock.decode(1, as: String.self)
-                // The span's end, computed apart: on Citus a DELETE's condition may not read the
-                // distributed table it deletes from.
                 // The rows per bucket (a few hundred buckets a week), oldest first: the pass ends
                 // at the bucket where `passRows` is reached (rows are far from even over a day).
+                // Computed apart: on Citus a DELETE's condition may not read the table it deletes from.
                 var seen = 0
                 var end: String?
                 for row in try connection.query("SELECT bucket::text, count(*) FROM rollup_delta GROUP BY bucket ORDER BY bucket") {
@@ -138,8 +137,8 @@ public struct RollupCompactor: Sendable {
                     seen += rows
                 }
                 let more = end != nil
-                let statement = more && end != nil
-                    ? PostgresQuery(unsafeSQL: Self.moveStatement(bounded: true), binds: [PostgresBind(text: end, type: 1184)])
+                let statement = more
+                    ? PostgresQuery(unsafeSQL: Self.boundedMoveStatement, binds: [PostgresBind(text: end, type: 1184)])
                     : PostgresQuery(unsafeSQL: Self.moveStatement)
                 let moved = try connection.query(statement).first?.decode(0, as: Int.self) ?? 0
                 if moved > 0 {
@@ -215,17 +214,16 @@ public struct RollupCompactor: Sendable {
     }
 
     /// Deletes every delta row the statement sees (rows committed later stay for the
-    /// next pass; `moveStatement(bounded:)`: those of the buckets before a time) and adds their sums to every compacted table (15-minute, hourly and
+    /// next pass; `boundedMoveStatement`: those of the buckets before `$1`) and adds their sums to every compacted table (15-minute, hourly and
     /// daily grains, Migrations/0004; priced, Migrations/0012); returns the number of
     /// rows moved. Whole-table, not by ctid: on Citus a ctid names a row only within
     /// one shard. No ORDER BY: only one compactor writes the compacted tables at a
     /// time, so row lock order cannot deadlock, and hashing the groups is cheaper than
     /// sorting the deltas twice.
-    /// `bounded`: only the buckets before `$1`.
-    static func moveStatement(bounded: Bool) -> String {
-        bounded ? moveStatement.replacingOccurrences(of: "DELETE FROM rollup_delta RETURNING *", with: "DELETE FROM rollup_delta WHERE bucket < $1 RETURNING *")
-            : moveStatement
-    }
+    /// `moveStatement` for the buckets before `$1` only.
+    static let boundedMoveStatement = moveStatement.replacingOccurrences(
+        of: "DELETE FROM rollup_delta RETURNING *", with: "DELETE FROM rollup_delta WHERE bucket < $1 RETURNING *"
+    )
 
     static let moveStatement = """
         WITH moved AS (
