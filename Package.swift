@@ -138,6 +138,8 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "AdTallyKit", package: "AdTallyKit"),
             ],
+            // The networks' report files the importers are tested on, read by path.
+            exclude: ["Fixtures"],
             swiftSettings: strict
         ),
     ]

@@ -69,6 +69,10 @@ SELECT create_distributed_table('mediation_changes', 'app_id', colocate_with => 
 
 -- The networks admitted per app (Migrations/0010), read by ingest with each app's events.
 SELECT create_distributed_table('app_networks', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'app_networks'::regclass AND citus_table_type = 'distributed');
+-- The networks' own reports (Migrations/0015), compared per app with its rollups, and
+-- the imports they belong to (joined with them on the workers; referenced first).
+SELECT create_reference_table('network_imports') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_imports'::regclass AND citus_table_type = 'reference');
+SELECT create_distributed_table('network_report_rows', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_report_rows'::regclass AND citus_table_type = 'distributed');
 SELECT create_distributed_table('client_drops', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'client_drops'::regclass AND citus_table_type = 'distributed');
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
@@ -78,7 +82,7 @@ SELECT create_reference_table('fx_rates') WHERE NOT EXISTS (SELECT 1 FROM citus_
 SELECT create_reference_table('id_horizon') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'id_horizon'::regclass AND citus_table_type = 'reference');
 
 -- Stay local on the coordinator: never joined with a per-app table.
--- local: schema_migrations, export_schedules, export_runs, export_leader, rollup_compaction_passes
+-- local: schema_migrations, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings
 
 -- Fail loudly when a table is not where this script puts it.
 DO $$
@@ -100,7 +104,7 @@ BEGIN
         ('report_series_refresh', 'distributed'), ('mediation_policies', 'distributed'),
         ('mediation_changes', 'distributed'), ('app_networks', 'distributed'), ('client_drops', 'distributed'),
         ('rollup_priced_1h', 'distributed'), ('rollup_priced_day', 'distributed'), ('rollup_dirty', 'distributed'),
-        ('report_series_changes', 'distributed')
+        ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

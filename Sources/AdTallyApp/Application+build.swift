@@ -125,6 +125,12 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     ClientDropRoutes(store: ClientDropStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
     DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares).register(on: routes)
+    // Network report imports on the admin pool (off ingest's connections); the
+    // discrepancy report's own side through the report engine.
+    ReconciliationRoutes(
+        engine: ReconciliationEngine(reports: services.reports), reports: services.reports,
+        store: NetworkReportStore(pool: services.database.adminPool), authenticator: authenticator, shares: shares
+    ).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(
         router: router,

@@ -424,6 +424,173 @@ paths:
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
+  /v1/reconciliation:
+    get:
+      summary: "The networks' imported reports beside AdTally's counts (any read key, its apps): each network's days in its report's zone, discrepancy = (1 - ours / network) x 100 %, flagged beyond the network's tolerance."
+      parameters:
+        - {name: apps, in: query, schema: {type: string}, description: Comma-separated app ids (default every app the key reads).}
+        - {name: from, in: query, schema: {type: string, format: date}}
+        - {name: to, in: query, schema: {type: string, format: date}}
+        - {name: days, in: query, schema: {type: integer, minimum: 1, maximum: 3700}, description: "The N whole days before today (UTC)."}
+        - {name: dimensions, in: query, schema: {type: string}, description: "Any of date, app, network, format, country (default date,app,network,format)."}
+        - {name: currency, in: query, schema: {type: string}, description: "ISO 4217; the networks' amounts are converted on their day with the FX table."}
+        - {name: format, in: query, schema: {type: string}, description: "json or csv (or an ad-format filter)."}
+        - {name: network, in: query, schema: {type: string}, description: "A filter; app, format, country and date filter the same way."}
+      responses:
+        "200":
+          description: The discrepancy report.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/Reconciliation"}
+            text/csv:
+              schema: {type: string, description: "RFC 4180, header row, CRLF."}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "422": {$ref: "#/components/responses/Problem"}
+        "429": {$ref: "#/components/responses/Problem"}
+  /v1/network-reports:
+    get:
+      summary: The imports of the networks' reports, newest first (an admin key).
+      responses:
+        "200":
+          description: Imports.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [imports]
+                properties:
+                  imports: {type: array, items: {$ref: "#/components/schemas/NetworkImport"}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    post:
+      summary: "Import a network's own report (an admin key), all or none: AdMob's networkReport/mediationReport JSON stream, MAX's maxReport CSV or JSON, LevelPlay's reporting JSON, or the generic CSV."
+      parameters:
+        - {name: source, in: query, required: true, schema: {type: string, enum: [admob, max, levelplay, csv]}}
+        - {name: timezone, in: query, schema: {type: string}, description: "The zone its days are in, when not the source's own."}
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {description: "AdMob's, MAX's or LevelPlay's report as the network returns it (up to 32 MiB)."}
+          text/csv:
+            schema: {type: string, description: "MAX's CSV, or date,app,network,format,country,impressions,clicks,revenue,currency[,timezone]."}
+      responses:
+        "201":
+          description: Imported.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [import_id, source, timezone, lines, rows, apps, networks, replaced, warnings, left_out]
+                properties:
+                  import_id: {type: integer}
+                  source: {type: string}
+                  timezone: {type: string}
+                  first_day: {type: [string, "null"], format: date}
+                  last_day: {type: [string, "null"], format: date}
+                  lines: {type: integer}
+                  rows: {type: integer}
+                  apps: {type: array, items: {type: string}}
+                  networks: {type: array, items: {type: string}}
+                  replaced: {type: integer, description: "App-network-days an earlier import had (restated)."}
+                  warnings: {type: array, items: {type: string}}
+                  left_out: {type: object, additionalProperties: {type: integer}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+  /v1/network-mappings:
+    get:
+      summary: "The networks' names for apps and ad sources, mapped to AdTally's (an admin key)."
+      parameters:
+        - {name: source, in: query, schema: {type: string, enum: [admob, max, levelplay, csv]}}
+      responses:
+        "200":
+          description: Mappings.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [mappings]
+                properties:
+                  mappings: {type: array, items: {$ref: "#/components/schemas/NetworkMapping"}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    put:
+      summary: "Add mappings (an admin key), all or none; a name mapped to another target already is refused."
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [mappings]
+              properties:
+                mappings: {type: array, items: {$ref: "#/components/schemas/NetworkMapping"}}
+      responses:
+        "200":
+          description: Stored (new ones counted).
+          content:
+            application/json:
+              schema: {type: object, required: [stored], properties: {stored: {type: integer}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+    delete:
+      summary: Delete one mapping (an admin key).
+      parameters:
+        - {name: source, in: query, required: true, schema: {type: string, enum: [admob, max, levelplay, csv]}}
+        - {name: kind, in: query, required: true, schema: {type: string, enum: [app, network]}}
+        - {name: external, in: query, required: true, schema: {type: string}}
+      responses:
+        "204": {description: Deleted.}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/network-settings:
+    get:
+      summary: "Each network's tolerance and restatement window that differ from the defaults (10 %, 3 days) (an admin key)."
+      responses:
+        "200":
+          description: Settings.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [settings]
+                properties:
+                  settings: {type: array, items: {$ref: "#/components/schemas/NetworkSettings"}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+  /v1/network-settings/{network}:
+    put:
+      summary: "Set a network's tolerance (percent) and restatement window (days) (an admin key); what is not given is kept."
+      parameters:
+        - {name: network, in: path, required: true, schema: {type: string}}
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                tolerance_pct: {type: number, exclusiveMinimum: 0, maximum: 100}
+                final_after_days: {type: integer, minimum: 0, maximum: 60}
+      responses:
+        "200":
+          description: The network's settings now.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/NetworkSettings"}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
   /v1/exports:
     get:
       summary: Export schedules (an admin key), with their next slots.
@@ -950,6 +1117,91 @@ components:
         will_leave: {type: boolean}
         shown: {type: boolean}
         app: {type: string}
+    NetworkImport:
+      type: object
+      required: [import_id, source, timezone, lines, is_delayed, warnings, via, imported_at, current]
+      properties:
+        import_id: {type: integer}
+        source: {type: string, enum: [admob, max, levelplay, csv]}
+        timezone: {type: string}
+        first_day: {type: [string, "null"], format: date}
+        last_day: {type: [string, "null"], format: date}
+        lines: {type: integer}
+        is_delayed: {type: boolean}
+        warnings: {type: array, items: {type: string}}
+        via: {type: string, enum: [api, cli, pull]}
+        imported_at: {type: string, format: date-time}
+        current: {type: integer, description: "App-network-days it is the current import for."}
+    NetworkMapping:
+      type: object
+      required: [source, kind, external, target]
+      properties:
+        source: {type: string, enum: [admob, max, levelplay, csv]}
+        kind: {type: string, enum: [app, network]}
+        external: {type: string, minLength: 1, maxLength: 200}
+        target: {type: string, minLength: 1, maxLength: 64}
+    NetworkSettings:
+      type: object
+      required: [network, tolerance_pct, final_after_days]
+      properties:
+        network: {type: string}
+        tolerance_pct: {type: number}
+        final_after_days: {type: integer}
+    Reconciliation:
+      type: object
+      required: [query, columns, rows, notes]
+      properties:
+        query:
+          type: object
+          required: [apps, from, to, dimensions, filters, currency]
+          properties:
+            apps: {type: array, items: {type: string}}
+            from: {type: string, format: date}
+            to: {type: string, format: date}
+            dimensions: {type: array, items: {type: string, enum: [date, app, network, format, country]}}
+            filters: {type: object, additionalProperties: {type: array, items: {type: string}}}
+            currency: {type: string}
+        columns:
+          type: array
+          items:
+            type: object
+            required: [name, type]
+            properties:
+              name: {type: string}
+              type: {type: string, enum: [string, date, integer, number, money, boolean]}
+        rows:
+          type: array
+          items:
+            type: array
+            items: {type: [string, number, integer, boolean, "null"]}
+        notes:
+          type: object
+          required: [formula, networks, imports, days_not_final, remarks]
+          properties:
+            formula: {type: string}
+            networks:
+              type: array
+              items:
+                type: object
+                required: [network, timezone, tolerance_pct, final_after_days]
+                properties:
+                  network: {type: string}
+                  timezone: {type: string}
+                  tolerance_pct: {type: number}
+                  final_after_days: {type: integer}
+            imports:
+              type: array
+              items:
+                type: object
+                required: [id, source, timezone, imported_at, warnings]
+                properties:
+                  id: {type: integer}
+                  source: {type: string}
+                  timezone: {type: string}
+                  imported_at: {type: string, format: date-time}
+                  warnings: {type: array, items: {type: string}}
+            days_not_final: {type: array, items: {type: string, format: date}}
+            remarks: {type: array, items: {type: string}}
     Report:
       type: object
       required: [query, columns, rows, totals, notes, next_cursor]

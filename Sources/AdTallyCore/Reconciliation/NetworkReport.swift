@@ -1,0 +1,234 @@
+import Foundation
+
+/// Where a network report comes from (DESIGN §11): each network's own report, in the
+/// shape it documents, or a generic CSV.
+public enum NetworkReportSource: String, Sendable, CaseIterable, Codable {
+    /// AdMob API `networkReport:generate` / `mediationReport:generate` (a JSON stream:
+    /// header, rows, footer), days in the account's zone (America/Los_Angeles by default).
+    case admob
+    /// AppLovin MAX `maxReport`, CSV or JSON, days in UTC, revenue in USD.
+    case max
+    /// LevelPlay (ironSource) reporting API JSON, days in UTC, revenue in USD.
+    case levelplay
+    /// `date,app,network,format,country,impressions,clicks,revenue,currency[,timezone]`.
+    case csv
+
+    /// The zone a source's days are in when the file does not say.
+    public var defaultZone: String {
+        switch self {
+        case .admob: "America/Los_Angeles"
+        case .max, .levelplay, .csv: "UTC"
+        }
+    }
+}
+
+/// One line of a network's report as read: the network's own names for the app and
+/// the network (mapped to AdTally's by `NetworkMappings`), a day in the report's zone.
+public struct NetworkReportLine: Sendable, Equatable {
+    /// Where it is in the file: a line of a CSV, a row of a JSON report (1-based).
+    public var position: String
+    /// Days since 1970-01-01, a date in the report's zone.
+    public var day: Int
+    /// The network's id for the app (AdMob's `ca-app-pub-…~…`, MAX's package name, LevelPlay's app key, or an AdTally app id).
+    public var app: String
+    /// The network's name for the ad source as written ("AdMob Network", "APPLOVIN_NETWORK", "ironSource", "admob").
+    public var network: String
+    /// AdTally's format (each source's vocabulary mapped, DESIGN §11).
+    public var format: AdFormat
+    /// ISO 3166-1 alpha-2, or nil where the network does not know it.
+    public var country: String?
+    public var impressions: Int64
+    /// Nil where the report has no clicks (MAX's).
+    public var clicks: Int64?
+    /// Earnings in micros of `currency`, rounded half up from the network's decimals.
+    public var revenueMicros: Int64
+    public var currency: String
+
+    public init(
+        position: String, day: Int, app: String, network: String, format: AdFormat, country: String?,
+        impressions: Int64, clicks: Int64?, revenueMicros: Int64, currency: String
+    ) {
+        self.position = position
+        self.day = day
+        self.app = app
+        self.network = network
+        self.format = format
+        self.country = country
+        self.impressions = impressions
+        self.clicks = clicks
+        self.revenueMicros = revenueMicros
+        self.currency = currency
+    }
+}
+
+/// A network's report, read and validated, before its names are mapped.
+public struct NetworkReport: Sendable, Equatable {
+    public var source: NetworkReportSource
+    /// The IANA zone its days are in.
+    public var zone: String
+    public var lines: [NetworkReportLine]
+    /// The network's warnings about its data, as `TYPE: description` (AdMob's footer).
+    public var warnings: [String]
+    /// The network said its data for the range is late (AdMob's `DATA_DELAYED`): no day of it is final.
+    public var isDelayed: Bool
+    /// The days the report covers (its header's range, else its lines'), in `zone`.
+    public var firstDay: Int?
+    public var lastDay: Int?
+    /// Lines left out because AdTally has nothing to compare them with (LevelPlay's
+    /// offerwall), by what they were: said in the import's answer, never silent.
+    public var leftOut: [String: Int]
+
+    public init(
+        source: NetworkReportSource, zone: String, lines: [NetworkReportLine], warnings: [String] = [], isDelayed: Bool = false,
+        firstDay: Int? = nil, lastDay: Int? = nil, leftOut: [String: Int] = [:]
+    ) {
+        self.source = source
+        self.zone = zone
+        self.lines = lines
+        self.warnings = warnings
+        self.isDelayed = isDelayed
+        self.firstDay = firstDay ?? lines.map(\.day).min()
+        self.lastDay = lastDay ?? lines.map(\.day).max()
+        self.leftOut = leftOut
+    }
+
+    /// Most bytes of a network report file, in the API and the CLI: a year of a large
+    /// account's daily rows by app, network, format and country fits in it.
+    public static let maxBytes = 32 << 20
+    /// Most lines of one report.
+    public static let maxLines = 500_000
+
+    /// Reads a report in `source`'s shape; `zone` overrides the zone it is in (a generic
+    /// CSV's `--timezone`, an AdMob account whose reports are in UTC). Every error names
+    /// the line (or row) and the field, and nothing of a refused file is kept.
+    public static func parse(_ bytes: [UInt8], source: NetworkReportSource, zone: String? = nil) throws(FieldError) -> NetworkReport {
+        guard bytes.count <= maxBytes else { throw FieldError("file", "is \(bytes.count) bytes; a network report may have at most \(maxBytes) (split it by month)") }
+        if let zone, !ReportQuery.isZone(zone) { throw FieldError("timezone", "\"\(zone)\" is not an IANA time zone (e.g. UTC, America/Los_Angeles)") }
+        var report: NetworkReport
+        switch source {
+        case .admob: report = try NetworkReportParsers.admob(bytes)
+        case .max: report = try NetworkReportParsers.max(bytes)
+        case .levelplay: report = try NetworkReportParsers.levelplay(bytes)
+        case .csv: report = try NetworkReportParsers.csv(bytes, zone: zone)
+        }
+        if let zone { report.zone = zone }
+        guard report.lines.count <= maxLines else { throw FieldError("file", "has \(report.lines.count) lines; at most \(maxLines) (split it by month)") }
+        return report
+    }
+}
+
+extension NetworkReport {
+    /// A network's name for an app or an ad source, checked as an import checks it
+    /// (no formula, no control characters, at most 200 bytes): for mappings.
+    public static func externalName(_ text: String, field: String) throws(FieldError) -> String {
+        try NetworkReportValues.name(text, field)
+    }
+}
+
+/// The rules every source's values follow, one place for all of them.
+enum NetworkReportValues {
+    /// Most impressions or clicks on one line.
+    static let maxCount: Int64 = 1_000_000_000_000
+    /// Most earnings on one line: below 10^12 units.
+    static let maxRevenueDigits = 12
+
+    static let countRule = "must be a whole number from 0 to 10^12"
+    static let revenueRule = "must be a decimal amount ≥ 0 below 10^12 (at most 12 decimals; rounded half up to 6)"
+
+    /// A count written as digits (a JSON integer may come as a string, as AdMob's int64s do).
+    static func count(_ text: String, _ field: String) throws(FieldError) -> Int64 {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        // "1234.0" is how some exports write a whole number.
+        let whole = trimmed.hasSuffix(".0") ? String(trimmed.dropLast(2)) : trimmed
+        guard !whole.isEmpty, whole.utf8.count <= 13, whole.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
+              let value = Int64(whole), value <= maxCount else { throw FieldError(field, countRule) }
+        return value
+    }
+
+    /// A decimal amount as micros, rounded half up beyond the sixth decimal (networks
+    /// write up to 10; AdMob's micros are exact already). Scientific notation (1e-05, as
+    /// a JSON number may be written) is read too.
+    static func micros(_ text: String, _ field: String) throws(FieldError) -> Int64 {
+        var written = text.trimmingCharacters(in: .whitespaces)
+        if let e = written.firstIndex(where: { $0 == "e" || $0 == "E" }) {
+            guard let exponent = Int(written[written.index(after: e)...]), (-20...20).contains(exponent) else { throw FieldError(field, revenueRule) }
+            written = shifted(String(written[..<e]), by: exponent) ?? "x"
+        }
+        let parts = written.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), let whole = parts.first, !whole.isEmpty, whole.count <= maxRevenueDigits,
+              whole.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { throw FieldError(field, revenueRule) }
+        let fraction = parts.count == 2 ? Array(parts[1].utf8) : []
+        guard fraction.count <= 12, fraction.allSatisfy({ (0x30...0x39).contains($0) }), parts.count == 1 || !fraction.isEmpty else {
+            throw FieldError(field, revenueRule)
+        }
+        var micros = Int64(whole)! * 1_000_000
+        var place: Int64 = 100_000
+        for digit in fraction.prefix(6) {
+            micros += Int64(digit - 0x30) * place
+            place /= 10
+        }
+        if fraction.count > 6, fraction[6] >= 0x35 { micros += 1 }
+        return micros
+    }
+
+    /// `mantissa` × 10^exponent as plain decimal text, or nil.
+    private static func shifted(_ mantissa: String, by exponent: Int) -> String? {
+        let parts = mantissa.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), !parts[0].isEmpty else { return nil }
+        var digits = String(parts[0]) + (parts.count == 2 ? String(parts[1]) : "")
+        var point = parts[0].count + exponent
+        guard digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        if point <= 0 {
+            digits = String(repeating: "0", count: 1 - point) + digits
+            point = 1
+        }
+        if point >= digits.count { return digits + String(repeating: "0", count: point - digits.count) }
+        return String(digits.prefix(point)) + "." + String(digits.dropFirst(point))
+    }
+
+    /// A name the network wrote (an app id, a network): refused when a spreadsheet would
+    /// run it as a formula, when it holds control characters, or when it is too long.
+    static func name(_ text: String, _ field: String) throws(FieldError) -> String {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty else { throw FieldError(field, "must not be empty") }
+        guard trimmed.utf8.count <= 200 else { throw FieldError(field, "must be at most 200 bytes") }
+        if ReportText.startsLikeFormula(text) {
+            throw FieldError(field, "\"\(trimmed.prefix(40))\" starts like a spreadsheet formula (= + - @): a formula cell is refused")
+        }
+        guard !trimmed.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw FieldError(field, "must not contain control characters")
+        }
+        return trimmed
+    }
+
+    /// A country as the networks write it ("US", "us"); nil for the ones they use for
+    /// unknown ("ZZ", "XX", "--", "", "unknown").
+    static func country(_ text: String, _ field: String) throws(FieldError) -> String? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if ["", "ZZ", "zz", "XX", "xx", "--", "unknown", "Unknown", "UNKNOWN", "(unknown)"].contains(trimmed) { return nil }
+        guard let code = EventValidator.countryCode(trimmed) else {
+            throw FieldError(field, "\"\(trimmed.prefix(40))\" is not an ISO 3166-1 alpha-2 country code (US, JP; ZZ or empty for unknown)")
+        }
+        return code
+    }
+
+    /// A date written `YYYY-MM-DD` or (AdMob's) `YYYYMMDD`.
+    static func day(_ text: String, _ field: String) throws(FieldError) -> Int {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        var dashed = trimmed
+        if trimmed.utf8.count == 8, trimmed.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
+            let year = trimmed.prefix(4), month = trimmed.dropFirst(4).prefix(2), day = trimmed.suffix(2)
+            dashed = "\(year)-\(month)-\(day)"
+        }
+        guard let value = ReportQuery.parseDate(dashed) else { throw FieldError(field, "must be a date, YYYY-MM-DD") }
+        return value
+    }
+
+    /// A currency code.
+    static func currency(_ text: String, _ field: String) throws(FieldError) -> String {
+        guard let code = ISOCodes.currency(text.trimmingCharacters(in: .whitespaces)) else {
+            throw FieldError(field, "must be an ISO 4217 code (USD, EUR, JPY)")
+        }
+        return code
+    }
+}

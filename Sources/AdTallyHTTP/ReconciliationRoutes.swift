@@ -1,0 +1,130 @@
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// The networks' own reports and the discrepancy report over HTTP (DESIGN §11):
+///
+/// - `GET /v1/reconciliation`: the report's parameters (apps, from/to or days,
+///   dimensions of date, app, network, format, country, their filters, currency,
+///   format), JSON or CSV; any read key for its apps.
+/// - `POST /v1/network-reports?source=admob|max|levelplay|csv[&timezone=]` with the
+///   network's file as the body (up to 32 MiB), all or none; `GET /v1/network-reports`
+///   lists the imports.
+/// - `GET|PUT|DELETE /v1/network-mappings`: the networks' names for apps and networks.
+/// - `GET /v1/network-settings`, `PUT /v1/network-settings/{network}`: tolerance and
+///   restatement window.
+///
+/// Everything but the discrepancy report needs an admin key.
+public struct ReconciliationRoutes: Sendable {
+    let engine: ReconciliationEngine
+    let reports: ReportEngine
+    let store: NetworkReportStore
+    let authenticator: KeyAuthenticator
+    let shares: ReportShares
+
+    /// Creates the routes; imports and settings go through `store`, the report through `engine`.
+    public init(engine: ReconciliationEngine, reports: ReportEngine, store: NetworkReportStore, authenticator: KeyAuthenticator, shares: ReportShares) {
+        self.engine = engine
+        self.reports = reports
+        self.store = store
+        self.authenticator = authenticator
+        self.shares = shares
+    }
+
+    struct MappingsBody: Decodable { var mappings: [NetworkReportStore.Mapping] }
+    struct SettingsBody: Decodable {
+        var tolerancePct: Double?
+        var finalAfterDays: Int?
+        enum CodingKeys: String, CodingKey {
+            case tolerancePct = "tolerance_pct"
+            case finalAfterDays = "final_after_days"
+        }
+    }
+
+    /// Adds the routes to a router.
+    public func register(on router: Routes) {
+        router.get("v1/reconciliation") { request, context in
+            let key = try await authenticator.require(.read, request)
+            let place = try shares.enter(keyID: key.id, channel: context.channel)
+            defer { withExtendedLifetime(place) {} }
+            let readable = try await reports.readableApps(only: key.app)
+            let parameters = request.uri.queryParameters.map { (String($0.key), String($0.value)) }
+            let acceptsCSV = request.headers[.accept].map(ReportRoutes.prefersCSV) ?? false
+            do {
+                let query = try ReconciliationQuery.parse(parameters, readable: readable, isAdmin: key.app == nil, acceptsCSV: acceptsCSV)
+                let document = try await engine.run(query)
+                if query.report.format == .csv {
+                    let name = "adtally-reconciliation-\(ReportQuery.formatDate(query.report.from))-\(ReportQuery.formatDate(query.report.to)).csv"
+                    return Response(
+                        status: .ok, headers: [.contentType: "text/csv; charset=utf-8; header=present", .contentDisposition: "attachment; filename=\"\(name)\""],
+                        body: .init(byteBuffer: ByteBuffer(bytes: document.csv()))
+                    )
+                }
+                return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: document.json())))
+            } catch let error as ReportQueryError {
+                throw ReportRoutes.problem(error)
+            } catch let error as ReportCurrencyError {
+                throw ProblemDetails(.unprocessableContent, title: "FX rate missing", detail: error.description)
+            }
+        }
+        router.post("v1/network-reports") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            let parameters = request.uri.queryParameters
+            guard let text = parameters["source"], let source = NetworkReportSource(rawValue: String(text)) else {
+                throw ProblemDetails(.badRequest, detail: "source: is required, one of \(NetworkReportSource.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: NetworkReport.maxBytes)
+            } catch is NIOTooManyBytesError {
+                throw ProblemDetails(.contentTooLarge, detail: "the body is larger than \(NetworkReport.maxBytes) bytes; split the report by month")
+            }
+            let bytes = Array(body.readableBytesView)
+            let report = try NetworkReport.parse(bytes, source: source, zone: parameters["timezone"].map(String.init))
+            let result = try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "api")
+            return try AdminRoutes.json(result, status: .created)
+        }
+        router.get("v1/network-reports") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            return try AdminRoutes.json(["imports": try await store.imports()])
+        }
+        router.get("v1/network-mappings") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            let source = try request.uri.queryParameters["source"].map { text in
+                guard let source = NetworkReportSource(rawValue: String(text)) else { throw ProblemDetails(.badRequest, detail: "source: unknown") }
+                return source
+            }
+            return try AdminRoutes.json(["mappings": try await store.mappings(source: source)])
+        }
+        router.on(.put, "v1/network-mappings") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            let body: MappingsBody = try await AdminRoutes.decode(request)
+            return try AdminRoutes.json(["stored": try await store.setMappings(body.mappings)])
+        }
+        router.delete("v1/network-mappings") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            let parameters = request.uri.queryParameters
+            guard let source = parameters["source"].flatMap({ NetworkReportSource(rawValue: String($0)) }),
+                  let kind = parameters["kind"].flatMap({ NetworkReportStore.Mapping.Kind(rawValue: String($0)) }),
+                  let external = parameters["external"] else {
+                throw ProblemDetails(.badRequest, detail: "source, kind (app or network) and external: are required")
+            }
+            guard try await store.deleteMapping(source: source, kind: kind, external: String(external)) else {
+                throw ProblemDetails(.notFound, detail: "no such mapping")
+            }
+            return Response(status: .noContent)
+        }
+        router.get("v1/network-settings") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            return try AdminRoutes.json(["settings": try await store.settings()])
+        }
+        router.on(.put, "v1/network-settings/:network") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            let network = try context.parameters.require("network")
+            let body: SettingsBody = try await AdminRoutes.decode(request)
+            return try AdminRoutes.json(try await store.setSettings(network: network, tolerancePct: body.tolerancePct, finalAfterDays: body.finalAfterDays))
+        }
+    }
+}

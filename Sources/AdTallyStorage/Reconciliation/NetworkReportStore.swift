@@ -1,0 +1,347 @@
+import AdTallyCore
+import Foundation
+import PostgresKit
+
+/// The networks' own reports in PostgreSQL (Migrations/0015): their names for apps and
+/// ad sources mapped once, each network's tolerance and restatement window, and every
+/// import, kept. A later import replaces an earlier one for the app, network and day
+/// it has figures for; the earlier rows stay as history.
+public struct NetworkReportStore: Sendable {
+    let pool: PostgresPool
+
+    /// A store over a pool.
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Rows per statement of a bulk write.
+    static let chunk = 5_000
+
+    // MARK: - Mappings
+
+    /// A network's name for an app (`kind` app: its AdTally app id) or for an ad source
+    /// (`kind` network: AdTally's network name).
+    public struct Mapping: Sendable, Equatable, Codable {
+        public var source: NetworkReportSource
+        public var kind: Kind
+        /// As the network's report writes it.
+        public var external: String
+        /// The AdTally app id or network name.
+        public var target: String
+
+        /// What is mapped.
+        public enum Kind: String, Sendable, Codable, CaseIterable { case app, network }
+
+        public init(source: NetworkReportSource, kind: Kind, external: String, target: String) {
+            self.source = source
+            self.kind = kind
+            self.external = external
+            self.target = target
+        }
+    }
+
+    /// Stores mappings, all or none. A name mapped already to the same target is kept;
+    /// to another target it is refused (ambiguous: delete the old one first), as is one
+    /// name given twice with two targets, an app that does not exist and a network name
+    /// AdTally's events could not carry. Returns how many were new.
+    @discardableResult
+    public func setMappings(_ mappings: [Mapping]) async throws -> Int {
+        var given: [String: Mapping] = [:]
+        for (index, mapping) in mappings.enumerated() {
+            let field = "mappings[\(index)]"
+            _ = try NetworkReport.externalName(mapping.external, field: "\(field).external")
+            switch mapping.kind {
+            case .network:
+                guard EventValidator.isNetworkName(mapping.target) else { throw FieldError("\(field).target", "a network must match [a-z0-9_.-]{1,32}") }
+            case .app:
+                guard !mapping.target.isEmpty, mapping.target.utf8.count <= 64 else { throw FieldError("\(field).target", "must be an app id") }
+            }
+            let key = "\(mapping.source.rawValue) \(mapping.kind.rawValue) \(mapping.external)"
+            if let earlier = given[key], earlier.target != mapping.target {
+                throw FieldError(field, "\(mapping.source.rawValue) \(mapping.kind.rawValue) \"\(mapping.external)\" is given twice, to \(earlier.target) and to \(mapping.target): ambiguous")
+            }
+            given[key] = mapping
+        }
+        let unique = Array(given.values), byKey = given
+        return try await pool.withTransaction { connection in
+            let apps = Set(unique.filter { $0.kind == .app }.map(\.target))
+            if !apps.isEmpty {
+                let known = Set(try connection.query("SELECT app_id FROM apps WHERE app_id = ANY(\(array: Array(apps)))").map { try $0.decode(0, as: String.self) })
+                if let missing = apps.subtracting(known).sorted().first { throw FieldError("target", "there is no app \"\(missing)\"") }
+            }
+            let existing = try connection.query("""
+                SELECT m.source, m.kind, m.external, m.target FROM network_mappings m
+                JOIN unnest(\(array: unique.map(\.source.rawValue))::text[], \(array: unique.map(\.kind.rawValue))::text[], \(array: unique.map(\.external))::text[]) AS g (source, kind, external)
+                  ON g.source = m.source AND g.kind = m.kind AND g.external = m.external
+                FOR UPDATE OF m
+                """)
+            var new = unique
+            for row in existing {
+                let (source, kind, external, target): (String, String, String, String) = (try row.decode(0), try row.decode(1), try row.decode(2), try row.decode(3))
+                guard let wanted = byKey["\(source) \(kind) \(external)"] else { continue }
+                if wanted.target != target {
+                    throw FieldError("mappings", "\(source) \(kind) \"\(external)\" is mapped to \(target) already; delete that mapping first (adtally networks unmap) to map it to \(wanted.target)")
+                }
+                new.removeAll { $0 == wanted }
+            }
+            guard !new.isEmpty else { return 0 }
+            try connection.query("""
+                INSERT INTO network_mappings (source, kind, external, target)
+                SELECT * FROM unnest(\(array: new.map(\.source.rawValue))::text[], \(array: new.map(\.kind.rawValue))::text[], \(array: new.map(\.external))::text[], \(array: new.map(\.target))::text[])
+                """)
+            return new.count
+        }
+    }
+
+    /// Every mapping, by source, kind and name; only `source`'s when given.
+    public func mappings(source: NetworkReportSource? = nil) async throws -> [Mapping] {
+        try await pool.query("""
+            SELECT source, kind, external, target FROM network_mappings WHERE \(source?.rawValue)::text IS NULL OR source = \(source?.rawValue)::text
+            ORDER BY source, kind, external
+            """).map { row in
+            Mapping(
+                source: NetworkReportSource(rawValue: try row.decode(0)) ?? .csv, kind: Mapping.Kind(rawValue: try row.decode(1)) ?? .app,
+                external: try row.decode(2), target: try row.decode(3)
+            )
+        }
+    }
+
+    /// Deletes one mapping; false when there was none. Imports already made keep the
+    /// app and network they were mapped to.
+    public func deleteMapping(source: NetworkReportSource, kind: Mapping.Kind, external: String) async throws -> Bool {
+        try await !pool.query("""
+            DELETE FROM network_mappings WHERE source = \(source.rawValue)::text AND kind = \(kind.rawValue)::text AND external = \(external)::text RETURNING 1
+            """).isEmpty
+    }
+
+    /// Mappings from a CSV of `external,app` (the network's app id and AdTally's app id),
+    /// as `adtally networks import --app-map` takes them.
+    public static func appMap(csv bytes: [UInt8], source: NetworkReportSource) throws -> [Mapping] {
+        let records = CSVRecordReader.records(of: bytes)
+        guard let header = records.first?.fields.map({ $0.trimmingCharacters(in: .whitespaces).lowercased() }),
+              let external = header.firstIndex(of: "external"), let app = header.firstIndex(of: "app") else {
+            throw FieldError("app map", "must be a CSV with the header external,app (the network's app id, the AdTally app id)")
+        }
+        return try records.dropFirst().map { record in
+            guard external < record.fields.count, app < record.fields.count else { throw FieldError("app map: line \(record.line)", "must have external and app") }
+            return Mapping(
+                source: source, kind: .app, external: record.fields[external].trimmingCharacters(in: .whitespaces),
+                target: record.fields[app].trimmingCharacters(in: .whitespaces)
+            )
+        }
+    }
+
+    // MARK: - Settings
+
+    /// A network's reconciliation settings.
+    public struct Settings: Sendable, Equatable, Codable {
+        public var network: String
+        /// Percent beyond which a discrepancy is flagged.
+        public var tolerancePct: Double
+        /// Days after a day until the network's figures for it are final.
+        public var finalAfterDays: Int
+
+        /// The defaults of a network without settings: 10 %, 3 days.
+        public static func defaults(_ network: String) -> Settings { Settings(network: network, tolerancePct: ReconciliationRow.defaultTolerancePct, finalAfterDays: 3) }
+
+        public init(network: String, tolerancePct: Double, finalAfterDays: Int) {
+            self.network = network
+            self.tolerancePct = tolerancePct
+            self.finalAfterDays = finalAfterDays
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case network
+            case tolerancePct = "tolerance_pct"
+            case finalAfterDays = "final_after_days"
+        }
+    }
+
+    /// Sets a network's tolerance and restatement window (those given; the rest keep
+    /// their values or the defaults).
+    public func setSettings(network: String, tolerancePct: Double?, finalAfterDays: Int?) async throws -> Settings {
+        guard EventValidator.isNetworkName(network) else { throw FieldError("network", "must match [a-z0-9_.-]{1,32}") }
+        if let tolerancePct, !(tolerancePct > 0 && tolerancePct <= 100) { throw FieldError("tolerance_pct", "must be a percentage above 0, at most 100") }
+        if let finalAfterDays, !(0...60).contains(finalAfterDays) { throw FieldError("final_after_days", "must be a whole number of days from 0 to 60") }
+        let defaults = Settings.defaults(network)
+        let row = try await pool.query("""
+            INSERT INTO network_settings AS s (network, tolerance_pct, final_after_days)
+            VALUES (\(network), round(\(tolerancePct ?? defaults.tolerancePct)::numeric, 2), \(finalAfterDays ?? defaults.finalAfterDays))
+            ON CONFLICT (network) DO UPDATE SET
+                tolerance_pct = CASE WHEN \(tolerancePct)::float8 IS NULL THEN s.tolerance_pct ELSE excluded.tolerance_pct END,
+                final_after_days = CASE WHEN \(finalAfterDays)::int IS NULL THEN s.final_after_days ELSE excluded.final_after_days END,
+                updated_at = excluded.updated_at
+            RETURNING tolerance_pct::float8, final_after_days
+            """).first!
+        return Settings(network: network, tolerancePct: try row.decode(0), finalAfterDays: try row.decode(1))
+    }
+
+    /// The settings of every network that has some.
+    public func settings() async throws -> [Settings] {
+        try await pool.query("SELECT network, tolerance_pct::float8, final_after_days FROM network_settings ORDER BY network").map { row in
+            Settings(network: try row.decode(0), tolerancePct: try row.decode(1), finalAfterDays: try row.decode(2))
+        }
+    }
+
+    // MARK: - Imports
+
+    /// What an import did.
+    public struct ImportResult: Sendable, Equatable, Codable {
+        public var importID: Int64
+        public var source: NetworkReportSource
+        /// The zone its days are in.
+        public var timezone: String
+        public var firstDay: String?
+        public var lastDay: String?
+        /// Lines read, and rows stored (lines summed by app, network, day, format, country and currency).
+        public var lines: Int
+        public var rows: Int
+        public var apps: [String]
+        public var networks: [String]
+        /// App, network and day figures an earlier import had, now replaced (restated).
+        public var replaced: Int
+        /// The network's own warnings about the data.
+        public var warnings: [String]
+        /// Lines left out and why (LevelPlay's offerwall).
+        public var leftOut: [String: Int]
+
+        enum CodingKeys: String, CodingKey {
+            case source, timezone, lines, rows, apps, networks, replaced, warnings
+            case importID = "import_id"
+            case firstDay = "first_day"
+            case lastDay = "last_day"
+            case leftOut = "left_out"
+        }
+    }
+
+    /// Stores a report, all or none: every line's app and network mapped (by the
+    /// mappings, else an AdTally app id or a network name as it is), or the first that
+    /// cannot be is refused naming its line.
+    public func importReport(_ report: NetworkReport, fileSHA256: String, via: String) async throws -> ImportResult {
+        try await pool.withTransaction { connection in
+            // The mappings are read under a share lock: one changed meanwhile cannot leave
+            // half a file mapped the old way.
+            try connection.execute(unsafeSQL: "LOCK TABLE network_mappings IN SHARE MODE")
+            var appMap: [String: String] = [:], networkMap: [String: String] = [:]
+            for row in try connection.query("SELECT kind, external, target FROM network_mappings WHERE source = \(report.source.rawValue)") {
+                let (kind, external, target): (String, String, String) = (try row.decode(0), try row.decode(1), try row.decode(2))
+                if kind == "app" { appMap[external] = target } else { networkMap[external] = target }
+            }
+            let written = Array(Set(report.lines.map(\.app)))
+            let apps = Set(try connection.query("""
+                SELECT app_id FROM apps WHERE app_id = ANY(\(array: written + written.compactMap { $0.split(separator: "/", maxSplits: 1).last.map(String.init) }))
+                """).map { try $0.decode(0, as: String.self) })
+            let source = report.source.rawValue
+            func app(of line: NetworkReportLine) throws -> String {
+                // MAX writes "platform/package": a mapping of either, or an app id as either.
+                let bare = line.app.split(separator: "/", maxSplits: 1).count == 2 ? String(line.app.split(separator: "/", maxSplits: 1)[1]) : nil
+                if let mapped = appMap[line.app] ?? bare.flatMap({ appMap[$0] }) { return mapped }
+                if apps.contains(line.app) { return line.app }
+                if let bare, apps.contains(bare) { return bare }
+                throw FieldError(
+                    "\(line.position): app", "\"\(line.app.prefix(80))\" is no AdTally app and is not mapped to one; map it (adtally networks map --source \(source) --app '\(line.app.prefix(80))' --to APP, or --app-map FILE)"
+                )
+            }
+            func network(of line: NetworkReportLine) throws -> String {
+                if let mapped = networkMap[line.network] ?? NetworkNames.adTally(line.network, source: report.source) { return mapped }
+                throw FieldError(
+                    "\(line.position): network", "\"\(line.network.prefix(80))\" is not a network AdTally knows by that name; map it (adtally networks map --source \(source) --network '\(line.network.prefix(80))' --to NAME)"
+                )
+            }
+            struct Key: Hashable { var app, network: String; var day: Int; var format: String; var country: String; var currency: String }
+            var sums: [Key: (impressions: Int64, clicks: Int64?, revenue: Int64)] = [:]
+            for line in report.lines {
+                let key = Key(app: try app(of: line), network: try network(of: line), day: line.day, format: line.format.rawValue, country: line.country ?? "", currency: line.currency)
+                var sum = sums[key] ?? (0, 0, 0)
+                let impressions = sum.impressions.addingReportingOverflow(line.impressions)
+                let revenue = sum.revenue.addingReportingOverflow(line.revenueMicros)
+                guard !impressions.overflow, !revenue.overflow else { throw FieldError("\(line.position)", "the sums of its app, network and day are too large to store") }
+                sum.impressions = impressions.partialValue
+                sum.revenue = revenue.partialValue
+                sum.clicks = sum.clicks.flatMap { mine in line.clicks.map { mine + $0 } }
+                sums[key] = sum
+            }
+            let keys = Array(sums.keys)
+            let replaced = keys.isEmpty ? 0 : try connection.query("""
+                SELECT count(*) FROM (
+                    SELECT DISTINCT r.app_id, r.network, r.day FROM network_report_rows r
+                    JOIN unnest(\(array: keys.map(\.app))::text[], \(array: keys.map(\.network))::text[], \(array: keys.map { ReportQuery.formatDate($0.day) })::date[]) AS k (app_id, network, day)
+                      ON k.app_id = r.app_id AND k.network = r.network AND k.day = r.day
+                ) AS earlier
+                """).first!.decode(0, as: Int.self)
+            let importID = try connection.query("""
+                INSERT INTO network_imports (source, zone, file_sha256, first_day, last_day, lines, is_delayed, warnings, via)
+                VALUES (\(source), \(report.zone), \(fileSHA256), \(report.firstDay.map(ReportQuery.formatDate))::date, \(report.lastDay.map(ReportQuery.formatDate))::date,
+                        \(report.lines.count), \(report.isDelayed), \(array: report.warnings)::text[], \(via))
+                RETURNING import_id
+                """).first!.decode(0, as: Int64.self)
+            var start = 0
+            while start < keys.count {
+                let part = keys[start..<min(start + Self.chunk, keys.count)]
+                let values = part.map { sums[$0]! }
+                try connection.query("""
+                    INSERT INTO network_report_rows (app_id, network, day, import_id, format, country, currency, impressions, clicks, revenue_micros)
+                    SELECT app_id, network, day::date, \(importID), format, country, currency, impressions, nullif(clicks, -1), revenue_micros
+                    FROM unnest(\(array: part.map(\.app))::text[], \(array: part.map(\.network))::text[], \(array: part.map { ReportQuery.formatDate($0.day) })::text[],
+                                \(array: part.map(\.format))::text[], \(array: part.map(\.country))::text[], \(array: part.map(\.currency))::text[],
+                                \(array: values.map(\.impressions))::bigint[], \(array: values.map { $0.clicks ?? -1 })::bigint[], \(array: values.map(\.revenue))::bigint[])
+                         AS g (app_id, network, day, format, country, currency, impressions, clicks, revenue_micros)
+                    """)
+                start += Self.chunk
+            }
+            return ImportResult(
+                importID: importID, source: report.source, timezone: report.zone,
+                firstDay: report.firstDay.map(ReportQuery.formatDate), lastDay: report.lastDay.map(ReportQuery.formatDate),
+                lines: report.lines.count, rows: keys.count, apps: Set(keys.map(\.app)).sorted(), networks: Set(keys.map(\.network)).sorted(),
+                replaced: replaced, warnings: report.warnings, leftOut: report.leftOut
+            )
+        }
+    }
+
+    /// An import as listed.
+    public struct ImportSummary: Sendable, Equatable, Codable {
+        public var importID: Int64
+        public var source: String
+        public var timezone: String
+        public var firstDay: String?
+        public var lastDay: String?
+        public var lines: Int
+        public var isDelayed: Bool
+        public var warnings: [String]
+        public var via: String
+        public var importedAt: String
+        /// App, network and day figures for which it is the current import.
+        public var current: Int
+
+        enum CodingKeys: String, CodingKey {
+            case source, timezone, lines, warnings, via, current
+            case importID = "import_id"
+            case firstDay = "first_day"
+            case lastDay = "last_day"
+            case isDelayed = "is_delayed"
+            case importedAt = "imported_at"
+        }
+    }
+
+    /// The newest imports first.
+    public func imports(limit: Int = 100) async throws -> [ImportSummary] {
+        try await pool.query("""
+            WITH current AS (
+                SELECT DISTINCT ON (app_id, network, day) import_id FROM network_report_rows ORDER BY app_id, network, day, import_id DESC
+            )
+            SELECT i.import_id, i.source, i.zone, i.first_day::text, i.last_day::text, i.lines, i.is_delayed, to_json(i.warnings)::text, i.via,
+                   to_char(i.imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                   (SELECT count(*) FROM current c WHERE c.import_id = i.import_id)::int
+            FROM network_imports i ORDER BY i.import_id DESC LIMIT \(limit)
+            """).map { row in
+            ImportSummary(
+                importID: try row.decode(0), source: try row.decode(1), timezone: try row.decode(2), firstDay: try row.decode(3), lastDay: try row.decode(4),
+                lines: try row.decode(5), isDelayed: try row.decode(6), warnings: try Self.strings(row.decode(7)), via: try row.decode(8), importedAt: try row.decode(9),
+                current: try row.decode(10)
+            )
+        }
+    }
+
+    /// A JSON array of strings as PostgreSQL's to_json writes a text[].
+    static func strings(_ json: String) throws -> [String] {
+        try JSONDecoder().decode([String].self, from: Data(json.utf8))
+    }
+}

@@ -1,0 +1,258 @@
+import AdTallyApp
+import AdTallyCore
+import AdTallyStorage
+import ArgumentParser
+import Foundation
+
+extension NetworkReportSource: ExpressibleByArgument {}
+
+/// `adtally networks import|imports|map|unmap|mappings|settings`: the networks' own
+/// reports (DESIGN §11) and what is needed to compare them.
+struct NetworksCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "networks", abstract: "Import the networks' own reports, map their names for apps and networks, set tolerances.",
+        discussion: """
+            Examples:
+              adtally networks import --source admob admob-2026-11.json --app-map admob-apps.csv
+              adtally networks import --source max max-report.csv
+              adtally networks map --source levelplay --app 1a2b3c4d --to my-game
+              adtally networks settings levelplay --tolerance-pct 15 --final-after-days 3
+              adtally reconcile --apps my-game --days 30
+            """,
+        subcommands: [Import.self, Imports.self, Map.self, Unmap.self, Mappings.self, Settings.self]
+    )
+
+    struct Import: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Import a network's report, all or none; a later import replaces an earlier one for the app, network and day it has figures for."
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Option(help: "admob, max, levelplay or csv (date,app,network,format,country,impressions,clicks,revenue,currency[,timezone]).")
+        var source: NetworkReportSource
+        @Option(help: "A CSV of external,app (the network's app id, the AdTally app id), stored as mappings before the import.")
+        var appMap: String?
+        @Option(help: "The zone the report's days are in, when not the source's own (AdMob: its header's, else America/Los_Angeles; the others: UTC).")
+        var timezone: String?
+        @Argument(help: "The report file.") var file: String
+
+        func run() async throws {
+            let bytes = try Self.read(file, what: "file")
+            let report = try NetworkReport.parse(bytes, source: source, zone: timezone)
+            let mappings = try appMap.map { try NetworkReportStore.appMap(csv: Self.read($0, what: "--app-map"), source: source) } ?? []
+            let result = try await database.withDatabase { database, _ in
+                let store = NetworkReportStore(pool: database.pool)
+                if !mappings.isEmpty { try await store.setMappings(mappings) }
+                return try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "cli")
+            }
+            print("import \(result.importID): \(result.lines) lines, \(result.rows) rows, \(result.firstDay ?? "-") to \(result.lastDay ?? "-") (\(result.timezone)); "
+                + "apps \(result.apps.joined(separator: ",")); networks \(result.networks.joined(separator: ","))")
+            if result.replaced > 0 { print("replaced: \(result.replaced) app-network-days an earlier import had (a restatement)") }
+            for warning in result.warnings { print("network warning: \(warning)") }
+            for (what, count) in result.leftOut.sorted(by: { $0.key < $1.key }) { print("left out: \(count) \(what) lines (AdTally has no such format)") }
+        }
+
+        /// A file's bytes, refused above the import limit before it is read whole.
+        static func read(_ path: String, what: String) throws -> [UInt8] {
+            guard let attributes = try? FileManager.default.attributesOfItem(atPath: path), let size = attributes[.size] as? Int else {
+                throw ValidationError("\(what): cannot read \(path)")
+            }
+            guard size <= NetworkReport.maxBytes else { throw ValidationError("\(what): \(path) is \(size) bytes; a network report may have at most \(NetworkReport.maxBytes) (split it by month)") }
+            guard let data = FileManager.default.contents(atPath: path) else { throw ValidationError("\(what): cannot read \(path)") }
+            return Array(data)
+        }
+    }
+
+    struct Imports: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the imports, newest first, with how many app-network-days each is current for.")
+        @OptionGroup var database: DatabaseOptions
+        @Option(help: "table or json.") var format = OutputFormat.table
+
+        func run() async throws {
+            let imports = try await database.withDatabase { database, _ in try await NetworkReportStore(pool: database.pool).imports() }
+            if format == .json { return try printJSON(["imports": imports]) }
+            printTable(
+                ["ID", "SOURCE", "ZONE", "FROM", "TO", "LINES", "CURRENT", "VIA", "IMPORTED", "WARNINGS"],
+                imports.map {
+                    [String($0.importID), $0.source, $0.timezone, $0.firstDay ?? "", $0.lastDay ?? "", String($0.lines), String($0.current), $0.via, $0.importedAt,
+                     $0.warnings.joined(separator: "; ")]
+                }
+            )
+        }
+    }
+
+    /// `--app` or `--network`: what a mapping maps.
+    struct Named: ParsableArguments {
+        @Option(help: "admob, max, levelplay or csv.") var source: NetworkReportSource
+        @Option(help: "The network's id for an app (AdMob's ca-app-pub-…~…, MAX's package name or platform/package, LevelPlay's app key).") var app: String?
+        @Option(help: "The network's name for an ad source (\"AdMob Network\", SMAATO_BIDDING).") var network: String?
+
+        func kindAndName() throws -> (NetworkReportStore.Mapping.Kind, String) {
+            switch (app, network) {
+            case let (app?, nil): return (.app, app)
+            case let (nil, network?): return (.network, network)
+            default: throw ValidationError("give either --app or --network")
+            }
+        }
+    }
+
+    struct Map: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Map a network's name for an app or an ad source to AdTally's; a name maps to one target only.")
+        @OptionGroup var database: DatabaseOptions
+        @OptionGroup var named: Named
+        @Option(help: "The AdTally app id, or network name.") var to: String
+
+        func run() async throws {
+            let (kind, external) = try named.kindAndName()
+            let mapping = NetworkReportStore.Mapping(source: named.source, kind: kind, external: external, target: to)
+            let added = try await database.withDatabase { database, _ in try await NetworkReportStore(pool: database.pool).setMappings([mapping]) }
+            print(added == 1 ? "mapped: \(named.source.rawValue) \(kind.rawValue) \(external) -> \(to)" : "already mapped: \(named.source.rawValue) \(kind.rawValue) \(external) -> \(to)")
+        }
+    }
+
+    struct Unmap: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete a mapping (imports already made keep what they were mapped to).")
+        @OptionGroup var database: DatabaseOptions
+        @OptionGroup var named: Named
+
+        func run() async throws {
+            let (kind, external) = try named.kindAndName()
+            let found = try await database.withDatabase { database, _ in
+                try await NetworkReportStore(pool: database.pool).deleteMapping(source: named.source, kind: kind, external: external)
+            }
+            guard found else { throw ValidationError("no mapping \(named.source.rawValue) \(kind.rawValue) \(external)") }
+            print("unmapped: \(named.source.rawValue) \(kind.rawValue) \(external)")
+        }
+    }
+
+    struct Mappings: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the mappings.")
+        @OptionGroup var database: DatabaseOptions
+        @Option(help: "Only this source's.") var source: NetworkReportSource?
+        @Option(help: "table or json.") var format = OutputFormat.table
+
+        func run() async throws {
+            let mappings = try await database.withDatabase { database, _ in try await NetworkReportStore(pool: database.pool).mappings(source: source) }
+            if format == .json { return try printJSON(["mappings": mappings]) }
+            printTable(["SOURCE", "KIND", "EXTERNAL", "TARGET"], mappings.map { [$0.source.rawValue, $0.kind.rawValue, $0.external, $0.target] })
+        }
+    }
+
+    struct Settings: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show every network's settings, or set one network's tolerance (percent, default 10) and restatement window (days, default 3)."
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "The network to change (AdTally's name); none: list.") var network: String?
+        @Option(help: "Flag a discrepancy beyond this many percent.") var tolerancePct: Double?
+        @Option(help: "A day's figures are final once imported this many days after it.") var finalAfterDays: Int?
+        @Option(help: "table or json.") var format = OutputFormat.table
+
+        func run() async throws {
+            try await database.withDatabase { database, _ in
+                let store = NetworkReportStore(pool: database.pool)
+                if let network {
+                    guard tolerancePct != nil || finalAfterDays != nil else { throw ValidationError("give --tolerance-pct, --final-after-days or both") }
+                    let settings = try await store.setSettings(network: network, tolerancePct: tolerancePct, finalAfterDays: finalAfterDays)
+                    print("\(settings.network): tolerance \(ReportText.ratio(settings.tolerancePct)) %, final \(settings.finalAfterDays) days after the day")
+                    return
+                }
+                let all = try await store.settings()
+                if format == .json { return try printJSON(["settings": all]) }
+                printTable(["NETWORK", "TOLERANCE %", "FINAL AFTER DAYS"], all.map { [$0.network, ReportText.ratio($0.tolerancePct), String($0.finalAfterDays)] })
+                print("other networks: tolerance \(ReportText.ratio(ReconciliationRow.defaultTolerancePct)) %, final after 3 days")
+            }
+        }
+    }
+}
+
+/// `adtally reconcile`: the discrepancy report of `GET /v1/reconciliation`, with the
+/// same options under the same names, from the same engine.
+struct ReconcileCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "reconcile",
+        abstract: "Compare AdTally's counts with the networks' imported reports: a table on a terminal, CSV or JSON otherwise.",
+        discussion: """
+            Each network's days are in its report's zone (AdMob's America/Los_Angeles, MAX's and LevelPlay's UTC);
+            discrepancy = (1 - ours / network) x 100 %, flagged beyond the network's tolerance.
+            Examples:
+              adtally reconcile --apps my-game --days 30
+              adtally reconcile --days 30 --dimensions network --filter network=admob,applovin --format csv
+            """
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @Option(help: "Apps, comma-separated (default: all).") var apps: String?
+    @Option(help: "First day YYYY-MM-DD.") var from: String?
+    @Option(help: "Last day YYYY-MM-DD, inclusive.") var to: String?
+    @Option(help: "The N whole days before today (UTC) instead of --from/--to.") var days: Int?
+    @Option(help: "Group by any of date, app, network, format, country (default date,app,network,format).") var dimensions: String?
+    @Option(name: .customLong("filter"), help: ArgumentHelp("Only these values of app, network, format or country (repeatable).", valueName: "dimension=values"))
+    var filters: [String] = []
+    @Option(help: "Currency money is shown in (default: the app's; several apps: USD).") var currency: String?
+    @Option(help: "table, csv or json (default: a table on a terminal, else CSV).") var format: ReportCommand.Output?
+    @Option(help: "Write to this file instead of standard output.") var output: String?
+
+    func run() async throws {
+        let toTerminal = output == nil && isatty(STDOUT_FILENO) == 1
+        let chosen = format ?? (toTerminal ? .table : .csv)
+        var parameters: [(String, String)] = []
+        func add(_ name: String, _ value: String?) { if let value { parameters.append((name, value)) } }
+        add("apps", apps)
+        add("from", from)
+        add("to", to)
+        add("days", days.map(String.init))
+        add("dimensions", dimensions)
+        add("currency", currency)
+        for filter in filters {
+            let parts = filter.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, ["app", "network", "format", "country", "date"].contains(String(parts[0])) else {
+                throw ValidationError("--filter must be dimension=value[,value…] with a dimension of app, network, format, country, date")
+            }
+            parameters.append((String(parts[0]), String(parts[1])))
+        }
+        try await database.withDatabase { database, logger in
+            let reports = database.reportEngine(logger: logger)
+            let document: ReconciliationDocument
+            do {
+                let query = try ReconciliationQuery.parse(parameters, readable: try await reports.readableApps(only: nil), isAdmin: true, output: chosen == .csv ? .csv : .json)
+                document = try await ReconciliationEngine(reports: reports).run(query)
+            } catch let error as ReportQueryError {
+                throw ValidationError(ReportOptions.describe(error))
+            } catch let error as ReportCurrencyError {
+                throw ValidationError(error.description)
+            }
+            let sink = try OutputSink(path: output)
+            switch chosen {
+            case .csv: try sink.write(document.csv())
+            case .json: try sink.write(document.json() + [0x0A])
+            case .table: try sink.write(Array(Self.table(document).utf8))
+            }
+            try sink.close()
+        }
+    }
+
+    /// An aligned table, flagged rows marked with `!`, then the networks' zones and the days not final.
+    static func table(_ document: ReconciliationDocument) -> String {
+        let header = document.query.report.dimensions.map(\.rawValue) + ReconciliationDocument.metricColumns.map(\.name).filter { $0 != "imports" }
+        let rows = document.rows.map { row in
+            Array(document.cells(row).map(ReportText.plain).dropLast()).enumerated().map { index, cell in
+                index == header.count - 2 && cell == "true" ? "! true" : cell
+            }
+        }
+        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
+        func line(_ cells: [String]) -> String {
+            cells.indices.map { cells[$0] + String(repeating: " ", count: widths[$0] - cells[$0].count) }.joined(separator: "  ")
+        }
+        var text = line(header.map { $0.uppercased() }) + "\n"
+        for row in rows { text += line(row) + "\n" }
+        let report = document.query.report
+        text += "\n\(ReportQuery.formatDate(report.from)) to \(ReportQuery.formatDate(report.to)), \(report.currency); discrepancy = (1 - ours / network) x 100 %\n"
+        for network in document.networks {
+            text += "\(network.name): days in \(network.zone), tolerance \(ReportText.ratio(network.tolerancePct)) %, final \(network.finalAfterDays) days after\n"
+        }
+        let pending = document.rows.filter { !$0.isFinal }.count
+        if pending > 0 { text += "note: \(pending) rows are not final (the network may still restate them, or has not reported them)\n" }
+        for remark in document.remarks { text += "note: \(remark)\n" }
+        return text
+    }
+}

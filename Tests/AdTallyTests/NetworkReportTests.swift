@@ -1,0 +1,132 @@
+import AdTallyCore
+import Foundation
+import Testing
+
+/// The readers of the networks' own reports (issue 27, DESIGN §11), on small
+/// real-shaped fixtures (Tests/AdTallyTests/Fixtures/networks) and on hostile files.
+@Suite("Network reports: each network's shape read, hostile files refused naming the line")
+struct NetworkReportTests {
+    static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/networks")
+
+    static func fixture(_ name: String) throws -> [UInt8] {
+        Array(try Data(contentsOf: fixtures.appendingPathComponent(name)))
+    }
+
+    static func day(_ text: String) -> Int { ReportQuery.parseDate(text)! }
+
+    static func refusal(_ text: String, _ source: NetworkReportSource, zone: String? = nil) -> FieldError? {
+        do {
+            _ = try NetworkReport.parse(Array(text.utf8), source: source, zone: zone)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test("AdMob's network report: header zone and currency, YYYYMMDD dates, integerValue and microsValue, the footer")
+    func admobNetworkReport() throws {
+        let report = try NetworkReport.parse(try Self.fixture("admob-network.json"), source: .admob)
+        #expect(report.zone == "America/Los_Angeles")
+        #expect(report.firstDay == Self.day("2026-10-31") && report.lastDay == Self.day("2026-11-01"))
+        #expect(!report.isDelayed && report.warnings.isEmpty)
+        #expect(report.lines == [
+            NetworkReportLine(position: "row 1", day: Self.day("2026-10-31"), app: "ca-app-pub-1234567890123456~1111111111", network: "admob",
+                              format: .banner, country: "US", impressions: 30, clicks: 0, revenueMicros: 0, currency: "USD"),
+            NetworkReportLine(position: "row 2", day: Self.day("2026-11-01"), app: "ca-app-pub-1234567890123456~1111111111", network: "admob",
+                              format: .banner, country: "US", impressions: 100, clicks: 2, revenueMicros: 600_000, currency: "USD"),
+        ])
+    }
+
+    @Test("AdMob's mediation report: ad sources by label, APP_OPEN as interstitial, ZZ as unknown, DATA_DELAYED kept; no header zone is Los Angeles")
+    func admobMediationReport() throws {
+        let report = try NetworkReport.parse(try Self.fixture("admob-mediation.json"), source: .admob)
+        #expect(report.zone == "America/Los_Angeles")
+        #expect(report.isDelayed)
+        #expect(report.warnings.first?.hasPrefix("DATA_DELAYED: There is an unusual delay") == true)
+        #expect(report.lines.map(\.network) == ["AdMob Network", "Meta Audience Network (bidding)"])
+        #expect(report.lines.map(\.format) == [.rewarded, .interstitial])
+        #expect(report.lines.map(\.country) == ["DE", nil])
+        #expect(report.lines.map(\.currency) == ["EUR", "EUR"])
+        #expect(report.lines.map(\.revenueMicros) == [14_250_000, 230_000])
+        #expect(NetworkNames.adTally("AdMob Network", source: .admob) == "admob")
+        #expect(NetworkNames.adTally("Meta Audience Network (bidding)", source: .admob) == "meta")
+    }
+
+    @Test("MAX's report as CSV and as JSON: package names per platform, MAX's format names, lower-case countries, revenue rounded half up to micros")
+    func maxReport() throws {
+        let csv = try NetworkReport.parse(try Self.fixture("max-report.csv"), source: .max)
+        #expect(csv.zone == "UTC")
+        #expect(csv.lines.map(\.app) == ["android/com.example.game", "ios/com.example.game"])
+        #expect(csv.lines.map(\.format) == [.interstitial, .banner])
+        #expect(csv.lines.map(\.country) == ["US", "GB"])
+        #expect(csv.lines.map(\.impressions) == [10, 800])
+        #expect(csv.lines.map(\.clicks) == [nil, nil])
+        // 0.0123456789 USD: 12,345.6789 micros, half up.
+        #expect(csv.lines.map(\.revenueMicros) == [200_000, 12_346])
+        #expect(csv.lines.map { NetworkNames.adTally($0.network, source: .max) } == ["applovin", "meta"])
+        let json = try NetworkReport.parse(try Self.fixture("max-report.json"), source: .max)
+        #expect(json.lines.map(\.impressions) == [8])
+        #expect(json.lines.map(\.revenueMicros) == [160_000])
+        #expect(json.lines.first?.position == "results[0]")
+    }
+
+    @Test("LevelPlay's report, flat and nested: offerwall left out and counted, exponents and long decimals read exactly")
+    func levelplayReport() throws {
+        let report = try NetworkReport.parse(try Self.fixture("levelplay.json"), source: .levelplay)
+        #expect(report.zone == "UTC")
+        #expect(report.leftOut == ["offerwall": 1])
+        #expect(report.lines.map(\.network) == ["ironSource", "UnityAds", "AdMob"])
+        #expect(report.lines.map(\.format) == [.rewarded, .interstitial, .interstitial])
+        // 18.1234565 rounds half up to 18.123457; 2.5e-1 is 0.25.
+        #expect(report.lines.map(\.revenueMicros) == [18_123_457, 250_000, 0])
+        #expect(report.lines.map(\.clicks) == [15, 4, 0])
+        #expect(report.lines.map(\.country) == ["US", "JP", nil])
+        #expect(report.lines.map(\.position) == ["[0]", "[2].data[0]", "[2].data[1]"])
+        #expect(report.lines.map { NetworkNames.adTally($0.network, source: .levelplay) } == ["ironsource", "unity", "admob"])
+    }
+
+    @Test("the generic CSV: its timezone column, empty clicks as none, any currency")
+    func genericCSV() throws {
+        let report = try NetworkReport.parse(try Self.fixture("generic.csv"), source: .csv)
+        #expect(report.zone == "Asia/Tokyo")
+        #expect(report.lines.map(\.clicks) == [3, nil])
+        #expect(report.lines.map(\.revenueMicros) == [120_500_000, 1_000_000])
+        #expect(report.lines.map(\.currency) == ["JPY", "JPY"])
+        #expect(Self.refusal(String(decoding: try Self.fixture("generic.csv"), as: UTF8.self), .csv, zone: "UTC")?.field == "timezone")
+    }
+
+    @Test("hostile files are refused whole, naming the line and the rule: wrong columns, huge numbers, formula cells, a truncated stream, too many bytes")
+    func hostileFiles() throws {
+        let header = "date,app,network,format,country,impressions,clicks,revenue,currency\n"
+        #expect(Self.refusal("date,app,network\n2026-11-01,game,admob\n", .csv)?.description.hasPrefix("header: has no format column") == true)
+        #expect(Self.refusal(header + "2026-11-01,game,admob,banner,US,10000000000000,0,1,USD\n", .csv)?.field == "line 2: impressions")
+        #expect(Self.refusal(header + "2026-11-01,game,admob,banner,US,1,0,1000000000000,USD\n", .csv)?.field == "line 2: revenue")
+        #expect(Self.refusal(header + "2026-11-01,game,admob,banner,US,-1,0,1,USD\n", .csv)?.field == "line 2: impressions")
+        #expect(Self.refusal(header + "2026-11-01,game,admob,banner,US,1,0,1e400,USD\n", .csv)?.field == "line 2: revenue")
+        let formula = Self.refusal(header + "2026-11-01,\"=HYPERLINK(\"\"http://x\"\")\",admob,banner,US,1,0,1,USD\n", .csv)
+        #expect(formula?.field == "line 2: app" && formula?.rule.contains("formula") == true)
+        #expect(Self.refusal(header + "2026-11-01,game,admob,popup,US,1,0,1,USD\n", .csv)?.field == "line 2: format")
+        #expect(Self.refusal(header + "2026-13-01,game,admob,banner,US,1,0,1,USD\n", .csv)?.field == "line 2: date")
+        #expect(Self.refusal(header + "2026-11-01,game,admob,banner,Narnia,1,0,1,USD\n", .csv)?.field == "line 2: country")
+        #expect(Self.refusal(header + "2026-11-01,game,admob,banner,US,1,0,1,XYZ\n", .csv)?.field == "line 2: currency")
+        // MAX: a column missing on a line, an error body.
+        #expect(Self.refusal("day,package_name,network,ad_format,country,impressions\n2026-11-01,a,B,INTER,us,1\n", .max)?.field == "line 2: estimated_revenue")
+        #expect(Self.refusal(#"{"code": 401, "results": []}"#, .max)?.field == "code")
+        // AdMob: no footer (a cut stream), a metric of the wrong shape, not JSON at all.
+        let admob = String(decoding: try Self.fixture("admob-network.json"), as: UTF8.self)
+        let cut = admob.replacingOccurrences(of: ",\n{\n  \"footer\": {\"matchingRowCount\": \"2\"}\n}]", with: "]")
+        #expect(cut != admob)
+        #expect(Self.refusal(cut, .admob)?.rule.contains("incomplete") == true)
+        #expect(Self.refusal(admob.replacingOccurrences(of: "\"integerValue\": \"100\"", with: "\"integerValue\": \"1e30\""), .admob)?.field == "row 2: metricValues.IMPRESSIONS.integerValue")
+        #expect(Self.refusal("date,app\n", .admob)?.field == "file")
+        #expect(Self.refusal(#"[{"date": "2026-11-01", "appKey": "k", "adFormat": "rewarded", "adNetwork": {"x": 1}}]"#, .levelplay)?.description == "[0]: adNetwork: must be a string or a number")
+        // More bytes than an import takes: refused before a line is read.
+        let huge = [UInt8](repeating: 0x20, count: NetworkReport.maxBytes + 1)
+        #expect((try? NetworkReport.parse(huge, source: .csv)) == nil)
+        do {
+            _ = try NetworkReport.parse(huge, source: .csv)
+        } catch {
+            #expect(error.field == "file" && error.rule.contains("at most"))
+        }
+    }
+}

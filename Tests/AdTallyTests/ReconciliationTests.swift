@@ -1,0 +1,245 @@
+import AdTallyApp
+import AdTallyCore
+@testable import AdTallyStorage
+import AdTallyTestSupport
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import PostgresKit
+import Testing
+
+/// The networks' reports beside AdTally's counts (issue 27, DESIGN §11), against
+/// hand-computed figures.
+@Suite("Reconciliation: network reports imported, compared day by day in the network's zone", .serialized)
+struct ReconciliationTests {
+    static func fixture(_ name: String) throws -> [UInt8] { try NetworkReportTests.fixture(name) }
+
+    /// App `game` (UTC, USD) with AdMob banners around Los Angeles's fall-back day
+    /// (2026-11-01 is 25 hours long there) and AppLovin interstitials:
+    ///
+    /// | UTC time            | events                       | LA day     | UTC day    |
+    /// |---------------------|------------------------------|------------|------------|
+    /// | 2026-10-31 07:30    | admob 10 impressions         | 10-31      | 10-31      |
+    /// | 2026-11-01 06:30    | admob 20 impressions         | 10-31      | 11-01      |
+    /// | 2026-11-01 12:00    | admob 50 impressions at 0.01, 2 taps | 11-01 | 11-01 |
+    /// | 2026-11-02 07:30    | admob 40 impressions         | 11-01 (PST)| 11-02      |
+    /// | 2026-11-01 06:30    | applovin 8 impressions at 0.02 | –        | 11-01      |
+    ///
+    /// AdTally in Los Angeles: 10-31 30 impressions; 11-01 90 impressions, 2 taps, 0.50 USD.
+    static func fixture(_ services: AppServices) async throws {
+        _ = try await services.appStore.createApp(id: "game", name: nil, timezone: "UTC", currency: "USD")
+        var events: [AdEvent] = []
+        func add(_ count: Int, _ type: EventType, _ at: String, network: String = "admob", format: AdFormat = .banner, revenue: Int64? = nil) {
+            events += (0..<count).map { _ in
+                Reports.event(type, at: Reports.micros(at), network: network, format: format) {
+                    $0.country = "US"
+                    if let revenue { $0.revenueMicros = revenue; $0.currency = "USD" }
+                }
+            }
+        }
+        add(10, .impression, "2026-10-31T07:30:00Z")
+        add(20, .impression, "2026-11-01T06:30:00Z")
+        add(50, .impression, "2026-11-01T12:00:00Z", revenue: 10_000)
+        add(2, .tap, "2026-11-01T12:00:00Z")
+        add(40, .impression, "2026-11-02T07:30:00Z")
+        add(8, .impression, "2026-11-01T06:30:00Z", network: "applovin", format: .interstitial, revenue: 20_000)
+        try await Reports.store(services, app: "game", events)
+        try await services.compactor.compactOnce()
+    }
+
+    static func run(_ services: AppServices, _ parameters: [(String, String)]) async throws -> ReconciliationDocument {
+        let query = try ReconciliationQuery.parse(parameters, readable: try await services.reports.readableApps(only: nil), isAdmin: true)
+        return try await ReconciliationEngine(reports: services.reports).run(query)
+    }
+
+    static func importFile(_ store: NetworkReportStore, _ name: String, _ source: NetworkReportSource) async throws -> NetworkReportStore.ImportResult {
+        let bytes = try fixture(name)
+        return try await store.importReport(try NetworkReport.parse(bytes, source: source), fileSHA256: SHA256.hex(bytes), via: "cli")
+    }
+
+    @Test("AdMob's Los Angeles days against AdTally's over the same instants, across the fall-back day; discrepancy and flags as computed by hand")
+    func losAngelesDays() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            try await Self.fixture(services)
+            let store = NetworkReportStore(pool: services.database.pool)
+            // Not mapped yet: refused naming the row, nothing stored.
+            await #expect(throws: FieldError.self) { _ = try await Self.importFile(store, "admob-network.json", .admob) }
+            #expect(try await services.database.pool.query("SELECT count(*) FROM network_imports").first!.decode(0, as: Int.self) == 0)
+            try await store.setMappings([.init(source: .admob, kind: .app, external: "ca-app-pub-1234567890123456~1111111111", target: "game")])
+            let result = try await Self.importFile(store, "admob-network.json", .admob)
+            #expect(result.apps == ["game"] && result.networks == ["admob"] && result.rows == 2 && result.replaced == 0)
+
+            let document = try await Self.run(services, [("apps", "game"), ("from", "2026-10-31"), ("to", "2026-11-01"), ("dimensions", "date,network")])
+            #expect(document.networks.map(\.zone) == ["America/Los_Angeles"])
+            let rows = Dictionary(uniqueKeysWithValues: document.rows.map { ($0.dimensions[0]!, $0) })
+            // 10-31: 30 and 30, no earnings on either side.
+            #expect(rows["2026-10-31"]?.ours == ReconciliationSide(impressions: 30, clicks: 0, revenueMicros: 0))
+            #expect(rows["2026-10-31"]?.impressionsPct == 0 && rows["2026-10-31"]?.revenuePct == nil)
+            #expect(rows["2026-10-31"]?.isFlagged == false)
+            // 11-01 (25 hours): ours 90 impressions, 2 taps, 0.50; AdMob 100, 2, 0.60.
+            let day = try #require(rows["2026-11-01"])
+            #expect(day.ours == ReconciliationSide(impressions: 90, clicks: 2, revenueMicros: 500_000))
+            #expect(day.theirs == ReconciliationSide(impressions: 100, clicks: 2, revenueMicros: 600_000))
+            #expect(day.impressionsPct == 10)  // (1 - 90/100) x 100: at the tolerance, not beyond it
+            #expect(day.clicksPct == 0)
+            #expect(day.revenuePct == 16.67)  // (1 - 0.50/0.60) x 100
+            #expect(day.isFlagged)
+            #expect(day.imports == [result.importID])
+            #expect(day.isFinal)  // imported 26 days after the day
+
+            // The same network at 20 %: not flagged; AdMob's days, not UTC's: the 20
+            // impressions at 06:30 UTC on 11-01 are Los Angeles's 10-31.
+            _ = try await store.setSettings(network: "admob", tolerancePct: 20, finalAfterDays: nil)
+            let relaxed = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date")])
+            #expect(relaxed.rows.count == 1 && relaxed.rows[0].isFlagged == false && relaxed.rows[0].tolerancePct == 20, "\(relaxed.rows)")
+
+            // CSV: a strict reader's view.
+            let csv = try #require(Reports.strictCSV(String(decoding: document.csv(), as: UTF8.self)))
+            #expect(csv[0] == ["date", "network"] + ReconciliationDocument.metricColumns.map(\.name))
+            #expect(csv[2] == ["2026-11-01", "admob", "90", "100", "10", "2", "2", "0", "0.50", "0.60", "16.67", "true", "true", "\(result.importID)"])
+        }
+    }
+
+    @Test("a restated day replaces the earlier import for its app, network and day, which stays in the history; finality follows the restatement window exactly")
+    func restatementAndFinality() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            try await Self.fixture(services)
+            let store = NetworkReportStore(pool: services.database.pool)
+            // MAX writes platform/package: a mapping of the bare package name serves both platforms.
+            try await store.setMappings([.init(source: .max, kind: .app, external: "com.example.game", target: "game")])
+            let first = try await store.importReport(
+                try NetworkReport.parse(try Self.fixture("max-report.csv"), source: .max).withLines { $0.network == "APPLOVIN_NETWORK" },
+                fileSHA256: String(repeating: "a", count: 64), via: "api"
+            )
+            #expect(first.apps.isEmpty == false)
+            var document = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network,format")])
+            var row = try #require(document.rows.first { $0.dimensions[1] == "applovin" })
+            // ours 8 at 0.02 = 0.16; MAX 10 and 0.20: 20 % off on both.
+            #expect(row.ours.impressions == 8 && row.theirs?.impressions == 10 && row.impressionsPct == 20 && row.revenuePct == 20)
+            #expect(row.theirs?.clicks == nil && row.clicksPct == nil)  // MAX reports no clicks
+            #expect(row.isFlagged)
+
+            let second = try await Self.importFile(store, "max-report.json", .max)
+            #expect(second.replaced == 1)
+            document = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network,format")])
+            row = try #require(document.rows.first { $0.dimensions[1] == "applovin" })
+            #expect(row.theirs?.impressions == 8 && row.impressionsPct == 0 && row.revenuePct == 0 && !row.isFlagged)
+            #expect(row.imports == [second.importID])
+            #expect(document.imports.map(\.id) == [second.importID])
+            let history = try await store.imports()
+            #expect(history.map(\.importID) == [second.importID, first.importID])
+            #expect(history.map(\.current) == [1, 0])
+
+            // Final once imported final_after_days (3) after the day, not a day sooner.
+            let pool = services.database.pool
+            for (importedAt, isFinal) in [("2026-11-03T23:59:00Z", false), ("2026-11-04T00:00:00Z", true)] {
+                try await pool.query("UPDATE network_imports SET imported_at = \(importedAt)::timestamptz WHERE import_id = \(second.importID)")
+                document = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network")])
+                row = try #require(document.rows.first { $0.dimensions[1] == "applovin" })
+                #expect(row.isFinal == isFinal, "imported at \(importedAt)")
+            }
+            _ = try await store.setSettings(network: "applovin", tolerancePct: nil, finalAfterDays: 2)
+            document = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network")])
+            #expect(document.rows.first { $0.dimensions[1] == "applovin" }?.isFinal == true)
+        }
+    }
+
+    @Test("a delayed report is never final; the network's currency is converted on its day, and a missing rate is a 422 naming it")
+    func delayedAndCurrency() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            try await Self.fixture(services)
+            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            let store = NetworkReportStore(pool: services.database.pool)
+            try await store.setMappings([
+                .init(source: .admob, kind: .app, external: "ca-app-pub-1234567890123456~1111111111", target: "game"),
+            ])
+            // Over HTTP: the EUR mediation report with DATA_DELAYED.
+            let body = try Self.fixture("admob-mediation.json")
+            let imported = try await client.execute(
+                uri: "/v1/network-reports?source=admob", method: .post, headers: Reports.headers(admin), body: ByteBuffer(bytes: body)
+            ) { response in
+                #expect(response.status == .created)
+                return try JSONSerialization.jsonObject(with: Data(response.body.readableBytesView)) as? [String: Any] ?? [:]
+            }
+            #expect(imported["networks"] as? [String] == ["admob", "meta"])
+            #expect((imported["warnings"] as? [String])?.first?.hasPrefix("DATA_DELAYED") == true)
+            let query = "/v1/reconciliation?apps=game&from=2026-11-20&to=2026-11-20&dimensions=network&currency=USD"
+            try await client.execute(uri: query, method: .get, headers: Reports.headers(admin)) { response in
+                #expect(response.status == .unprocessableContent)
+                #expect(String(buffer: response.body).contains("no FX rate converts EUR to USD on 2026-11-20"))
+            }
+            _ = try await MoneyStore(pool: services.database.pool).importFX([
+                try FXRate.parse(date: "2026-11-20", base: "EUR", currency: "USD", rate: "1.25"),
+            ])
+            let rows = try await client.execute(uri: query, method: .get, headers: Reports.headers(admin)) { response in
+                #expect(response.status == .ok)
+                let object = try JSONSerialization.jsonObject(with: Data(response.body.readableBytesView)) as? [String: Any] ?? [:]
+                return object["rows"] as? [[Any]] ?? []
+            }
+            // admob: 14.25 EUR x 1.25 = 17.8125 USD, shown to the cent; not final (delayed).
+            let admob = try #require(rows.first { $0[0] as? String == "admob" })
+            #expect(admob[2] as? Int == 1200 && admob[8] as? String == "17.81" && admob[11] as? Bool == false)
+            // Ours has no admob impression that day: 100 % off, flagged.
+            #expect(admob[1] as? Int == 0 && admob[3] as? Double == 100 && admob[10] as? Bool == true)
+        }
+    }
+
+    @Test("imports over HTTP are all or none: a bad line is a 400 naming it, a body over the limit a 413, and nothing is stored; only admin keys import")
+    func hostileImports() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            _ = try await services.appStore.createApp(id: "game", name: nil, timezone: "UTC", currency: "USD")
+            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            let read = try await services.appStore.createKey(app: "game", scope: .read).secret
+            let good = "date,app,network,format,country,impressions,clicks,revenue,currency\n2026-11-01,game,admob,banner,US,1,0,1,USD\n"
+            let bad = good + "2026-11-02,game,admob,banner,US,1,0,=1+1,USD\n"
+            try await client.execute(uri: "/v1/network-reports?source=csv", method: .post, headers: Reports.headers(read), body: ByteBuffer(string: good)) { response in
+                #expect(response.status == .forbidden)
+            }
+            try await client.execute(uri: "/v1/network-reports?source=csv", method: .post, headers: Reports.headers(admin), body: ByteBuffer(string: bad)) { response in
+                #expect(response.status == .badRequest)
+                #expect(String(buffer: response.body).contains("line 3: revenue"))
+            }
+            let unknown = ByteBuffer(string: good.replacingOccurrences(of: ",game,", with: ",nobody,"))
+            try await client.execute(uri: "/v1/network-reports?source=csv", method: .post, headers: Reports.headers(admin), body: unknown) { response in
+                #expect(response.status == .badRequest)
+                #expect(String(buffer: response.body).contains("line 2: app"))
+            }
+            let huge = ByteBuffer(repeating: UInt8(ascii: " "), count: NetworkReport.maxBytes + 1024)
+            try await client.execute(uri: "/v1/network-reports?source=csv", method: .post, headers: Reports.headers(admin), body: huge) { response in
+                #expect(response.status == .contentTooLarge)
+            }
+            // The CLI: a 100 MB file is refused by its size, before it is read (a sparse file here).
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-100mb-\(UUID().uuidString).csv").path
+            #expect(FileManager.default.createFile(atPath: path, contents: Data(good.utf8)))
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let handle = try #require(FileHandle(forWritingAtPath: path))
+            try handle.truncate(atOffset: 100_000_000)
+            try handle.close()
+            let cli = try await runProcess([adtallyBinary(), "networks", "import", "--source", "csv", "--database-url", "host=/nonexistent", path])
+            #expect(cli.status != 0 && cli.output.contains("is 100000000 bytes"), "\(cli.output)")
+            #expect(try await services.database.pool.query("SELECT count(*) FROM network_imports").first!.decode(0, as: Int.self) == 0)
+            // A mapping to a second target is ambiguous: refused.
+            try await client.execute(
+                uri: "/v1/network-mappings", method: .put, headers: Reports.headers(admin),
+                body: ByteBuffer(string: #"{"mappings": [{"source": "max", "kind": "app", "external": "com.example.game", "target": "game"}]}"#)
+            ) { response in #expect(response.status == .ok) }
+            _ = try await services.appStore.createApp(id: "game2", name: nil, timezone: "UTC", currency: "USD")
+            try await client.execute(
+                uri: "/v1/network-mappings", method: .put, headers: Reports.headers(admin),
+                body: ByteBuffer(string: #"{"mappings": [{"source": "max", "kind": "app", "external": "com.example.game", "target": "game2"}]}"#)
+            ) { response in
+                #expect(response.status == .badRequest)
+                #expect(String(buffer: response.body).contains("mapped to game already"))
+            }
+        }
+    }
+}
+
+extension NetworkReport {
+    /// The report with only the lines `keep` keeps.
+    func withLines(_ keep: (NetworkReportLine) -> Bool) -> NetworkReport {
+        var copy = self
+        copy.lines = lines.filter(keep)
+        return copy
+    }
+}
