@@ -181,6 +181,13 @@ struct ReconciliationTests {
             #expect(admob[2] as? Int == 1200 && admob[8] as? String == "17.81" && admob[11] as? Bool == false)
             // Ours has no admob impression that day: 100 % off, flagged.
             #expect(admob[1] as? Int == 0 && admob[3] as? Double == 100 && admob[10] as? Bool == true)
+            // The dashboard: a table per network, the flagged day marked.
+            let html = try await client.execute(uri: "/dashboard?app=game&from=2026-11-20&to=2026-11-20", method: .get, headers: Reports.headers(admin)) { response in
+                #expect(response.status == .ok)
+                return String(buffer: response.body)
+            }
+            #expect(html.contains("data-network=\"admob\"") && html.contains("data-network=\"meta\""))
+            #expect(html.contains("<tr class=\"flagged\"><td class=\"text\">2026-11-20</td><td class=\"num\">0</td><td class=\"num\">1200</td>"))
         }
     }
 

@@ -23,6 +23,11 @@ struct DashboardPage {
     /// The audience per period: by day DAU, DAV, engagement, revenue and ARPDAU; by
     /// hour (an hour is no day) active devices and ad viewers.
     var audience: ReportDocument?
+    /// The networks' imported reports beside AdTally's counts, by day and network
+    /// (DESIGN §11); nil or empty when no network report covers the range.
+    var reconciliation: ReconciliationDocument?
+    /// Why the reconciliation could not be shown (a missing FX rate).
+    var reconciliationFailure: String?
 
     /// The audience metrics the page reads for a grain.
     static func audienceMetrics(_ grain: ReportDimension) -> [ReportMetric] {
@@ -236,6 +241,7 @@ struct DashboardPage {
         }
         body += "</section>"
         if let main { body += table(main) }
+        body += reconciliationTables()
         body += "</main>"
         return Self.document(title: "AdTally · \(app.id)", body: body)
     }
@@ -332,6 +338,42 @@ struct DashboardPage {
         return out
     }
 
+    /// A table per network with an imported report: each day AdTally's and the
+    /// network's impressions, clicks and revenue, the discrepancies, flagged rows marked.
+    func reconciliationTables() -> String {
+        if let reconciliationFailure {
+            return "<section class=\"table reconciliation\"><h2>Against the networks' reports</h2><p class=\"error\">\(HTML.escape(reconciliationFailure))</p></section>"
+        }
+        guard let document = reconciliation, !document.rows.isEmpty,
+              let dateColumn = document.query.report.dimensions.firstIndex(of: .date),
+              let networkColumn = document.query.report.dimensions.firstIndex(of: .network) else { return "" }
+        let names = ["date", "ours impressions", "network impressions", "impressions Δ %", "ours clicks", "network clicks", "clicks Δ %",
+                     "ours revenue", "network revenue", "revenue Δ %", "status"]
+        var out = ""
+        for network in document.networks {
+            let rows = document.rows.filter { $0.dimensions[networkColumn] == network.name }
+            guard !rows.isEmpty else { continue }
+            let flagged = rows.filter(\.isFlagged).count
+            out += "<section class=\"table reconciliation\" data-network=\"\(HTML.escape(network.name))\"><h2>\(HTML.escape(network.name)) against its report"
+            out += " <span class=\"muted\">days in \(HTML.escape(network.zone)), flagged beyond \(ReportText.ratio(network.tolerancePct)) %"
+            out += flagged > 0 ? ", \(flagged) flagged" : ""
+            out += "</span></h2><table><thead><tr>"
+            for (index, name) in names.enumerated() { out += "<th class=\"\(index == 0 || index == names.count - 1 ? "text" : "num")\">\(HTML.escape(name))</th>" }
+            out += "</tr></thead><tbody>"
+            for row in rows {
+                let cells = document.cells(row)
+                let metrics = Array(cells[document.query.report.dimensions.count...].prefix(9))
+                let status = row.theirs == nil ? "not reported" : row.isFlagged ? "⚑ flagged" : row.isFinal ? "ok" : "ok, not final"
+                out += "<tr\(row.isFlagged ? " class=\"flagged\"" : row.isFinal ? "" : " class=\"provisional\"")>"
+                out += "<td class=\"text\">\(HTML.escape(row.dimensions[dateColumn] ?? ""))</td>"
+                for cell in metrics { out += "<td class=\"num\">\(HTML.escape(ReportText.plain(cell)))</td>" }
+                out += "<td class=\"text\">\(status)</td></tr>"
+            }
+            out += "</tbody></table></section>"
+        }
+        return out
+    }
+
     static func urlEncode(_ text: String) -> String {
         text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? ""
     }
@@ -413,6 +455,8 @@ struct DashboardPage {
         th, td { padding: 4px 8px; border-bottom: 1px solid #eef0f3; white-space: nowrap; }
         th.num, td.num { text-align: right; } th.text, td.text { text-align: left; }
         tr.provisional td { color: var(--muted); font-style: italic; }
+        tr.flagged td { background: #fef3f2; color: #b42318; }
+        .muted { color: var(--muted); font-size: 13px; font-weight: normal; }
         tr.lit td { background: #fff7d6; }
         main.login { max-width: 360px; margin: 12vh auto; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 20px 24px; }
         main.login form { display: flex; flex-direction: column; gap: 10px; }

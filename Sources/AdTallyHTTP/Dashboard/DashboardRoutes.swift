@@ -281,6 +281,19 @@ public struct DashboardRoutes: Sendable {
             var page = DashboardPage(selection: selection, key: key, main: main, expiries: expiries, networks: networks)
             page.audience = try await engine.page(try Self.query(selection, dimensions: [selection.grain], metrics: DashboardPage.audienceMetrics(selection.grain)))
             page.summary = summary
+            // The networks' own reports for the same app and days, when any were imported.
+            do {
+                let query = try ReconciliationQuery.parse(
+                    [("apps", selection.app.id), ("from", ReportQuery.formatDate(selection.from)), ("to", ReportQuery.formatDate(selection.to)),
+                     ("dimensions", "date,network")],
+                    readable: selection.apps, isAdmin: selection.isAdmin
+                )
+                page.reconciliation = try await ReconciliationEngine(reports: engine).run(query)
+            } catch let error as ReportCurrencyError {
+                page.reconciliationFailure = error.description
+            } catch let error as ReportQueryError {
+                page.reconciliationFailure = error.description
+            }
             page.topNetworks = topNetworks.sorted()
             page.hasMoreNetworks = top.nextCursor != nil
             return Self.html(page.html(), status: selection.problem == nil ? .ok : .badRequest)
