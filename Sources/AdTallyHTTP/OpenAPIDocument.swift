@@ -579,7 +579,7 @@ paths:
             schema:
               type: object
               properties:
-                tolerance_pct: {type: number, exclusiveMinimum: 0, maximum: 100}
+                tolerance_pct: {type: number, minimum: 0.01, maximum: 100, description: "Percent, stored to 2 decimals."}
                 final_after_days: {type: integer, minimum: 0, maximum: 60}
       responses:
         "200":

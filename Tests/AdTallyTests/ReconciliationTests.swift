@@ -225,6 +225,16 @@ struct ReconciliationTests {
             let cli = try await runProcess([adtallyBinary(), "networks", "import", "--source", "csv", "--database-url", "host=/nonexistent", path])
             #expect(cli.status != 0 && cli.output.contains("is 100000000 bytes"), "\(cli.output)")
             #expect(try await services.database.pool.query("SELECT count(*) FROM network_imports").first!.decode(0, as: Int.self) == 0)
+            // A tolerance above 0 that stores as 0.00 (found by schemathesis) is a 400, not the table's check failing.
+            for body in [#"{"tolerance_pct": 5e-324}"#, #"{"tolerance_pct": 100.006}"#, #"{"final_after_days": 61}"#] {
+                try await client.execute(uri: "/v1/network-settings/admob", method: .put, headers: Reports.headers(admin), body: ByteBuffer(string: body)) { response in
+                    #expect(response.status == .badRequest, "\(body)")
+                }
+            }
+            try await client.execute(uri: "/v1/network-settings/admob", method: .put, headers: Reports.headers(admin), body: ByteBuffer(string: #"{"tolerance_pct": 15.004}"#)) { response in
+                #expect(response.status == .ok)
+                #expect(String(buffer: response.body).contains(#""tolerance_pct":15"#))
+            }
             // A mapping to a second target is ambiguous: refused.
             try await client.execute(
                 uri: "/v1/network-mappings", method: .put, headers: Reports.headers(admin),

@@ -159,7 +159,9 @@ public struct NetworkReportStore: Sendable {
     /// their values or the defaults).
     public func setSettings(network: String, tolerancePct: Double?, finalAfterDays: Int?) async throws -> Settings {
         guard EventValidator.isNetworkName(network) else { throw FieldError("network", "must match [a-z0-9_.-]{1,32}") }
-        if let tolerancePct, !(tolerancePct > 0 && tolerancePct <= 100) { throw FieldError("tolerance_pct", "must be a percentage above 0, at most 100") }
+        // Stored to 2 decimals: checked as stored (5e-324 is above 0 but stores as 0.00).
+        let tolerancePct = tolerancePct.map { ($0 * 100).rounded() / 100 }
+        if let tolerancePct, !(tolerancePct >= 0.01 && tolerancePct <= 100) { throw FieldError("tolerance_pct", "must be a percentage from 0.01 to 100") }
         if let finalAfterDays, !(0...60).contains(finalAfterDays) { throw FieldError("final_after_days", "must be a whole number of days from 0 to 60") }
         let defaults = Settings.defaults(network)
         let row = try await pool.query("""
