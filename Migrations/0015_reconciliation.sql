@@ -48,7 +48,7 @@ CREATE TABLE network_imports (
 );
 
 -- 4. The imported figures, summed by app, network, day (in the import's zone),
--- format, country ('' unknown) and currency. A later import replaces an earlier one
+-- format, country (ZZ unknown, as in events) and currency. A later import replaces an earlier one
 -- for each app, network and day it has figures for (a restatement); the earlier rows
 -- stay, as history, and the report names the import each row used. clicks is NULL
 -- where the report has none (MAX's).
@@ -58,7 +58,7 @@ CREATE TABLE network_report_rows (
     day            date NOT NULL,
     import_id      bigint NOT NULL REFERENCES network_imports (import_id) ON DELETE CASCADE,
     format         text COLLATE "C" NOT NULL CHECK (format IN ('banner', 'interstitial', 'native', 'rewarded')),
-    country        text COLLATE "C" NOT NULL CHECK (country = '' OR country ~ '^[A-Z]{2}$'),
+    country        text COLLATE "C" NOT NULL CHECK (country ~ '^[A-Z]{2}$'),
     currency       text COLLATE "C" NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
     impressions    bigint NOT NULL CHECK (impressions >= 0),
     clicks         bigint CHECK (clicks >= 0),

@@ -436,6 +436,7 @@ paths:
         - {name: currency, in: query, schema: {type: string}, description: "ISO 4217; the networks' amounts are converted on their day with the FX table."}
         - {name: format, in: query, schema: {type: string}, description: "json or csv (or an ad-format filter)."}
         - {name: network, in: query, schema: {type: string}, description: "A filter; app, format, country and date filter the same way."}
+        - {name: date, in: query, schema: {type: string}, description: "Only these days (YYYY-MM-DD, comma-separated)."}
       responses:
         "200":
           description: The discrepancy report.
@@ -501,6 +502,7 @@ paths:
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "413": {$ref: "#/components/responses/Problem"}
+        "429": {$ref: "#/components/responses/Problem"}
   /v1/network-mappings:
     get:
       summary: "The networks' names for apps and ad sources, mapped to AdTally's (an admin key)."

@@ -3,6 +3,7 @@ import AdTallyStorage
 import Foundation
 import Hummingbird
 import NIOCore
+import Synchronization
 
 /// The networks' own reports and the discrepancy report over HTTP (DESIGN §11):
 ///
@@ -23,6 +24,15 @@ public struct ReconciliationRoutes: Sendable {
     let store: NetworkReportStore
     let authenticator: KeyAuthenticator
     let shares: ReportShares
+    /// One import is read at a time per server: a report is decoded whole (up to
+    /// `NetworkReport.maxBytes`), so this is what bounds the memory imports take.
+    let importing = ImportGate()
+
+    final class ImportGate: Sendable {
+        let busy = Mutex(false)
+        func enter() -> Bool { busy.withLock { busy in busy ? false : { busy = true; return true }() } }
+        func leave() { busy.withLock { $0 = false } }
+    }
 
     /// Creates the routes; imports and settings go through `store`, the report through `engine`.
     public init(engine: ReconciliationEngine, reports: ReportEngine, store: NetworkReportStore, authenticator: KeyAuthenticator, shares: ReportShares) {
@@ -75,6 +85,10 @@ public struct ReconciliationRoutes: Sendable {
             guard let text = parameters["source"], let source = NetworkReportSource(rawValue: String(text)) else {
                 throw ProblemDetails(.badRequest, detail: "source: is required, one of \(NetworkReportSource.allCases.map(\.rawValue).joined(separator: ", "))")
             }
+            guard importing.enter() else {
+                throw ProblemDetails(.tooManyRequests, detail: "another network report is being imported on this server; retry when it is done")
+            }
+            defer { importing.leave() }
             let body: ByteBuffer
             do {
                 body = try await request.body.collect(upTo: NetworkReport.maxBytes)

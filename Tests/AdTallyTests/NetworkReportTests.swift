@@ -48,6 +48,9 @@ struct NetworkReportTests {
         #expect(report.lines.map(\.country) == ["DE", nil])
         #expect(report.lines.map(\.currency) == ["EUR", "EUR"])
         #expect(report.lines.map(\.revenueMicros) == [14_250_000, 230_000])
+        // Micros up to 10^12 units: a JPY or IDR account's rows are large numbers.
+        let large = String(decoding: try Self.fixture("admob-mediation.json"), as: UTF8.self).replacingOccurrences(of: "\"14250000\"", with: "\"2000000000000000\"")
+        #expect(try NetworkReport.parse(Array(large.utf8), source: .admob).lines.first?.revenueMicros == 2_000_000_000_000_000)
         #expect(NetworkNames.adTally("AdMob Network", source: .admob) == "admob")
         #expect(NetworkNames.adTally("Meta Audience Network (bidding)", source: .admob) == "meta")
     }

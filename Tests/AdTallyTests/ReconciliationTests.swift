@@ -43,6 +43,8 @@ struct ReconciliationTests {
         add(2, .tap, "2026-11-01T12:00:00Z")
         add(40, .impression, "2026-11-02T07:30:00Z")
         add(8, .impression, "2026-11-01T06:30:00Z", network: "applovin", format: .interstitial, revenue: 20_000)
+        // Los Angeles's 11-03: no network report covers it.
+        add(5, .impression, "2026-11-03T20:00:00Z")
         try await Reports.store(services, app: "game", events)
         try await services.compactor.compactOnce()
     }
@@ -93,6 +95,14 @@ struct ReconciliationTests {
             let relaxed = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date")])
             #expect(relaxed.rows.count == 1 && relaxed.rows[0].isFlagged == false && relaxed.rows[0].tolerancePct == 20, "\(relaxed.rows)")
 
+            // Only the days AdMob's report covers (10-31 and 11-01, its header's range) are
+            // compared: 30 + 90 = 120 against 130, not the 5 impressions of 11-03.
+            let total = try await Self.run(services, [("apps", "game"), ("from", "2026-10-25"), ("to", "2026-11-10"), ("dimensions", "network")])
+            #expect(total.rows.count == 1 && total.rows[0].ours.impressions == 120 && total.rows[0].theirs?.impressions == 130, "\(total.rows)")
+            #expect(total.remarks.contains { $0.contains("compared only for the apps, networks and days") })
+            // A date filter.
+            let filtered = try await Self.run(services, [("apps", "game"), ("from", "2026-10-25"), ("to", "2026-11-10"), ("dimensions", "date"), ("date", "2026-11-01")])
+            #expect(filtered.rows.map(\.dimensions) == [["2026-11-01"]])
             // CSV: a strict reader's view.
             let csv = try #require(Reports.strictCSV(String(decoding: document.csv(), as: UTF8.self)))
             #expect(csv[0] == ["date", "network"] + ReconciliationDocument.metricColumns.map(\.name))
@@ -176,6 +186,9 @@ struct ReconciliationTests {
                 let object = try JSONSerialization.jsonObject(with: Data(response.body.readableBytesView)) as? [String: Any] ?? [:]
                 return object["rows"] as? [[Any]] ?? []
             }
+            // An unknown country is ZZ on both sides, as in reports.
+            let byCountry = try await Self.run(services, [("apps", "game"), ("from", "2026-11-20"), ("to", "2026-11-20"), ("dimensions", "country")])
+            #expect(byCountry.rows.map(\.dimensions) == [["DE"], ["ZZ"]])
             // admob: 14.25 EUR x 1.25 = 17.8125 USD, shown to the cent; not final (delayed).
             let admob = try #require(rows.first { $0[0] as? String == "admob" })
             #expect(admob[2] as? Int == 1200 && admob[8] as? String == "17.81" && admob[11] as? Bool == false)
@@ -205,6 +218,14 @@ struct ReconciliationTests {
             try await client.execute(uri: "/v1/network-reports?source=csv", method: .post, headers: Reports.headers(admin), body: ByteBuffer(string: bad)) { response in
                 #expect(response.status == .badRequest)
                 #expect(String(buffer: response.body).contains("line 3: revenue"))
+            }
+            // A network name that is no known spelling and that the app's events never used (a typo) is refused.
+            try await client.execute(
+                uri: "/v1/network-reports?source=csv", method: .post, headers: Reports.headers(admin),
+                body: ByteBuffer(string: good.replacingOccurrences(of: ",admob,", with: ",admbo,"))
+            ) { response in
+                #expect(response.status == .badRequest)
+                #expect(String(buffer: response.body).contains("line 2: network"))
             }
             let unknown = ByteBuffer(string: good.replacingOccurrences(of: ",game,", with: ",nobody,"))
             try await client.execute(uri: "/v1/network-reports?source=csv", method: .post, headers: Reports.headers(admin), body: unknown) { response in
@@ -243,11 +264,36 @@ struct ReconciliationTests {
             _ = try await services.appStore.createApp(id: "game2", name: nil, timezone: "UTC", currency: "USD")
             try await client.execute(
                 uri: "/v1/network-mappings", method: .put, headers: Reports.headers(admin),
-                body: ByteBuffer(string: #"{"mappings": [{"source": "max", "kind": "app", "external": "com.example.game", "target": "game2"}]}"#)
+                body: ByteBuffer(string: #"{"mappings": [{"source": "max", "kind": "app", "external": " com.example.game ", "target": "game2"}]}"#)
             ) { response in
                 #expect(response.status == .badRequest)
                 #expect(String(buffer: response.body).contains("mapped to game already"))
             }
+        }
+    }
+}
+
+extension ReconciliationTests {
+    @Test("a reconciliation of more rows than a report page (1,000) is whole: 30 days by 40 countries")
+    func manyRows() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            _ = try await services.appStore.createApp(id: "wide", name: nil, timezone: "UTC", currency: "USD")
+            let countries = Array(ISOCodes.countries.sorted().prefix(40))
+            var events: [AdEvent] = []
+            var csv = "date,app,network,format,country,impressions,clicks,revenue,currency\n"
+            for day in 1...30 {
+                let date = "2026-09-\(day < 10 ? "0" : "")\(day)"
+                for country in countries {
+                    events.append(Reports.event(.impression, at: Reports.micros("\(date)T12:00:00Z")) { $0.country = country })
+                    csv += "\(date),wide,admob,banner,\(country),1,0,0,USD\n"
+                }
+            }
+            try await Reports.store(services, app: "wide", events)
+            let store = NetworkReportStore(pool: services.database.pool)
+            _ = try await store.importReport(try NetworkReport.parse(Array(csv.utf8), source: .csv), fileSHA256: String(repeating: "b", count: 64), via: "cli")
+            let document = try await Self.run(services, [("apps", "wide"), ("from", "2026-09-01"), ("to", "2026-09-30"), ("dimensions", "date,country")])
+            #expect(document.rows.count == 1200)
+            #expect(document.rows.allSatisfy { $0.ours.impressions == 1 && $0.theirs?.impressions == 1 && !$0.isFlagged })
         }
     }
 }

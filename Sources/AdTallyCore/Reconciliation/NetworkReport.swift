@@ -97,6 +97,9 @@ public struct NetworkReport: Sendable, Equatable {
     public static let maxBytes = 32 << 20
     /// Most lines of one report.
     public static let maxLines = 500_000
+    /// Most JSON objects (`{`) of one report: a month of a large AdMob account's rows by
+    /// app, format and country is well under it.
+    public static let maxJSONObjects = 1_500_000
 
     /// Reads a report in `source`'s shape; `zone` overrides the zone it is in (a generic
     /// CSV's `--timezone`, an AdMob account whose reports are in UTC). Every error names
@@ -104,6 +107,12 @@ public struct NetworkReport: Sendable, Equatable {
     public static func parse(_ bytes: [UInt8], source: NetworkReportSource, zone: String? = nil) throws(FieldError) -> NetworkReport {
         guard bytes.count <= maxBytes else { throw FieldError("file", "is \(bytes.count) bytes; a network report may have at most \(maxBytes) (split it by month)") }
         if let zone, !ReportQuery.isZone(zone) { throw FieldError("timezone", "\"\(zone)\" is not an IANA time zone (e.g. UTC, America/Los_Angeles)") }
+        // A JSON report is decoded whole: its objects bound the memory that takes. The
+        // networks' rows are tens of bytes an object; a file of empty objects is refused.
+        if source != .csv {
+            let objects = bytes.reduce(into: 0) { count, byte in if byte == UInt8(ascii: "{") { count += 1 } }
+            guard objects <= maxJSONObjects else { throw FieldError("file", "has more than \(maxJSONObjects) JSON objects (split it by month)") }
+        }
         var report: NetworkReport
         switch source {
         case .admob: report = try NetworkReportParsers.admob(bytes)
@@ -142,6 +151,15 @@ enum NetworkReportValues {
         let whole = trimmed.hasSuffix(".0") ? String(trimmed.dropLast(2)) : trimmed
         guard !whole.isEmpty, whole.utf8.count <= 13, whole.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
               let value = Int64(whole), value <= maxCount else { throw FieldError(field, countRule) }
+        return value
+    }
+
+    /// Micros written as a whole number (AdMob's `microsValue`): below 10^12 units, as every amount.
+    static func microsCount(_ text: String, _ field: String) throws(FieldError) -> Int64 {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty, trimmed.utf8.count <= 18, trimmed.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int64(trimmed) else {
+            throw FieldError(field, "must be a whole number of micros ≥ 0 below 10^18 (10^12 units)")
+        }
         return value
     }
 

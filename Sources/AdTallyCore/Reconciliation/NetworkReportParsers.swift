@@ -95,7 +95,7 @@ enum NetworkReportParsers {
             }
             let micros: Int64
             if let text = earnings.microsValue?.text {
-                micros = try NetworkReportValues.count(text, "\(position): metricValues.ESTIMATED_EARNINGS.microsValue")
+                micros = try NetworkReportValues.microsCount(text, "\(position): metricValues.ESTIMATED_EARNINGS.microsValue")
             } else {
                 micros = try NetworkReportValues.micros(earnings.doubleValue?.text ?? "", "\(position): metricValues.ESTIMATED_EARNINGS")
             }
@@ -271,7 +271,20 @@ enum NetworkReportParsers {
     /// A CSV's records as header name → value (names lower-cased), each with its line;
     /// a header without one of `required` is refused naming it.
     static func csvRecords(_ bytes: [UInt8], required: [String] = []) throws(FieldError) -> [(position: String, fields: [String: String])] {
-        let records = CSVRecordReader.records(of: bytes)
+        // Read a slice at a time, and stop past the most lines a report may have: a file
+        // of 16 million empty lines must not become 16 million records first.
+        var reader = CSVRecordReader()
+        var records: [CSVRecordReader.Record] = []
+        func keep(_ more: [CSVRecordReader.Record]) throws(FieldError) {
+            records += more.filter { record in record.fields.contains { !$0.allSatisfy { $0 == " " || $0 == "\t" } } }
+            guard records.count <= NetworkReport.maxLines + 1 else { throw FieldError("file", "has more than \(NetworkReport.maxLines) lines (split it by month)") }
+        }
+        var start = 0
+        while start < bytes.count {
+            try keep(reader.feed(bytes[start..<min(start + (1 << 16), bytes.count)]))
+            start += 1 << 16
+        }
+        if let last = reader.finish() { try keep([last]) }
         guard let header = records.first else { throw FieldError("file", "is empty; it starts with a header line") }
         let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
         for name in required where !names.contains(name) {
@@ -390,18 +403,34 @@ public enum NetworkNames {
         "fyber": "dtexchange", "dtexchange": "dtexchange", "digitalturbine": "dtexchange", "digitalturbineexchange": "dtexchange",
     ]
 
-    /// AdTally's name for a network as a report of `source` writes it, or nil when it has
-    /// to be mapped. A generic CSV names AdTally's networks already; the networks' own
-    /// reports decorate them (MAX's `_NETWORK`, `_BIDDING`, `_EXCHANGE`).
-    public static func adTally(_ written: String, source: NetworkReportSource) -> String? {
-        let plain = written.trimmingCharacters(in: .whitespaces).lowercased()
-        if source == .csv, EventValidator.isNetworkName(plain) { return plain }
-        var key = plain.filter { $0.isASCII && ($0.isLetter || $0.isNumber) }
+    /// AdTally's name for a network by one of its usual spellings ("AdMob Network",
+    /// "APPLOVIN_NETWORK", "FACEBOOK_BIDDING", "ironSource"), or nil.
+    public static func known(_ written: String) -> String? {
+        var key = written.lowercased().filter { $0.isASCII && ($0.isLetter || $0.isNumber) }
         if let known = aliases[key] { return known }
         for suffix in ["network", "bidding", "exchange", "sdk"] where key.hasSuffix(suffix) && key.count > suffix.count {
             key.removeLast(suffix.count)
             if let known = aliases[key] { return known }
         }
+        return nil
+    }
+
+    /// The name as AdTally's events would spell it: a generic CSV's as written
+    /// (lower-cased), the networks' own reports' without MAX's `_NETWORK`, `_BIDDING`,
+    /// `_EXCHANGE`; nil when no event could carry it. An import takes it only when the
+    /// app's events name that network (else it has to be mapped).
+    public static func plain(_ written: String, source: NetworkReportSource) -> String? {
+        let plain = written.trimmingCharacters(in: .whitespaces).lowercased()
+        if source == .csv { return EventValidator.isNetworkName(plain) ? plain : nil }
+        var key = plain
+        for suffix in ["_network", "_bidding", "_exchange"] where key.hasSuffix(suffix) && key.count > suffix.count {
+            key.removeLast(suffix.count)
+        }
         return EventValidator.isNetworkName(key) ? key : nil
+    }
+
+    /// `known`, else `plain`: the name an import would look for.
+    public static func adTally(_ written: String, source: NetworkReportSource) -> String? {
+        known(written) ?? plain(written, source: source)
     }
 }

@@ -16,7 +16,7 @@ public struct ReconciliationQuery: Sendable {
     public static let dimensions: [ReportDimension] = [.date, .app, .network, .format, .country]
     public static let defaultDimensions: [ReportDimension] = [.date, .app, .network, .format]
     /// The parameters it takes (besides `app`, `network`, `format` and `country` filters).
-    public static let parameterNames = ["apps", "from", "to", "days", "dimensions", "currency", "format", "limit"]
+    public static let parameterNames = ["apps", "from", "to", "days", "dimensions", "currency", "format"]
 
     /// Parses the parameters of `GET /v1/reconciliation` and `adtally reconcile`. Days
     /// (`days`, the default last 7) are counted back from today in UTC.
@@ -38,11 +38,11 @@ public struct ReconciliationQuery: Sendable {
                         throw ReportQueryError("dimensions", "\"\(item)\" is not a dimension both sides have; allowed: \(Self.dimensions.map(\.rawValue).joined(separator: ", "))")
                     }
                 }
-            case "app", "network", "format", "country":
+            case "app", "network", "format", "country", "date":
                 break
             default:
                 guard Self.parameterNames.contains(name) else {
-                    throw ReportQueryError(name, "unknown parameter; allowed: \(Self.parameterNames.joined(separator: ", ")) and the filters app, network, format, country")
+                    throw ReportQueryError(name, "unknown parameter; allowed: \(Self.parameterNames.joined(separator: ", ")) and the filters app, network, format, country, date")
                 }
             }
             given.append((name, value))
@@ -55,15 +55,13 @@ public struct ReconciliationQuery: Sendable {
     }
 
     /// AdTally's side for the networks whose reports are in `zone`: the same days,
-    /// apps, filters and currency in that zone, grouped by the query's dimensions and
-    /// the network (each network's tolerance applies to its own rows).
-    public func ours(zone: String, networks: [String]) throws(ReportQueryError) -> ReportQuery {
-        var dimensions = report.dimensions
-        if !dimensions.contains(.network) { dimensions.append(.network) }
+    /// apps, filters and currency in that zone, grouped by `dimensions` (the engine's
+    /// internal grain: the query's, then date, app and network), every row.
+    public func ours(zone: String, networks: [String], dimensions: [ReportDimension]) throws(ReportQueryError) -> ReportQuery {
         var parameters: [(String, String)] = [
             ("apps", report.apps.joined(separator: ",")), ("from", ReportQuery.formatDate(report.from)), ("to", ReportQuery.formatDate(report.to)),
             ("tz", zone), ("dimensions", dimensions.map(\.rawValue).joined(separator: ",")), ("metrics", "impressions,taps,revenue"),
-            ("currency", report.currency),
+            ("currency", report.currency), ("limit", String(ReportQuery.maxLimit)),
         ]
         for filter in report.filters where filter.dimension != .network {
             parameters.append((filter.dimension.rawValue, filter.values.joined(separator: ",")))

@@ -47,7 +47,8 @@ public struct NetworkReportStore: Sendable {
         var given: [String: Mapping] = [:]
         for (index, mapping) in mappings.enumerated() {
             let field = "mappings[\(index)]"
-            _ = try NetworkReport.externalName(mapping.external, field: "\(field).external")
+            var mapping = mapping
+            mapping.external = try NetworkReport.externalName(mapping.external, field: "\(field).external")
             switch mapping.kind {
             case .network:
                 guard EventValidator.isNetworkName(mapping.target) else { throw FieldError("\(field).target", "a network must match [a-z0-9_.-]{1,32}") }
@@ -228,30 +229,44 @@ public struct NetworkReportStore: Sendable {
                 if kind == "app" { appMap[external] = target } else { networkMap[external] = target }
             }
             let written = Array(Set(report.lines.map(\.app)))
+            let bareNames = written.compactMap { $0.split(separator: "/", maxSplits: 1).count == 2 ? String($0.split(separator: "/", maxSplits: 1)[1]) : nil }
             let apps = Set(try connection.query("""
-                SELECT app_id FROM apps WHERE app_id = ANY(\(array: written + written.compactMap { $0.split(separator: "/", maxSplits: 1).last.map(String.init) }))
+                SELECT app_id FROM apps WHERE app_id = ANY(\(array: written + bareNames + Array(Set(appMap.values))))
                 """).map { try $0.decode(0, as: String.self) })
             let source = report.source.rawValue
             func app(of line: NetworkReportLine) throws -> String {
                 // MAX writes "platform/package": a mapping of either, or an app id as either.
-                let bare = line.app.split(separator: "/", maxSplits: 1).count == 2 ? String(line.app.split(separator: "/", maxSplits: 1)[1]) : nil
-                if let mapped = appMap[line.app] ?? bare.flatMap({ appMap[$0] }) { return mapped }
+                let parts = line.app.split(separator: "/", maxSplits: 1)
+                let bare = parts.count == 2 ? String(parts[1]) : nil
+                if let mapped = appMap[line.app] ?? bare.flatMap({ appMap[$0] }) {
+                    guard apps.contains(mapped) else { throw FieldError("\(line.position): app", "\"\(line.app.prefix(80))\" is mapped to app \(mapped), which no longer exists") }
+                    return mapped
+                }
                 if apps.contains(line.app) { return line.app }
                 if let bare, apps.contains(bare) { return bare }
                 throw FieldError(
                     "\(line.position): app", "\"\(line.app.prefix(80))\" is no AdTally app and is not mapped to one; map it (adtally networks map --source \(source) --app '\(line.app.prefix(80))' --to APP, or --app-map FILE)"
                 )
             }
-            func network(of line: NetworkReportLine) throws -> String {
-                if let mapped = networkMap[line.network] ?? NetworkNames.adTally(line.network, source: report.source) { return mapped }
+            // The networks each app's events name: a network report's name that is not a
+            // known spelling must be one of them (or mapped), so a typo is refused, not kept.
+            var admitted: [String: Set<String>] = [:]
+            for row in try connection.query("SELECT app_id, network FROM app_networks WHERE app_id = ANY(\(array: Array(apps)))") {
+                admitted[try row.decode(0, as: String.self), default: []].insert(try row.decode(1, as: String.self))
+            }
+            func network(of line: NetworkReportLine, app: String) throws -> String {
+                if let mapped = networkMap[line.network] ?? NetworkNames.known(line.network) { return mapped }
+                if let name = NetworkNames.plain(line.network, source: report.source), admitted[app]?.contains(name) == true { return name }
                 throw FieldError(
-                    "\(line.position): network", "\"\(line.network.prefix(80))\" is not a network AdTally knows by that name; map it (adtally networks map --source \(source) --network '\(line.network.prefix(80))' --to NAME)"
+                    "\(line.position): network", "\"\(line.network.prefix(80))\" is neither a known spelling of a network nor one \(app)'s events name; map it (adtally networks map --source \(source) --network '\(line.network.prefix(80))' --to NAME)"
                 )
             }
             struct Key: Hashable { var app, network: String; var day: Int; var format: String; var country: String; var currency: String }
             var sums: [Key: (impressions: Int64, clicks: Int64?, revenue: Int64)] = [:]
             for line in report.lines {
-                let key = Key(app: try app(of: line), network: try network(of: line), day: line.day, format: line.format.rawValue, country: line.country ?? "", currency: line.currency)
+                let app = try app(of: line)
+                // An unknown country is ZZ, as an event's is (Migrations/0001).
+                let key = Key(app: app, network: try network(of: line, app: app), day: line.day, format: line.format.rawValue, country: line.country ?? "ZZ", currency: line.currency)
                 var sum = sums[key] ?? (0, 0, 0)
                 let impressions = sum.impressions.addingReportingOverflow(line.impressions)
                 let revenue = sum.revenue.addingReportingOverflow(line.revenueMicros)
@@ -262,19 +277,25 @@ public struct NetworkReportStore: Sendable {
                 sums[key] = sum
             }
             let keys = Array(sums.keys)
-            let replaced = keys.isEmpty ? 0 : try connection.query("""
-                SELECT count(*) FROM (
-                    SELECT DISTINCT r.app_id, r.network, r.day FROM network_report_rows r
-                    JOIN unnest(\(array: keys.map(\.app))::text[], \(array: keys.map(\.network))::text[], \(array: keys.map { ReportQuery.formatDate($0.day) })::date[]) AS k (app_id, network, day)
-                      ON k.app_id = r.app_id AND k.network = r.network AND k.day = r.day
-                ) AS earlier
-                """).first!.decode(0, as: Int.self)
+            // The import's row first: on Citus a reference table is written before any
+            // statement that reads the distributed rows across shards in this transaction.
             let importID = try connection.query("""
                 INSERT INTO network_imports (source, zone, file_sha256, first_day, last_day, lines, is_delayed, warnings, via)
                 VALUES (\(source), \(report.zone), \(fileSHA256), \(report.firstDay.map(ReportQuery.formatDate))::date, \(report.lastDay.map(ReportQuery.formatDate))::date,
                         \(report.lines.count), \(report.isDelayed), \(array: report.warnings)::text[], \(via))
                 RETURNING import_id
                 """).first!.decode(0, as: Int64.self)
+            var replaced = 0
+            if let first = keys.map(\.day).min(), let last = keys.map(\.day).max() {
+                let restated = Set(keys.map { "\($0.app) \($0.network) \(ReportQuery.formatDate($0.day))" })
+                replaced = try connection.query("""
+                    SELECT DISTINCT app_id, network, day::text FROM network_report_rows
+                    WHERE app_id = ANY(\(array: Array(Set(keys.map(\.app))))) AND network = ANY(\(array: Array(Set(keys.map(\.network)))))
+                      AND day BETWEEN \(ReportQuery.formatDate(first))::date AND \(ReportQuery.formatDate(last))::date AND import_id <> \(importID)
+                    """).filter { row in
+                    restated.contains("\((try? row.decode(0, as: String.self)) ?? "") \((try? row.decode(1, as: String.self)) ?? "") \((try? row.decode(2, as: String.self)) ?? "")")
+                }.count
+            }
             var start = 0
             while start < keys.count {
                 let part = keys[start..<min(start + Self.chunk, keys.count)]

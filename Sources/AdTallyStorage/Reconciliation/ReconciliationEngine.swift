@@ -6,100 +6,145 @@ import PostgresKit
 /// impressions, taps and revenue — from the report engine, in each network's own zone —
 /// beside the network's figures from its current imports, converted to the query's
 /// currency with the FX table (a missing rate is a 422 naming it, as in reports).
+///
+/// Both sides are read by app, network and day first (and the asked dimensions), so
+/// each side covers the same days: only the app, network and days a network's report
+/// covers (its imports' date ranges, zero where it wrote no line) are compared.
 public struct ReconciliationEngine: Sendable {
     let reports: ReportEngine
 
     /// An engine whose own side is `reports`.
     public init(reports: ReportEngine) { self.reports = reports }
 
-    /// Most rows of a reconciliation (each side's, before they are joined).
+    /// Most rows of a reconciliation, on each side, by app, network and day.
     public static let maxRows = ReportQuery.maxLimit
 
-    /// The network side of one group: its sums, the zone and imports it came from, and
-    /// how close to final it is.
-    struct TheirGroup {
-        var key: [String?]
+    /// An app, network and day a network's report covers, and the import that is
+    /// current for it: the newest of its source whose range holds the day.
+    struct Covered: Hashable {
+        var app: String
         var network: String
+        var day: String
+    }
+
+    struct Coverage {
+        var source: String
         var zone: String
-        var side: ReconciliationSide
-        /// Fewest days between a day and the import that reported it (in the import's zone).
+        var importID: Int64
+        /// Days from the day to the import (in the import's zone).
         var margin: Int
         var isDelayed: Bool
-        var imports: Set<Int64>
-        var newestImport: Int64
+    }
+
+    /// The network side of one group of the internal grain.
+    struct TheirGroup {
+        var key: [String?]
+        var importID: Int64
+        var side: ReconciliationSide
     }
 
     /// Runs a reconciliation.
     public func run(_ query: ReconciliationQuery) async throws -> ReconciliationDocument {
         let report = query.report
         let primary = reports.reads.primary
-        let groups = try await Self.theirs(report, on: primary)
+        // The internal grain: the asked dimensions, then date, app and network.
+        var grain = report.dimensions
+        for dimension in [ReportDimension.date, .app, .network] where !grain.contains(dimension) { grain.append(dimension) }
+        let (dateAt, appAt, networkAt) = (grain.firstIndex(of: .date)!, grain.firstIndex(of: .app)!, grain.firstIndex(of: .network)!)
+
+        let coverage = try await Self.coverage(report, on: primary)
         var settings: [String: NetworkReportStore.Settings] = [:]
         for setting in try await NetworkReportStore(pool: primary).settings() { settings[setting.network] = setting }
         func setting(_ network: String) -> NetworkReportStore.Settings { settings[network] ?? .defaults(network) }
 
-        // Each network's days are in the zone of its newest import; a network whose
-        // imports in the range are in two zones (an AdMob account whose zone changed) is
-        // compared in the newest one, and the rest is said.
-        var zoneOf: [String: (zone: String, newest: Int64)] = [:]
-        for group in groups where group.newestImport > zoneOf[group.network]?.newest ?? 0 {
-            zoneOf[group.network] = (group.zone, group.newestImport)
+        // Each network is compared with the source and zone of its newest import (an
+        // AdMob account whose zone changed, or AdMob's own report beside MAX's view of
+        // AdMob, are not mixed); what else was imported for it is said.
+        var chosen: [String: Coverage] = [:]
+        for (key, options) in coverage {
+            for option in options where option.importID > chosen[key.network]?.importID ?? 0 { chosen[key.network] = option }
         }
         var remarks: [String] = []
         var leftOut: [String: Set<String>] = [:]
-        for group in groups where group.zone != zoneOf[group.network]?.zone { leftOut[group.network, default: []].insert(group.zone) }
-        for (network, zones) in leftOut.sorted(by: { $0.key < $1.key }) {
-            remarks.append("\(network): imports in \(zones.sorted().joined(separator: ", ")) are left out; the newest import's zone, \(zoneOf[network]!.zone), is the one compared")
+        for (key, options) in coverage {
+            for option in options {
+                guard let pick = chosen[key.network], option.source != pick.source || option.zone != pick.zone else { continue }
+                leftOut[key.network, default: []].insert("\(option.source) (\(option.zone))")
+            }
+        }
+        for (network, others) in leftOut.sorted(by: { $0.key < $1.key }) {
+            let pick = chosen[network]!
+            remarks.append("\(network): compared with its \(pick.source) report (\(pick.zone)); imports from \(others.sorted().joined(separator: ", ")) are left out")
+        }
+        var covered: [Covered: Coverage] = [:]
+        for (key, options) in coverage {
+            guard let pick = chosen[key.network] else { continue }
+            covered[key] = options.first { $0.source == pick.source && $0.zone == pick.zone }
         }
 
         var rows: [[String?]: ReconciliationRow] = [:]
-        var order: [[String?]] = []
-        func row(_ key: [String?]) -> ReconciliationRow {
-            if let existing = rows[key] { return existing }
-            order.append(key)
-            // The smallest of its networks' tolerances: none seen yet.
-            var new = ReconciliationRow(dimensions: key)
-            new.tolerancePct = .infinity
-            return new
-        }
-        for group in groups where group.zone == zoneOf[group.network]?.zone {
-            var current = row(group.key)
-            var theirs = current.theirs ?? ReconciliationSide()
+        for group in try await Self.theirs(report, grain: grain, on: primary) {
+            // Only the current import's figures: the newest of the chosen source whose range
+            // holds the day (a newer one without a line for it says zero).
+            guard let app = group.key[appAt], let network = group.key[networkAt], let day = group.key[dateAt],
+                  covered[Covered(app: app, network: network, day: day)]?.importID == group.importID else { continue }
+            var row = rows[group.key] ?? ReconciliationRow(dimensions: group.key)
+            var theirs = row.theirs ?? ReconciliationSide()
             theirs.add(group.side)
-            current.theirs = theirs
-            current.networks.insert(group.network)
-            current.tolerancePct = min(current.tolerancePct, setting(group.network).tolerancePct)
-            current.isFinal = current.isFinal && !group.isDelayed && group.margin >= setting(group.network).finalAfterDays
-            current.imports.formUnion(group.imports)
-            rows[group.key] = current
+            row.theirs = theirs
+            rows[group.key] = row
         }
 
-        // AdTally's side, by the report engine, a query per zone.
-        let byZone = Dictionary(grouping: zoneOf.keys.sorted(), by: { zoneOf[$0]!.zone })
+        // AdTally's side, by the report engine, a query per zone, kept where covered.
+        var uncovered = 0
+        let byZone = Dictionary(grouping: chosen.keys.sorted(), by: { chosen[$0]!.zone })
         for (zone, networks) in byZone.sorted(by: { $0.key < $1.key }) {
-            let ours: ReportQuery
-            do { ours = try query.ours(zone: zone, networks: networks) } catch { throw error }
+            let ours = try query.ours(zone: zone, networks: networks, dimensions: grain)
             guard ours.filters.first(where: { $0.dimension == .network }).map({ !$0.values.isEmpty }) ?? true else { continue }
             let page = try await reports.page(ours)
             guard page.nextCursor == nil else { throw Self.tooLarge() }
-            let networkColumn = ours.dimensions.firstIndex(of: .network)!
             for reported in page.rows {
-                let key = Array(reported.dimensions.prefix(report.dimensions.count))
-                var current = row(key)
-                current.ours.add(ReconciliationSide(impressions: reported.counts.impressions, clicks: reported.counts.taps, revenueMicros: reported.counts.revenueMicros))
-                if let network = reported.dimensions[networkColumn] {
-                    current.networks.insert(network)
-                    current.tolerancePct = min(current.tolerancePct, setting(network).tolerancePct)
+                let key = reported.dimensions
+                guard let app = key[appAt], let network = key[networkAt], let day = key[dateAt],
+                      covered[Covered(app: app, network: network, day: day)] != nil else {
+                    uncovered += 1
+                    continue
                 }
-                rows[key] = current
+                var row = rows[key] ?? ReconciliationRow(dimensions: key)
+                row.ours.add(ReconciliationSide(impressions: reported.counts.impressions, clicks: reported.counts.taps, revenueMicros: reported.counts.revenueMicros))
+                rows[key] = row
             }
         }
-        guard rows.count <= Self.maxRows else { throw Self.tooLarge() }
-        var result = order.map { rows[$0]! }
-        for index in result.indices {
-            if result[index].theirs == nil { result[index].isFinal = false }
-            if !result[index].tolerancePct.isFinite { result[index].tolerancePct = ReconciliationRow.defaultTolerancePct }
+        if uncovered > 0 {
+            remarks.append("AdTally's counts are compared only for the apps, networks and days a network's imported report covers; \(uncovered) groups of them lie outside those")
         }
+
+        // Down to the asked dimensions: a covered day the network wrote no line for is a zero.
+        var merged: [[String?]: ReconciliationRow] = [:]
+        var order: [[String?]] = []
+        for (key, row) in rows {
+            let app = key[appAt]!, network = key[networkAt]!, day = key[dateAt]!
+            let cover = covered[Covered(app: app, network: network, day: day)]!
+            let asked = Array(key.prefix(report.dimensions.count))
+            var into = merged[asked] ?? {
+                order.append(asked)
+                var fresh = ReconciliationRow(dimensions: asked)
+                fresh.tolerancePct = .infinity
+                return fresh
+            }()
+            into.ours.add(row.ours)
+            var theirs = into.theirs ?? ReconciliationSide()
+            theirs.add(row.theirs ?? ReconciliationSide())
+            into.theirs = theirs
+            into.networks.insert(network)
+            into.tolerancePct = min(into.tolerancePct, setting(network).tolerancePct)
+            into.isFinal = into.isFinal && !cover.isDelayed && cover.margin >= setting(network).finalAfterDays
+            into.imports.insert(cover.importID)
+            merged[asked] = into
+        }
+        guard merged.count <= Self.maxRows else { throw Self.tooLarge() }
+        var result = order.map { merged[$0]! }
+        for index in result.indices where !result[index].tolerancePct.isFinite { result[index].tolerancePct = ReconciliationRow.defaultTolerancePct }
         result.sort { Self.precedes($0.dimensions, $1.dimensions) }
 
         let used = Set(result.flatMap(\.imports))
@@ -110,8 +155,8 @@ public struct ReconciliationEngine: Sendable {
             (id: try row.decode(0, as: Int64.self), source: try row.decode(1, as: String.self), zone: try row.decode(2, as: String.self),
              importedAt: try row.decode(3, as: String.self), warnings: try NetworkReportStore.strings(row.decode(4)))
         }
-        let networks = zoneOf.keys.sorted().map { name in
-            (name: name, zone: zoneOf[name]!.zone, tolerancePct: setting(name).tolerancePct, finalAfterDays: setting(name).finalAfterDays)
+        let networks = chosen.keys.sorted().map { name in
+            (name: name, zone: chosen[name]!.zone, tolerancePct: setting(name).tolerancePct, finalAfterDays: setting(name).finalAfterDays)
         }
         return ReconciliationDocument(query: query, rows: result, networks: networks, imports: imports, remarks: remarks)
     }
@@ -127,49 +172,85 @@ public struct ReconciliationEngine: Sendable {
     }
 
     static func tooLarge() -> ReportQueryError {
-        ReportQueryError("dimensions", "the reconciliation has more than \(maxRows) rows; narrow the range, the apps or the dimensions", kind: .tooLarge)
+        ReportQueryError("dimensions", "the reconciliation has more than \(maxRows) rows by app, network and day; narrow the range, the apps or the dimensions", kind: .tooLarge)
     }
 
-    /// The network side: the current import's figures per app, network and day (the
-    /// newest import with figures for it), grouped by the asked dimensions, the network
-    /// and the import's zone, revenue converted on the network's date.
-    static func theirs(_ report: ReportQuery, on pool: PostgresPool) async throws -> [TheirGroup] {
-        let rc = report.currency
+    /// The networks' filters as SQL conditions on `r` (a network_report_rows row).
+    static func filters(_ report: ReportQuery) -> (networks: [String]?, formats: [String]?, countries: [String]?, dates: [String]?, apps: [String]) {
         func filter(_ dimension: ReportDimension) -> [String]? { report.filters.first { $0.dimension == dimension }?.values }
+        return (filter(.network), filter(.format), filter(.country), filter(.date), filter(.app) ?? report.apps)
+    }
+
+    /// Which import is current for each app, network, day and source in the range: the
+    /// newest of that source whose date range holds the day and which has figures for
+    /// the app and network in the range (AdMob writes no line for a day without any).
+    static func coverage(_ report: ReportQuery, on pool: PostgresPool) async throws -> [Covered: [Coverage]] {
+        let (networks, _, _, dates, apps) = filters(report)
+        let (from, to) = (ReportQuery.formatDate(report.from), ReportQuery.formatDate(report.to))
+        let rows = try await pool.query("""
+            WITH pairs AS (
+                SELECT DISTINCT import_id, app_id, network FROM network_report_rows
+                WHERE app_id = ANY(\(array: apps)) AND day BETWEEN \(from)::date AND \(to)::date
+                  AND (\(networks == nil) OR network = ANY(\(array: networks ?? [])))
+            )
+            SELECT DISTINCT ON (p.app_id, p.network, d.day, i.source)
+                   p.app_id, p.network, d.day::date::text, i.source, i.zone, p.import_id,
+                   ((i.imported_at AT TIME ZONE i.zone)::date - d.day::date)::int, i.is_delayed
+            FROM pairs p
+            JOIN network_imports i ON i.import_id = p.import_id
+            CROSS JOIN LATERAL generate_series(greatest(i.first_day, \(from)::date), least(i.last_day, \(to)::date), interval '1 day') AS d (day)
+            WHERE \(dates == nil) OR d.day::date::text = ANY(\(array: dates ?? []))
+            ORDER BY p.app_id, p.network, d.day, i.source, p.import_id DESC
+            LIMIT \(maxRows + 1)
+            """)
+        guard rows.count <= maxRows else { throw tooLarge() }
+        var coverage: [Covered: [Coverage]] = [:]
+        for row in rows {
+            let key = Covered(app: try row.decode(0), network: try row.decode(1), day: try row.decode(2))
+            coverage[key, default: []].append(
+                Coverage(source: try row.decode(3), zone: try row.decode(4), importID: try row.decode(5), margin: try row.decode(6), isDelayed: try row.decode(7))
+            )
+        }
+        return coverage
+    }
+
+    /// The network side at the internal grain (the asked dimensions, date, app and
+    /// network): the current import's figures per app, network, day and source,
+    /// revenue converted on the network's date.
+    static func theirs(_ report: ReportQuery, grain: [ReportDimension], on pool: PostgresPool) async throws -> [TheirGroup] {
+        let rc = report.currency
         var keys: [String] = []
-        for dimension in report.dimensions {
+        for dimension in grain {
             switch dimension {
             case .date: keys.append("r.day::text")
             case .app: keys.append("r.app_id")
             case .network: keys.append("r.network")
             case .format: keys.append("r.format")
-            case .country: keys.append("nullif(r.country, '')")
+            case .country: keys.append("r.country")
             default: throw ReportQueryError("dimensions", "\(dimension.rawValue) is not a dimension both sides have")
             }
         }
         let keyList = keys.enumerated().map { "\($0.element) AS k\($0.offset), " }.joined()
-        let groupKeys = (keys.indices.map { "k\($0)" } + ["r.network", "i.zone"]).joined(separator: ", ")
-        let networks = filter(.network), formats = filter(.format), countries = filter(.country), dates = filter(.date), apps = filter(.app)
+        let groupKeys = (keys.indices.map { "k\($0)" } + ["r.import_id"]).joined(separator: ", ")
+        let (networks, formats, countries, dates, apps) = filters(report)
+        let (from, to) = (ReportQuery.formatDate(report.from), ReportQuery.formatDate(report.to))
         let rows = try await pool.query("""
             WITH cur AS (
-                SELECT DISTINCT ON (app_id, network, day) app_id, network, day, import_id
-                FROM network_report_rows
-                WHERE app_id = ANY(\(array: report.apps)) AND day BETWEEN \(ReportQuery.formatDate(report.from))::date AND \(ReportQuery.formatDate(report.to))::date
-                  AND (\(networks == nil) OR network = ANY(\(array: networks ?? [])))
-                ORDER BY app_id, network, day, import_id DESC
+                SELECT DISTINCT ON (r.app_id, r.network, r.day, i.source) r.app_id, r.network, r.day, r.import_id
+                FROM network_report_rows r JOIN network_imports i ON i.import_id = r.import_id
+                WHERE r.app_id = ANY(\(array: apps)) AND r.day BETWEEN \(from)::date AND \(to)::date
+                  AND (\(networks == nil) OR r.network = ANY(\(array: networks ?? [])))
+                ORDER BY r.app_id, r.network, r.day, i.source, r.import_id DESC
             )
-            SELECT \(unsafeRaw: keyList)r.network, i.zone,
+            SELECT \(unsafeRaw: keyList)r.import_id,
                    sum(r.impressions)::bigint, coalesce(sum(r.clicks), 0)::bigint, bool_and(r.clicks IS NOT NULL),
-                   sum(CASE WHEN r.currency = \(rc) THEN r.revenue_micros ELSE adtally_div_half_even(r.revenue_micros * fx.to_rate, fx.from_rate) END)::text,
+                   coalesce(sum(CASE WHEN r.currency = \(rc) THEN r.revenue_micros ELSE adtally_div_half_even(r.revenue_micros * fx.to_rate, fx.from_rate) END), 0)::text,
                    min(CASE WHEN r.currency <> \(rc) AND fx.to_rate IS NULL AND r.revenue_micros <> 0
                             THEN r.day::text || ' ' || r.currency || ' '
                                  || CASE WHEN NOT EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = r.day) THEN '*'
-                                         WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = r.day AND x.currency = \(rc)) THEN r.currency ELSE \(rc) END END),
-                   min((i.imported_at AT TIME ZONE i.zone)::date - r.day)::int, bool_or(i.is_delayed),
-                   string_agg(DISTINCT r.import_id::text, ' '), max(r.import_id)
+                                         WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = r.day AND x.currency = \(rc)) THEN r.currency ELSE \(rc) END END)
             FROM network_report_rows r
             JOIN cur c ON c.app_id = r.app_id AND c.network = r.network AND c.day = r.day AND c.import_id = r.import_id
-            JOIN network_imports i ON i.import_id = r.import_id
             LEFT JOIN LATERAL (
                 -- Units of the query currency and of the row's per one base, on the network's date.
                 SELECT t.rate AS to_rate, f.rate AS from_rate
@@ -177,8 +258,7 @@ public struct ReconciliationEngine: Sendable {
                 WHERE r.currency <> \(rc) AND t.day = r.day AND t.currency = \(rc)
                 ORDER BY t.base LIMIT 1
             ) AS fx ON true
-            WHERE r.app_id = ANY(\(array: apps ?? report.apps))
-              AND (\(formats == nil) OR r.format = ANY(\(array: formats ?? [])))
+            WHERE (\(formats == nil) OR r.format = ANY(\(array: formats ?? [])))
               AND (\(countries == nil) OR r.country = ANY(\(array: countries ?? [])))
               AND (\(dates == nil) OR r.day::text = ANY(\(array: dates ?? [])))
             GROUP BY \(unsafeRaw: groupKeys)
@@ -187,17 +267,14 @@ public struct ReconciliationEngine: Sendable {
         guard rows.count <= maxRows else { throw tooLarge() }
         let width = keys.count
         return try rows.map { row in
-            if let missing = try row.decode(width + 6, as: String?.self) { throw ReportCurrencyError(missing: missing, reportCurrency: rc) }
-            let hasClicks = try row.decode(width + 4, as: Bool.self)
+            if let missing = try row.decode(width + 5, as: String?.self) { throw ReportCurrencyError(missing: missing, reportCurrency: rc) }
+            let hasClicks = try row.decode(width + 3, as: Bool.self)
             return TheirGroup(
-                key: try (0..<width).map { try row.decode($0, as: String?.self) }, network: try row.decode(width), zone: try row.decode(width + 1),
+                key: try (0..<width).map { try row.decode($0, as: String?.self) }, importID: try row.decode(width),
                 side: ReconciliationSide(
-                    impressions: try row.decode(width + 2), clicks: hasClicks ? try row.decode(width + 3, as: Int64.self) : nil,
-                    revenueMicros: Int128(try row.decode(width + 5, as: String.self)) ?? 0
-                ),
-                margin: try row.decode(width + 7), isDelayed: try row.decode(width + 8),
-                imports: Set(try row.decode(width + 9, as: String.self).split(separator: " ").compactMap { Int64($0) }),
-                newestImport: try row.decode(width + 10)
+                    impressions: try row.decode(width + 1), clicks: hasClicks ? try row.decode(width + 2, as: Int64.self) : nil,
+                    revenueMicros: Int128(try row.decode(width + 4, as: String.self)) ?? 0
+                )
             )
         }
     }
