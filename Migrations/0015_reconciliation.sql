@@ -42,16 +42,21 @@ CREATE TABLE network_imports (
     last_day    date,
     lines       integer NOT NULL CHECK (lines >= 0),
     is_delayed  boolean NOT NULL DEFAULT false,
+    -- The file states the days it covers (AdMob's header): a day of that range without
+    -- a line for an app and network it has is a zero. Other files cover the days they
+    -- have lines for.
+    has_range   boolean NOT NULL DEFAULT false,
     warnings    text[] NOT NULL DEFAULT '{}',
     via         text COLLATE "C" NOT NULL CHECK (via IN ('api', 'cli', 'pull')),
     imported_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- 4. The imported figures, summed by app, network, day (in the import's zone),
--- format, country (ZZ unknown, as in events) and currency. A later import replaces an earlier one
--- for each app, network and day it has figures for (a restatement); the earlier rows
--- stay, as history, and the report names the import each row used. clicks is NULL
--- where the report has none (MAX's).
+-- format, country (ZZ unknown, as in events) and currency. For each app, network and
+-- day, the current import of a source is its newest that covers the day (a
+-- restatement replaces the earlier one); the earlier rows stay, as history, and the
+-- reconciliation names the import each row used. clicks is NULL where the report has
+-- none (MAX's).
 CREATE TABLE network_report_rows (
     app_id         text COLLATE "C" NOT NULL REFERENCES apps (app_id) ON DELETE CASCADE,
     network        text COLLATE "C" NOT NULL,
@@ -63,8 +68,7 @@ CREATE TABLE network_report_rows (
     impressions    bigint NOT NULL CHECK (impressions >= 0),
     clicks         bigint CHECK (clicks >= 0),
     revenue_micros bigint NOT NULL CHECK (revenue_micros >= 0),
-    -- Which import is current for an app, network and day is the newest one with a row
-    -- for it: the key's order answers that with one index walk.
+    -- The rows of an app, network and day, newest import last: the key's order.
     PRIMARY KEY (app_id, network, day, import_id, format, country, currency)
 );
 CREATE INDEX network_report_rows_import ON network_report_rows (import_id);

@@ -240,16 +240,16 @@ for cmd in "apps list" "apps networks demo-puzzle" "rates list" "fx list" "media
   "$bin" $cmd --database-url "$single" 2>&1 | sed -E 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z/TIME/g' >"$work/c-single"
   same "adtally $cmd: Citus = one node" "$work/c-citus" "$work/c-single"
 done
-# A network's report imported on both, restated, and the reconciliation (issue 27):
-# network_report_rows is distributed, network_imports a reference table.
-printf 'date,app,network,format,country,impressions,clicks,revenue,currency\n%s,demo-puzzle,admob,banner,US,1000,10,2.5,USD\n%s,demo-puzzle,admob,banner,ZZ,50,0,0.1,USD\n' "$from" "$from" >"$work/network-1.csv"
+# A network's report for two apps imported on both, restated, and the reconciliation
+# (issue 27): network_report_rows is distributed, network_imports a reference table.
+printf 'date,app,network,format,country,impressions,clicks,revenue,currency\n%s,demo-puzzle,admob,banner,US,1000,10,2.5,USD\n%s,demo-puzzle,admob,banner,ZZ,50,0,0.1,USD\n%s,demo-news,admob,banner,US,70,1,0.2,USD\n' "$from" "$from" "$from" >"$work/network-1.csv"
 printf 'date,app,network,format,country,impressions,clicks,revenue,currency\n%s,demo-puzzle,admob,banner,US,900,9,2.25,USD\n' "$from" >"$work/network-2.csv"
 for node in citus single; do
   : >"$work/n-$node"
   for file in network-1 network-2; do
     "$bin" networks import --source csv "$work/$file.csv" --database-url "${db[$node]}" >>"$work/n-$node" 2>&1 || echo "request failed" >>"$work/n-$node"
   done
-  "$bin" reconcile --apps demo-puzzle --from "$from" --to "$to" --dimensions date,network,country --format csv --database-url "${db[$node]}" >>"$work/n-$node" 2>&1 \
+  "$bin" reconcile --apps demo-puzzle,demo-news --from "$from" --to "$to" --dimensions date,app,network,country --format csv --database-url "${db[$node]}" >>"$work/n-$node" 2>&1 \
     || echo "report failed" >>"$work/n-$node"
 done
 same "adtally networks import (twice, restated) and adtally reconcile: Citus = one node" "$work/n-citus" "$work/n-single"

@@ -123,6 +123,12 @@ struct NetworkReportTests {
         #expect(Self.refusal(admob.replacingOccurrences(of: "\"integerValue\": \"100\"", with: "\"integerValue\": \"1e30\""), .admob)?.field == "row 2: metricValues.IMPRESSIONS.integerValue")
         #expect(Self.refusal("date,app\n", .admob)?.field == "file")
         #expect(Self.refusal(#"[{"date": "2026-11-01", "appKey": "k", "adFormat": "rewarded", "adNetwork": {"x": 1}}]"#, .levelplay)?.description == "[0]: adNetwork: must be a string or a number")
+        // What a file holds is bounded before it is read whole: lines, a line's length, JSON objects and members.
+        let header9 = "date,app,network,format,country,impressions,clicks,revenue,currency\n"
+        #expect(Self.refusal(header9 + String(repeating: "x\n", count: NetworkReport.maxLines + 1), .csv)?.rule.contains("more than \(NetworkReport.maxLines) lines") == true)
+        #expect(Self.refusal(header9 + String(repeating: ",", count: NetworkReport.maxLineBytes + 1), .csv)?.rule.contains("line longer than") == true)
+        #expect(Self.refusal("[" + String(repeating: "{},", count: NetworkReport.maxJSONObjects) + "{}]", .levelplay)?.rule.contains("JSON objects") == true)
+        #expect(Self.refusal(#"{"code": 200, "results": [{"# + String(repeating: #""k": 1,"#, count: NetworkReport.maxJSONMembers) + #""z": 1}]}"#, .max)?.rule.contains("members") == true)
         // More bytes than an import takes: refused before a line is read.
         let huge = [UInt8](repeating: 0x20, count: NetworkReport.maxBytes + 1)
         #expect((try? NetworkReport.parse(huge, source: .csv)) == nil)

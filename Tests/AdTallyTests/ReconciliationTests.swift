@@ -151,6 +151,20 @@ struct ReconciliationTests {
             _ = try await store.setSettings(network: "applovin", tolerancePct: nil, finalAfterDays: 2)
             document = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network")])
             #expect(document.rows.first { $0.dimensions[1] == "applovin" }?.isFinal == true)
+
+            // A newer file of another source (a generic CSV) with lines for 10-25 and 11-05
+            // only: it covers those two days, not the days between (no stated range), and
+            // the app's applovin is now compared with it, MAX's import left out and said so.
+            let csv = """
+                date,app,network,format,country,impressions,clicks,revenue,currency
+                2026-10-25,game,applovin,interstitial,US,4,0,0.08,USD
+                2026-11-05,game,applovin,interstitial,US,6,0,0.12,USD
+                """
+            _ = try await store.importReport(try NetworkReport.parse(Array(csv.utf8), source: .csv), fileSHA256: String(repeating: "c", count: 64), via: "cli")
+            document = try await Self.run(services, [("apps", "game"), ("from", "2026-10-20"), ("to", "2026-11-10"), ("dimensions", "date,network"), ("network", "applovin")])
+            #expect(document.rows.map(\.dimensions) == [["2026-10-25", "applovin"], ["2026-11-05", "applovin"]])
+            #expect(document.rows.map { $0.theirs?.impressions } == [4, 6] && document.rows.map(\.ours.impressions) == [0, 0])
+            #expect(document.remarks.contains { $0.contains("game applovin: compared with its csv report (UTC); imports from max (UTC) are left out") })
         }
     }
 
@@ -186,6 +200,11 @@ struct ReconciliationTests {
                 let object = try JSONSerialization.jsonObject(with: Data(response.body.readableBytesView)) as? [String: Any] ?? [:]
                 return object["rows"] as? [[Any]] ?? []
             }
+            // A foreign-currency day with no rate and no revenue converts to nothing, not to an error.
+            let zero = "date,app,network,format,country,impressions,clicks,revenue,currency\n2026-11-25,game,admob,banner,US,5,0,0,EUR\n"
+            _ = try await store.importReport(try NetworkReport.parse(Array(zero.utf8), source: .csv), fileSHA256: String(repeating: "d", count: 64), via: "cli")
+            let unpriced = try await Self.run(services, [("apps", "game"), ("from", "2026-11-25"), ("to", "2026-11-25"), ("dimensions", "network"), ("currency", "USD")])
+            #expect(unpriced.rows.first?.theirs == ReconciliationSide(impressions: 5, clicks: 0, revenueMicros: 0))
             // An unknown country is ZZ on both sides, as in reports.
             let byCountry = try await Self.run(services, [("apps", "game"), ("from", "2026-11-20"), ("to", "2026-11-20"), ("dimensions", "country")])
             #expect(byCountry.rows.map(\.dimensions) == [["DE"], ["ZZ"]])

@@ -201,6 +201,9 @@ struct ReplicaTests {
             )
             try await waitUntil("the paused replica lags past the server's bound") {
                 let stale = try await patient.page(reportQuery)
+                // On a busy machine the lag probe itself can take past its 2 s: that report
+                // is rightly read from the primary; probe again (seen once in CI).
+                if stale.notes.readFrom.replicaSkipped?.contains("did not answer its lag probe") == true { return false }
                 #expect(stale.notes.readFrom.server == .replica && stale.totals.requests == 50, "\(stale.notes.readFrom) \(stale.totals.requests)")
                 return (stale.notes.readFrom.replicaLagSeconds ?? 0) > Double(Self.maxLag) + 0.5
             }

@@ -74,6 +74,9 @@ public struct NetworkReport: Sendable, Equatable {
     /// The days the report covers (its header's range, else its lines'), in `zone`.
     public var firstDay: Int?
     public var lastDay: Int?
+    /// The file states its range (AdMob's header): a day of it without a line is a zero.
+    /// Other files cover only the days they have lines for.
+    public var hasRange: Bool
     /// Lines left out because AdTally has nothing to compare them with (LevelPlay's
     /// offerwall), by what they were: said in the import's answer, never silent.
     public var leftOut: [String: Int]
@@ -82,6 +85,7 @@ public struct NetworkReport: Sendable, Equatable {
         source: NetworkReportSource, zone: String, lines: [NetworkReportLine], warnings: [String] = [], isDelayed: Bool = false,
         firstDay: Int? = nil, lastDay: Int? = nil, leftOut: [String: Int] = [:]
     ) {
+        self.hasRange = firstDay != nil && lastDay != nil
         self.source = source
         self.zone = zone
         self.lines = lines
@@ -100,6 +104,10 @@ public struct NetworkReport: Sendable, Equatable {
     /// Most JSON objects (`{`) of one report: a month of a large AdMob account's rows by
     /// app, format and country is well under it.
     public static let maxJSONObjects = 1_500_000
+    /// Most JSON members (`"key": value`) of one report: an AdMob row has about 22.
+    public static let maxJSONMembers = 3_000_000
+    /// Longest line of a CSV report.
+    public static let maxLineBytes = 65_536
 
     /// Reads a report in `source`'s shape; `zone` overrides the zone it is in (a generic
     /// CSV's `--timezone`, an AdMob account whose reports are in UTC). Every error names
@@ -107,11 +115,28 @@ public struct NetworkReport: Sendable, Equatable {
     public static func parse(_ bytes: [UInt8], source: NetworkReportSource, zone: String? = nil) throws(FieldError) -> NetworkReport {
         guard bytes.count <= maxBytes else { throw FieldError("file", "is \(bytes.count) bytes; a network report may have at most \(maxBytes) (split it by month)") }
         if let zone, !ReportQuery.isZone(zone) { throw FieldError("timezone", "\"\(zone)\" is not an IANA time zone (e.g. UTC, America/Los_Angeles)") }
-        // A JSON report is decoded whole: its objects bound the memory that takes. The
-        // networks' rows are tens of bytes an object; a file of empty objects is refused.
-        if source != .csv {
-            let objects = bytes.reduce(into: 0) { count, byte in if byte == UInt8(ascii: "{") { count += 1 } }
-            guard objects <= maxJSONObjects else { throw FieldError("file", "has more than \(maxJSONObjects) JSON objects (split it by month)") }
+        // A report is read whole: what it holds bounds the memory that takes. JSON by its
+        // objects and members (a file of empty objects, or one object of a million keys,
+        // is refused before it is decoded); CSV by its lines (counted as read) and their
+        // length (a line of a million commas would be a million fields).
+        var objects = 0, members = 0, line = 0, longest = 0
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "{"): objects += 1
+            case UInt8(ascii: ":"): members += 1
+            case 0x0A: longest = max(longest, line); line = 0; continue
+            default: break
+            }
+            line += 1
+        }
+        longest = max(longest, line)
+        let isJSON = bytes.first(where: { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }).map { $0 == UInt8(ascii: "{") || $0 == UInt8(ascii: "[") } ?? false
+        if isJSON {
+            guard objects <= maxJSONObjects, members <= maxJSONMembers else {
+                throw FieldError("file", "has more than \(maxJSONObjects) JSON objects or \(maxJSONMembers) members (split it by month)")
+            }
+        } else if longest > maxLineBytes {
+            throw FieldError("file", "has a line longer than \(maxLineBytes) bytes")
         }
         var report: NetworkReport
         switch source {

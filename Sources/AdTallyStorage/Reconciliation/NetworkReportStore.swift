@@ -199,7 +199,7 @@ public struct NetworkReportStore: Sendable {
         public var rows: Int
         public var apps: [String]
         public var networks: [String]
-        /// App, network and day figures an earlier import had, now replaced (restated).
+        /// App, network and days an earlier import of the same source had figures for, now replaced (restated).
         public var replaced: Int
         /// The network's own warnings about the data.
         public var warnings: [String]
@@ -228,12 +228,21 @@ public struct NetworkReportStore: Sendable {
                 let (kind, external, target): (String, String, String) = (try row.decode(0), try row.decode(1), try row.decode(2))
                 if kind == "app" { appMap[external] = target } else { networkMap[external] = target }
             }
+            let source = report.source.rawValue
+            // The import's row first: on Citus a reference table must be written before any
+            // statement of the transaction reads a distributed table across shards
+            // (app_networks, network_report_rows); a refused file rolls it back.
+            let importID = try connection.query("""
+                INSERT INTO network_imports (source, zone, file_sha256, first_day, last_day, lines, is_delayed, has_range, warnings, via)
+                VALUES (\(source), \(report.zone), \(fileSHA256), \(report.firstDay.map(ReportQuery.formatDate))::date, \(report.lastDay.map(ReportQuery.formatDate))::date,
+                        \(report.lines.count), \(report.isDelayed), \(report.hasRange), \(array: report.warnings)::text[], \(via))
+                RETURNING import_id
+                """).first!.decode(0, as: Int64.self)
             let written = Array(Set(report.lines.map(\.app)))
             let bareNames = written.compactMap { $0.split(separator: "/", maxSplits: 1).count == 2 ? String($0.split(separator: "/", maxSplits: 1)[1]) : nil }
             let apps = Set(try connection.query("""
                 SELECT app_id FROM apps WHERE app_id = ANY(\(array: written + bareNames + Array(Set(appMap.values))))
                 """).map { try $0.decode(0, as: String.self) })
-            let source = report.source.rawValue
             func app(of line: NetworkReportLine) throws -> String {
                 // MAX writes "platform/package": a mapping of either, or an app id as either.
                 let parts = line.app.split(separator: "/", maxSplits: 1)
@@ -255,8 +264,10 @@ public struct NetworkReportStore: Sendable {
                 admitted[try row.decode(0, as: String.self), default: []].insert(try row.decode(1, as: String.self))
             }
             func network(of line: NetworkReportLine, app: String) throws -> String {
-                if let mapped = networkMap[line.network] ?? NetworkNames.known(line.network) { return mapped }
+                if let mapped = networkMap[line.network] { return mapped }
+                // The app's own name for it first (its events say "facebook": keep that), then a known spelling.
                 if let name = NetworkNames.plain(line.network, source: report.source), admitted[app]?.contains(name) == true { return name }
+                if let known = NetworkNames.known(line.network) { return known }
                 throw FieldError(
                     "\(line.position): network", "\"\(line.network.prefix(80))\" is neither a known spelling of a network nor one \(app)'s events name; map it (adtally networks map --source \(source) --network '\(line.network.prefix(80))' --to NAME)"
                 )
@@ -277,14 +288,6 @@ public struct NetworkReportStore: Sendable {
                 sums[key] = sum
             }
             let keys = Array(sums.keys)
-            // The import's row first: on Citus a reference table is written before any
-            // statement that reads the distributed rows across shards in this transaction.
-            let importID = try connection.query("""
-                INSERT INTO network_imports (source, zone, file_sha256, first_day, last_day, lines, is_delayed, warnings, via)
-                VALUES (\(source), \(report.zone), \(fileSHA256), \(report.firstDay.map(ReportQuery.formatDate))::date, \(report.lastDay.map(ReportQuery.formatDate))::date,
-                        \(report.lines.count), \(report.isDelayed), \(array: report.warnings)::text[], \(via))
-                RETURNING import_id
-                """).first!.decode(0, as: Int64.self)
             var replaced = 0
             if let first = keys.map(\.day).min(), let last = keys.map(\.day).max() {
                 let restated = Set(keys.map { "\($0.app) \($0.network) \(ReportQuery.formatDate($0.day))" })
@@ -292,6 +295,7 @@ public struct NetworkReportStore: Sendable {
                     SELECT DISTINCT app_id, network, day::text FROM network_report_rows
                     WHERE app_id = ANY(\(array: Array(Set(keys.map(\.app))))) AND network = ANY(\(array: Array(Set(keys.map(\.network)))))
                       AND day BETWEEN \(ReportQuery.formatDate(first))::date AND \(ReportQuery.formatDate(last))::date AND import_id <> \(importID)
+                      AND import_id IN (SELECT import_id FROM network_imports WHERE source = \(source))
                     """).filter { row in
                     restated.contains("\((try? row.decode(0, as: String.self)) ?? "") \((try? row.decode(1, as: String.self)) ?? "") \((try? row.decode(2, as: String.self)) ?? "")")
                 }.count
@@ -331,7 +335,7 @@ public struct NetworkReportStore: Sendable {
         public var warnings: [String]
         public var via: String
         public var importedAt: String
-        /// App, network and day figures for which it is the current import.
+        /// App, network and days it has figures for and is its source's newest import with figures for.
         public var current: Int
 
         enum CodingKeys: String, CodingKey {
@@ -348,7 +352,9 @@ public struct NetworkReportStore: Sendable {
     public func imports(limit: Int = 100) async throws -> [ImportSummary] {
         try await pool.query("""
             WITH current AS (
-                SELECT DISTINCT ON (app_id, network, day) import_id FROM network_report_rows ORDER BY app_id, network, day, import_id DESC
+                SELECT DISTINCT ON (r.app_id, r.network, r.day, i.source) r.import_id
+                FROM network_report_rows r JOIN network_imports i ON i.import_id = r.import_id
+                ORDER BY r.app_id, r.network, r.day, i.source, r.import_id DESC
             )
             SELECT i.import_id, i.source, i.zone, i.first_day::text, i.last_day::text, i.lines, i.is_delayed, to_json(i.warnings)::text, i.via,
                    to_char(i.imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),

@@ -57,30 +57,35 @@ public struct ReconciliationEngine: Sendable {
         for setting in try await NetworkReportStore(pool: primary).settings() { settings[setting.network] = setting }
         func setting(_ network: String) -> NetworkReportStore.Settings { settings[network] ?? .defaults(network) }
 
-        // Each network is compared with the source and zone of its newest import (an
+        // Each app's network is compared with the source and zone of its newest import (an
         // AdMob account whose zone changed, or AdMob's own report beside MAX's view of
         // AdMob, are not mixed); what else was imported for it is said.
-        var chosen: [String: Coverage] = [:]
+        struct Pair: Hashable { var app, network: String }
+        var chosen: [Pair: Coverage] = [:]
         for (key, options) in coverage {
-            for option in options where option.importID > chosen[key.network]?.importID ?? 0 { chosen[key.network] = option }
+            let pair = Pair(app: key.app, network: key.network)
+            for option in options where option.importID > chosen[pair]?.importID ?? 0 { chosen[pair] = option }
         }
         var remarks: [String] = []
-        var leftOut: [String: Set<String>] = [:]
+        var leftOut: [Pair: Set<String>] = [:]
         for (key, options) in coverage {
-            for option in options {
-                guard let pick = chosen[key.network], option.source != pick.source || option.zone != pick.zone else { continue }
-                leftOut[key.network, default: []].insert("\(option.source) (\(option.zone))")
+            let pair = Pair(app: key.app, network: key.network)
+            for option in options where option.source != chosen[pair]!.source || option.zone != chosen[pair]!.zone {
+                leftOut[pair, default: []].insert("\(option.source) (\(option.zone))")
             }
         }
-        for (network, others) in leftOut.sorted(by: { $0.key < $1.key }) {
-            let pick = chosen[network]!
-            remarks.append("\(network): compared with its \(pick.source) report (\(pick.zone)); imports from \(others.sorted().joined(separator: ", ")) are left out")
+        for (pair, others) in leftOut.sorted(by: { ($0.key.app, $0.key.network) < ($1.key.app, $1.key.network) }) {
+            let pick = chosen[pair]!
+            remarks.append("\(pair.app) \(pair.network): compared with its \(pick.source) report (\(pick.zone)); imports from \(others.sorted().joined(separator: ", ")) are left out")
         }
         var covered: [Covered: Coverage] = [:]
         for (key, options) in coverage {
-            guard let pick = chosen[key.network] else { continue }
+            let pick = chosen[Pair(app: key.app, network: key.network)]!
             covered[key] = options.first { $0.source == pick.source && $0.zone == pick.zone }
         }
+        // The zone each network is read in, and its settings' view for the notes.
+        var zonesOf: [String: Set<String>] = [:]
+        for (pair, pick) in chosen { zonesOf[pair.network, default: []].insert(pick.zone) }
 
         var rows: [[String?]: ReconciliationRow] = [:]
         for group in try await Self.theirs(report, grain: grain, on: primary) {
@@ -97,16 +102,18 @@ public struct ReconciliationEngine: Sendable {
 
         // AdTally's side, by the report engine, a query per zone, kept where covered.
         var uncovered = 0
-        let byZone = Dictionary(grouping: chosen.keys.sorted(), by: { chosen[$0]!.zone })
-        for (zone, networks) in byZone.sorted(by: { $0.key < $1.key }) {
+        var byZone: [String: Set<String>] = [:]
+        for (pair, pick) in chosen { byZone[pick.zone, default: []].insert(pair.network) }
+        for (zone, networks) in byZone.sorted(by: { $0.key < $1.key }).map({ ($0.key, $0.value.sorted()) }) {
             let ours = try query.ours(zone: zone, networks: networks, dimensions: grain)
             guard ours.filters.first(where: { $0.dimension == .network }).map({ !$0.values.isEmpty }) ?? true else { continue }
             let page = try await reports.page(ours)
             guard page.nextCursor == nil else { throw Self.tooLarge() }
             for reported in page.rows {
                 let key = reported.dimensions
+                // Kept where covered, and in the zone that app's network is compared in.
                 guard let app = key[appAt], let network = key[networkAt], let day = key[dateAt],
-                      covered[Covered(app: app, network: network, day: day)] != nil else {
+                      covered[Covered(app: app, network: network, day: day)]?.zone == zone else {
                     uncovered += 1
                     continue
                 }
@@ -134,7 +141,8 @@ public struct ReconciliationEngine: Sendable {
             }()
             into.ours.add(row.ours)
             var theirs = into.theirs ?? ReconciliationSide()
-            theirs.add(row.theirs ?? ReconciliationSide())
+            // A covered day without a line is a zero (no clicks where the source reports none).
+            theirs.add(row.theirs ?? ReconciliationSide(impressions: 0, clicks: cover.source == NetworkReportSource.max.rawValue ? nil : 0, revenueMicros: 0))
             into.theirs = theirs
             into.networks.insert(network)
             into.tolerancePct = min(into.tolerancePct, setting(network).tolerancePct)
@@ -155,8 +163,8 @@ public struct ReconciliationEngine: Sendable {
             (id: try row.decode(0, as: Int64.self), source: try row.decode(1, as: String.self), zone: try row.decode(2, as: String.self),
              importedAt: try row.decode(3, as: String.self), warnings: try NetworkReportStore.strings(row.decode(4)))
         }
-        let networks = chosen.keys.sorted().map { name in
-            (name: name, zone: chosen[name]!.zone, tolerancePct: setting(name).tolerancePct, finalAfterDays: setting(name).finalAfterDays)
+        let networks = zonesOf.keys.sorted().map { name in
+            (name: name, zone: zonesOf[name]!.sorted().joined(separator: ", "), tolerancePct: setting(name).tolerancePct, finalAfterDays: setting(name).finalAfterDays)
         }
         return ReconciliationDocument(query: query, rows: result, networks: networks, imports: imports, remarks: remarks)
     }
@@ -182,25 +190,34 @@ public struct ReconciliationEngine: Sendable {
     }
 
     /// Which import is current for each app, network, day and source in the range: the
-    /// newest of that source whose date range holds the day and which has figures for
-    /// the app and network in the range (AdMob writes no line for a day without any).
+    /// newest of that source that covers the day (has a line for it, or states a range
+    /// that holds it and has lines for the app and network: AdMob writes no line for a
+    /// day without figures).
     static func coverage(_ report: ReportQuery, on pool: PostgresPool) async throws -> [Covered: [Coverage]] {
         let (networks, _, _, dates, apps) = filters(report)
         let (from, to) = (ReportQuery.formatDate(report.from), ReportQuery.formatDate(report.to))
         let rows = try await pool.query("""
-            WITH pairs AS (
-                SELECT DISTINCT import_id, app_id, network FROM network_report_rows
-                WHERE app_id = ANY(\(array: apps)) AND day BETWEEN \(from)::date AND \(to)::date
-                  AND (\(networks == nil) OR network = ANY(\(array: networks ?? [])))
+            WITH ranged AS (
+                -- Files that state their range (AdMob's) cover every day of it for the apps and networks they have.
+                SELECT DISTINCT r.import_id, r.app_id, r.network FROM network_report_rows r
+                WHERE r.app_id = ANY(\(array: apps)) AND (\(networks == nil) OR r.network = ANY(\(array: networks ?? [])))
+                  AND r.import_id IN (SELECT import_id FROM network_imports WHERE has_range AND first_day <= \(to)::date AND last_day >= \(from)::date)
+            ), days AS (
+                SELECT p.import_id, p.app_id, p.network, d.day::date AS day
+                FROM ranged p JOIN network_imports i ON i.import_id = p.import_id
+                CROSS JOIN LATERAL generate_series(greatest(i.first_day, \(from)::date), least(i.last_day, \(to)::date), interval '1 day') AS d (day)
+                UNION
+                -- Every file covers the days it has lines for.
+                SELECT r.import_id, r.app_id, r.network, r.day FROM network_report_rows r
+                WHERE r.app_id = ANY(\(array: apps)) AND r.day BETWEEN \(from)::date AND \(to)::date
+                  AND (\(networks == nil) OR r.network = ANY(\(array: networks ?? [])))
             )
-            SELECT DISTINCT ON (p.app_id, p.network, d.day, i.source)
-                   p.app_id, p.network, d.day::date::text, i.source, i.zone, p.import_id,
-                   ((i.imported_at AT TIME ZONE i.zone)::date - d.day::date)::int, i.is_delayed
-            FROM pairs p
-            JOIN network_imports i ON i.import_id = p.import_id
-            CROSS JOIN LATERAL generate_series(greatest(i.first_day, \(from)::date), least(i.last_day, \(to)::date), interval '1 day') AS d (day)
-            WHERE \(dates == nil) OR d.day::date::text = ANY(\(array: dates ?? []))
-            ORDER BY p.app_id, p.network, d.day, i.source, p.import_id DESC
+            SELECT DISTINCT ON (c.app_id, c.network, c.day, i.source)
+                   c.app_id, c.network, c.day::text, i.source, i.zone, c.import_id,
+                   ((i.imported_at AT TIME ZONE i.zone)::date - c.day)::int, i.is_delayed
+            FROM days c JOIN network_imports i ON i.import_id = c.import_id
+            WHERE \(dates == nil) OR c.day::text = ANY(\(array: dates ?? []))
+            ORDER BY c.app_id, c.network, c.day, i.source, c.import_id DESC
             LIMIT \(maxRows + 1)
             """)
         guard rows.count <= maxRows else { throw tooLarge() }
