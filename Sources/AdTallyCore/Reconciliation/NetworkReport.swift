@@ -104,8 +104,9 @@ public struct NetworkReport: Sendable, Equatable {
     /// Most JSON objects (`{`) of one report: a month of a large AdMob account's rows by
     /// app, format and country is well under it.
     public static let maxJSONObjects = 1_500_000
-    /// Most JSON members (`"key": value`) of one report: an AdMob row has about 22.
-    public static let maxJSONMembers = 3_000_000
+    /// Most JSON members (`"key": value`) of one report: an AdMob row has about 22, so a
+    /// month of a large account (48,000 rows by app, format and country) is about 1 M.
+    public static let maxJSONMembers = 1_500_000
     /// Longest line of a CSV report.
     public static let maxLineBytes = 65_536
 
