@@ -23,6 +23,9 @@ public struct CSVRecordReader: Sendable {
         public var fields: [String]
         /// The line the record starts on (1-based).
         public var line: Int
+
+        /// Every field is empty or spaces and tabs: a blank line, which no reader counts.
+        public var isBlank: Bool { !fields.contains { !$0.allSatisfy { $0 == " " || $0 == "\t" } } }
     }
 
     /// Feeds bytes; returns the records they completed.
@@ -84,7 +87,7 @@ public struct CSVRecordReader: Sendable {
         var reader = CSVRecordReader()
         var records = reader.feed(bytes)
         if let last = reader.finish() { records.append(last) }
-        return records.filter { record in record.fields.contains { !$0.allSatisfy { $0 == " " || $0 == "\t" } } }
+        return records.filter { !$0.isBlank }
     }
 
     /// Ends input; returns the last record if it had no final line break.

@@ -259,7 +259,7 @@ public struct FXCSVReader: Sendable {
         var rates: [(line: Int, rate: FXRate)] = []
         for record in records {
             // Blank lines are no records.
-            guard record.fields.contains(where: { !$0.allSatisfy { $0 == " " || $0 == "\t" } }) else { continue }
+            guard !record.isBlank else { continue }
             guard let shape else {
                 self.shape = try Self.shape(ofHeader: record.fields, skipped: &skipped)
                 continue

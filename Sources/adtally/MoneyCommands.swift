@@ -166,8 +166,12 @@ struct FXCommand: AsyncParsableCommand {
     }
 }
 
-/// A whole file's bytes, or an error that names it.
-func readFile(_ path: String) throws -> [UInt8] {
-    guard let data = FileManager.default.contents(atPath: path) else { throw ValidationError("cannot read \(path)") }
+/// A whole file's bytes, or an error that names it; with `atMost`, a larger file is
+/// refused by its size before it is read.
+func readFile(_ path: String, atMost limit: Int? = nil, what: String = "file") throws -> [UInt8] {
+    if let limit, let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size > limit {
+        throw ValidationError("\(what): \(path) is \(size) bytes; at most \(limit) (split it)")
+    }
+    guard let data = FileManager.default.contents(atPath: path) else { throw ValidationError("\(what): cannot read \(path)") }
     return [UInt8](data)
 }

@@ -36,9 +36,9 @@ struct NetworksCommand: AsyncParsableCommand {
         @Argument(help: "The report file.") var file: String
 
         func run() async throws {
-            let bytes = try Self.read(file, what: "file")
+            let bytes = try readFile(file, atMost: NetworkReport.maxBytes)
             let report = try NetworkReport.parse(bytes, source: source, zone: timezone)
-            let mappings = try appMap.map { try NetworkReportStore.appMap(csv: Self.read($0, what: "--app-map"), source: source) } ?? []
+            let mappings = try appMap.map { try NetworkReportStore.appMap(csv: readFile($0, atMost: NetworkReport.maxBytes, what: "--app-map"), source: source) } ?? []
             let result = try await database.withDatabase { database, _ in
                 let store = NetworkReportStore(pool: database.pool)
                 if !mappings.isEmpty { try await store.setMappings(mappings) }
@@ -49,16 +49,6 @@ struct NetworksCommand: AsyncParsableCommand {
             if result.replaced > 0 { print("replaced: \(result.replaced) app-network-days an earlier import had (a restatement)") }
             for warning in result.warnings { print("network warning: \(warning)") }
             for (what, count) in result.leftOut.sorted(by: { $0.key < $1.key }) { print("left out: \(count) \(what) lines (AdTally has no such format)") }
-        }
-
-        /// A file's bytes, refused above the import limit before it is read whole.
-        static func read(_ path: String, what: String) throws -> [UInt8] {
-            guard let attributes = try? FileManager.default.attributesOfItem(atPath: path), let size = attributes[.size] as? Int else {
-                throw ValidationError("\(what): cannot read \(path)")
-            }
-            guard size <= NetworkReport.maxBytes else { throw ValidationError("\(what): \(path) is \(size) bytes; a network report may have at most \(NetworkReport.maxBytes) (split it by month)") }
-            guard let data = FileManager.default.contents(atPath: path) else { throw ValidationError("\(what): cannot read \(path)") }
-            return Array(data)
         }
     }
 
@@ -203,13 +193,7 @@ struct ReconcileCommand: AsyncParsableCommand {
         add("days", days.map(String.init))
         add("dimensions", dimensions)
         add("currency", currency)
-        for filter in filters {
-            let parts = filter.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, ["app", "network", "format", "country", "date"].contains(String(parts[0])) else {
-                throw ValidationError("--filter must be dimension=value[,value…] with a dimension of app, network, format, country, date")
-            }
-            parameters.append((String(parts[0]), String(parts[1])))
-        }
+        parameters += try ReportOptions.filterParameters(filters, dimensions: ReconciliationQuery.dimensions)
         try await database.withDatabase { database, logger in
             let reports = database.reportEngine(logger: logger)
             let document: ReconciliationDocument

@@ -169,14 +169,18 @@ struct ReportOptions: ParsableArguments {
         add("sort", sort)
         add("limit", limit.map(String.init))
         add("compare", compare)
-        for filter in filters {
+        return parameters + (try Self.filterParameters(filters, dimensions: ReportDimension.allCases))
+    }
+
+    /// `--filter dimension=values` options as parameters, each naming one of `dimensions`.
+    static func filterParameters(_ filters: [String], dimensions: [ReportDimension]) throws -> [(String, String)] {
+        try filters.map { filter in
             let parts = filter.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, ReportDimension(rawValue: String(parts[0])) != nil else {
-                throw ValidationError("--filter must be dimension=value[,value…] with a dimension of \(ReportDimension.allCases.map(\.rawValue).joined(separator: ", ")), e.g. network=admob,iad")
+            guard parts.count == 2, let dimension = ReportDimension(rawValue: String(parts[0])), dimensions.contains(dimension) else {
+                throw ValidationError("--filter must be dimension=value[,value…] with a dimension of \(dimensions.map(\.rawValue).joined(separator: ", ")), e.g. network=admob,iad")
             }
-            parameters.append((String(parts[0]), String(parts[1])))
+            return (String(parts[0]), String(parts[1]))
         }
-        return parameters
     }
 
     /// A report error as a CLI error, naming the option.

@@ -131,8 +131,7 @@ public struct NetworkReport: Sendable, Equatable {
             line += 1
         }
         longest = max(longest, line)
-        let isJSON = bytes.first(where: { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }).map { $0 == UInt8(ascii: "{") || $0 == UInt8(ascii: "[") } ?? false
-        if isJSON {
+        if NetworkReportParsers.startsJSON(bytes) {
             guard objects <= maxJSONObjects, members <= maxJSONMembers else {
                 throw FieldError("file", "has more than \(maxJSONObjects) JSON objects or \(maxJSONMembers) members (split it by month)")
             }

@@ -117,7 +117,7 @@ enum NetworkReportParsers {
     /// impressions, estimated_revenue` (more are allowed and ignored). Days in UTC, USD.
     static func max(_ bytes: [UInt8]) throws(FieldError) -> NetworkReport {
         var records: [(position: String, fields: [String: String])] = []
-        if let first = bytes.first(where: { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }), first == UInt8(ascii: "{") {
+        if startsJSON(bytes) {
             struct Body: Decodable { var code: JSONScalar?; var results: [[String: JSONScalar]]? }
             let body: Body
             do { body = try JSONDecoder().decode(Body.self, from: Data(bytes)) } catch {
@@ -276,7 +276,7 @@ enum NetworkReportParsers {
         var reader = CSVRecordReader()
         var records: [CSVRecordReader.Record] = []
         func keep(_ more: [CSVRecordReader.Record]) throws(FieldError) {
-            records += more.filter { record in record.fields.contains { !$0.allSatisfy { $0 == " " || $0 == "\t" } } }
+            records += more.filter { !$0.isBlank }
             guard records.count <= NetworkReport.maxLines + 1 else { throw FieldError("file", "has more than \(NetworkReport.maxLines) lines (split it by month)") }
         }
         var start = 0
@@ -301,15 +301,20 @@ enum NetworkReportParsers {
         }
     }
 
+    /// The file's first byte after whitespace opens a JSON object or array.
+    static func startsJSON(_ bytes: [UInt8]) -> Bool {
+        guard let first = bytes.first(where: { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }) else { return false }
+        return first == UInt8(ascii: "{") || first == UInt8(ascii: "[")
+    }
+
     /// A decoding error in a sentence, without Swift's type names.
     static func brief(_ error: any Error) -> String {
+        func path(_ context: DecodingError.Context) -> String { context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined() }
         switch error {
         case DecodingError.dataCorrupted(let context), DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
-            let path = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
-            return path.isEmpty ? "not valid JSON" : "\(path) has the wrong type"
+            return path(context).isEmpty ? "not valid JSON" : "\(path(context)) has the wrong type"
         case DecodingError.keyNotFound(let key, let context):
-            let path = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
-            return "\(path).\(key.stringValue) is missing"
+            return "\(path(context)).\(key.stringValue) is missing"
         default:
             return "not valid JSON"
         }
