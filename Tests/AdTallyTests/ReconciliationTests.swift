@@ -1,5 +1,6 @@
 import AdTallyApp
 import AdTallyCore
+@testable import AdTallyHTTP
 @testable import AdTallyStorage
 import AdTallyTestSupport
 import Foundation
@@ -314,6 +315,17 @@ extension ReconciliationTests {
             #expect(document.rows.count == 1200)
             #expect(document.rows.allSatisfy { $0.ours.impressions == 1 && $0.theirs?.impressions == 1 && !$0.isFlagged })
         }
+    }
+}
+
+extension ReconciliationTests {
+    @Test("one import is read at a time: the gate a second import finds taken (its 429) is free again once the first leaves")
+    func oneImportAtATime() {
+        let gate = ReconciliationRoutes.ImportGate()
+        #expect(gate.enter())
+        #expect(!gate.enter())
+        gate.leave()
+        #expect(gate.enter())
     }
 }
 

@@ -53,6 +53,8 @@ public struct ReconciliationEngine: Sendable {
         let (dateAt, appAt, networkAt) = (grain.firstIndex(of: .date)!, grain.firstIndex(of: .app)!, grain.firstIndex(of: .network)!)
 
         let coverage = try await Self.coverage(report, on: primary)
+        // No network report covers the range (every app's dashboard asks): nothing else to read.
+        if coverage.isEmpty { return ReconciliationDocument(query: query, rows: [], networks: [], imports: [], remarks: []) }
         var settings: [String: NetworkReportStore.Settings] = [:]
         for setting in try await NetworkReportStore(pool: primary).settings() { settings[setting.network] = setting }
         func setting(_ network: String) -> NetworkReportStore.Settings { settings[network] ?? .defaults(network) }
