@@ -228,7 +228,7 @@ public struct ReconciliationDocument: Sendable {
         }
         raw("],")
         key("rows"); raw("[")
-        let booleans = Set([report.dimensions.count + 9, report.dimensions.count + 10])
+        let booleans = Set(Self.metricColumns.indices.filter { Self.metricColumns[$0].type == "boolean" }.map { report.dimensions.count + $0 })
         for (index, row) in rows.enumerated() {
             if index > 0 { raw(",") }
             raw("[")
