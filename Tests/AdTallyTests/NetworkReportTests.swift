@@ -37,6 +37,17 @@ struct NetworkReportTests {
         ])
     }
 
+    @Test("a header with half a date range states none: the report's days are its lines' (found by make fuzz)")
+    func halfARange() throws {
+        let admob = String(decoding: try Self.fixture("admob-network.json"), as: UTF8.self)
+        let half = admob.replacingOccurrences(of: #", "endDate": {"year": 2026, "month": 11, "day": 1}"#, with: "")
+            .replacingOccurrences(of: #""startDate": {"year": 2026, "month": 10, "day": 31}"#, with: #""startDate": {"year": 2026, "month": 11, "day": 1}"#)
+        #expect(half != admob)
+        let report = try NetworkReport.parse(Array(half.utf8), source: .admob)
+        #expect(!report.hasRange)
+        #expect(report.firstDay == Self.day("2026-10-31") && report.lastDay == Self.day("2026-11-01"))
+    }
+
     @Test("AdMob's mediation report: ad sources by label, APP_OPEN as interstitial, ZZ as unknown, DATA_DELAYED kept; no header zone is Los Angeles")
     func admobMediationReport() throws {
         let report = try NetworkReport.parse(try Self.fixture("admob-mediation.json"), source: .admob)
@@ -122,6 +133,7 @@ struct NetworkReportTests {
         #expect(Self.refusal(cut, .admob)?.rule.contains("incomplete") == true)
         #expect(Self.refusal(admob.replacingOccurrences(of: "\"integerValue\": \"100\"", with: "\"integerValue\": \"1e30\""), .admob)?.field == "row 2: metricValues.IMPRESSIONS.integerValue")
         #expect(Self.refusal("date,app\n", .admob)?.field == "file")
+        #expect(Self.refusal(admob.replacingOccurrences(of: "20261101", with: "20261102"), .admob)?.field == "row 2: dimensionValues.DATE")
         #expect(Self.refusal(#"[{"date": "2026-11-01", "appKey": "k", "adFormat": "rewarded", "adNetwork": {"x": 1}}]"#, .levelplay)?.description == "[0]: adNetwork: must be a string or a number")
         // What a file holds is bounded before it is read whole: lines, a line's length, JSON objects and members.
         let header9 = "date,app,network,format,country,impressions,clicks,revenue,currency\n"

@@ -85,14 +85,16 @@ public struct NetworkReport: Sendable, Equatable {
         source: NetworkReportSource, zone: String, lines: [NetworkReportLine], warnings: [String] = [], isDelayed: Bool = false,
         firstDay: Int? = nil, lastDay: Int? = nil, leftOut: [String: Int] = [:]
     ) {
-        self.hasRange = firstDay != nil && lastDay != nil
+        // Half a range states none: then both ends are the lines' (one from a header and one
+        // from the lines could put lines outside the report's own days; found by make fuzz).
+        hasRange = firstDay != nil && lastDay != nil
         self.source = source
         self.zone = zone
         self.lines = lines
         self.warnings = warnings
         self.isDelayed = isDelayed
-        self.firstDay = firstDay ?? lines.map(\.day).min()
-        self.lastDay = lastDay ?? lines.map(\.day).max()
+        self.firstDay = hasRange ? firstDay : lines.map(\.day).min()
+        self.lastDay = hasRange ? lastDay : lines.map(\.day).max()
         self.leftOut = leftOut
     }
 

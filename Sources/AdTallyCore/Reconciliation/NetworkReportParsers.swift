@@ -77,6 +77,9 @@ enum NetworkReportParsers {
                 return try NetworkReportValues.count(metric.integerValue?.text ?? "", "\(position): metricValues.\(name).integerValue")
             }
             let date = try NetworkReportValues.day(try dimension("DATE")!.value!, "\(position): dimensionValues.DATE")
+            if let firstDay, let lastDay, !(firstDay...lastDay).contains(date) {
+                throw FieldError("\(position): dimensionValues.DATE", "\(ReportQuery.formatDate(date)) is outside the header's dateRange, \(ReportQuery.formatDate(firstDay)) to \(ReportQuery.formatDate(lastDay))")
+            }
             let app = try NetworkReportValues.name(try dimension("APP")!.value!, "\(position): dimensionValues.APP")
             let formatText = try dimension("FORMAT")!.value!
             guard let format = FormatVocabulary.admob(formatText) else {
