@@ -30,6 +30,9 @@ public struct NetworkReportStore: Sendable {
         /// What is mapped.
         public enum Kind: String, Sendable, Codable, CaseIterable { case app, network }
 
+        /// The mapped name as messages say it: `max app "com.example.game"`.
+        var key: String { "\(source.rawValue) \(kind.rawValue) \"\(external)\"" }
+
         public init(source: NetworkReportSource, kind: Kind, external: String, target: String) {
             self.source = source
             self.kind = kind
@@ -55,34 +58,38 @@ public struct NetworkReportStore: Sendable {
             case .app:
                 guard !mapping.target.isEmpty, mapping.target.utf8.count <= 64 else { throw FieldError("\(field).target", "must be an app id") }
             }
-            let key = "\(mapping.source.rawValue) \(mapping.kind.rawValue) \(mapping.external)"
-            if let earlier = given[key], earlier.target != mapping.target {
-                throw FieldError(field, "\(mapping.source.rawValue) \(mapping.kind.rawValue) \"\(mapping.external)\" is given twice, to \(earlier.target) and to \(mapping.target): ambiguous")
+            if let earlier = given[mapping.key], earlier.target != mapping.target {
+                throw FieldError(field, "\(mapping.key) is given twice, to \(earlier.target) and to \(mapping.target): ambiguous")
             }
-            given[key] = mapping
+            given[mapping.key] = mapping
         }
-        let unique = Array(given.values), byKey = given
+        let wanted = given
         return try await pool.withTransaction { connection in
-            let apps = Set(unique.filter { $0.kind == .app }.map(\.target))
+            // Mapping changes one at a time (imports read under SHARE): two adding the same
+            // name to different targets cannot both find it free.
+            try connection.execute(unsafeSQL: "LOCK TABLE network_mappings IN SHARE ROW EXCLUSIVE MODE")
+            let apps = Set(wanted.values.filter { $0.kind == .app }.map(\.target))
             if !apps.isEmpty {
                 let known = Set(try connection.query("SELECT app_id FROM apps WHERE app_id = ANY(\(array: Array(apps)))").map { try $0.decode(0, as: String.self) })
                 if let missing = apps.subtracting(known).sorted().first { throw FieldError("target", "there is no app \"\(missing)\"") }
             }
-            let existing = try connection.query("""
+            let given = Array(wanted.values)
+            var mapped = Set<String>()
+            for row in try connection.query("""
                 SELECT m.source, m.kind, m.external, m.target FROM network_mappings m
-                JOIN unnest(\(array: unique.map(\.source.rawValue))::text[], \(array: unique.map(\.kind.rawValue))::text[], \(array: unique.map(\.external))::text[]) AS g (source, kind, external)
+                JOIN unnest(\(array: given.map(\.source.rawValue))::text[], \(array: given.map(\.kind.rawValue))::text[], \(array: given.map(\.external))::text[]) AS g (source, kind, external)
                   ON g.source = m.source AND g.kind = m.kind AND g.external = m.external
-                FOR UPDATE OF m
-                """)
-            var new = unique
-            for row in existing {
-                let (source, kind, external, target): (String, String, String, String) = (try row.decode(0), try row.decode(1), try row.decode(2), try row.decode(3))
-                guard let wanted = byKey["\(source) \(kind) \(external)"] else { continue }
-                if wanted.target != target {
-                    throw FieldError("mappings", "\(source) \(kind) \"\(external)\" is mapped to \(target) already; delete that mapping first (adtally networks unmap) to map it to \(wanted.target)")
+                """) {
+                let stored = Mapping(
+                    source: NetworkReportSource(rawValue: try row.decode(0)) ?? .csv, kind: Mapping.Kind(rawValue: try row.decode(1)) ?? .app,
+                    external: try row.decode(2), target: try row.decode(3)
+                )
+                if let asked = wanted[stored.key], asked.target != stored.target {
+                    throw FieldError("mappings", "\(stored.key) is mapped to \(stored.target) already; delete that mapping first (adtally networks unmap) to map it to \(asked.target)")
                 }
-                new.removeAll { $0 == wanted }
+                mapped.insert(stored.key)
             }
+            let new = given.filter { !mapped.contains($0.key) }
             guard !new.isEmpty else { return 0 }
             try connection.query("""
                 INSERT INTO network_mappings (source, kind, external, target)
