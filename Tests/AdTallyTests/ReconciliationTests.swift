@@ -108,6 +108,20 @@ struct ReconciliationTests {
             let csv = try #require(Reports.strictCSV(String(decoding: document.csv(), as: UTF8.self)))
             #expect(csv[0] == ["date", "network"] + ReconciliationDocument.metricColumns.map(\.name))
             #expect(csv[2] == ["2026-11-01", "admob", "90", "100", "10", "2", "2", "0", "0.50", "0.60", "16.67", "true", "true", "\(result.importID)"])
+
+            // A stated range covers its days without lines as zeros: AdMob's 11-02..11-03 with a
+            // line for 11-02 only; LA's 11-03 had 5 impressions of ours and none of AdMob's.
+            let ranged = String(decoding: try Self.fixture("admob-network.json"), as: UTF8.self)
+                .replacingOccurrences(of: #""startDate": {"year": 2026, "month": 10, "day": 31}, "endDate": {"year": 2026, "month": 11, "day": 1}"#,
+                                      with: #""startDate": {"year": 2026, "month": 11, "day": 2}, "endDate": {"year": 2026, "month": 11, "day": 3}"#)
+                .replacingOccurrences(of: "20261031", with: "20261102")
+                .replacingOccurrences(of: #"{"value": "20261101"}"#, with: #"{"value": "20261102"}"#)
+            let zeros = try NetworkReport.parse(Array(ranged.utf8), source: .admob)
+            #expect(zeros.hasRange && Set(zeros.lines.map(\.day)) == [NetworkReportTests.day("2026-11-02")])
+            _ = try await store.importReport(zeros, fileSHA256: String(repeating: "e", count: 64), via: "cli")
+            let third = try await Self.run(services, [("apps", "game"), ("from", "2026-11-03"), ("to", "2026-11-03"), ("dimensions", "date")])
+            #expect(third.rows.count == 1 && third.rows[0].ours.impressions == 5 && third.rows[0].theirs == ReconciliationSide(), "\(third.rows)")
+            #expect(third.rows[0].isFlagged)
         }
     }
 
