@@ -134,6 +134,8 @@ struct NetworkReportTests {
         #expect(Self.refusal(admob.replacingOccurrences(of: "\"integerValue\": \"100\"", with: "\"integerValue\": \"1e30\""), .admob)?.field == "row 2: metricValues.IMPRESSIONS.integerValue")
         #expect(Self.refusal("date,app\n", .admob)?.field == "file")
         #expect(Self.refusal(admob.replacingOccurrences(of: "20261101", with: "20261102"), .admob)?.field == "row 2: dimensionValues.DATE")
+        // A range that ends before it starts (a trap once: found by make fuzz).
+        #expect(Self.refusal(admob.replacingOccurrences(of: #""month": 10, "day": 31"#, with: #""month": 11, "day": 30"#), .admob)?.field == "header.dateRange")
         #expect(Self.refusal(#"[{"date": "2026-11-01", "appKey": "k", "adFormat": "rewarded", "adNetwork": {"x": 1}}]"#, .levelplay)?.description == "[0]: adNetwork: must be a string or a number")
         // What a file holds is bounded before it is read whole: lines, a line's length, JSON objects and members.
         let header9 = "date,app,network,format,country,impressions,clicks,revenue,currency\n"

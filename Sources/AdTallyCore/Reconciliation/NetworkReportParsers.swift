@@ -42,6 +42,9 @@ enum NetworkReportParsers {
         }
         let firstDay = try day(header.dateRange?.startDate, "header.dateRange.startDate")
         let lastDay = try day(header.dateRange?.endDate, "header.dateRange.endDate")
+        if let firstDay, let lastDay, firstDay > lastDay {
+            throw FieldError("header.dateRange", "ends (\(ReportQuery.formatDate(lastDay))) before it starts (\(ReportQuery.formatDate(firstDay)))")
+        }
 
         var lines: [NetworkReportLine] = []
         var warnings: [String] = []

@@ -338,6 +338,8 @@ struct DashboardPage {
         return out
     }
 
+    static let reconciledCounts = ReconciliationDocument.metricColumns.firstIndex { $0.name == "flagged" }!
+
     /// A table per network with an imported report: each day AdTally's and the
     /// network's impressions, clicks and revenue, the discrepancies, flagged rows marked.
     func reconciliationTables() -> String {
@@ -362,7 +364,8 @@ struct DashboardPage {
             out += "</tr></thead><tbody>"
             for row in rows {
                 let cells = document.cells(row)
-                let metrics = Array(cells[document.query.report.dimensions.count...].prefix(9))
+                // The counts and discrepancies: the metric columns before `flagged`.
+                let metrics = Array(cells[document.query.report.dimensions.count...].prefix(Self.reconciledCounts))
                 let status = row.theirs == nil ? "not reported" : row.isFlagged ? "⚑ flagged" : row.isFinal ? "ok" : "ok, not final"
                 out += "<tr\(row.isFlagged ? " class=\"flagged\"" : row.isFinal ? "" : " class=\"provisional\"")>"
                 out += "<td class=\"text\">\(HTML.escape(row.dimensions[dateColumn] ?? ""))</td>"
