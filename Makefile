@@ -80,6 +80,7 @@ bench-citus: build-release
 	scripts/with-citus-cluster.sh scripts/with-test-postgres.sh bench/citus.sh
 
 ## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator and on
-## the CSV reader of adtally ingest, FUZZ_SECONDS each (default 600). Not part of test.
+## the CSV reader of adtally ingest, the money CSVs and the networks' report readers,
+## FUZZ_SECONDS each (default 600). Not part of test.
 fuzz: deps
 	scripts/fuzz.sh

@@ -16,5 +16,7 @@ let package = Package(
         .executableTarget(name: "FuzzCSV", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
         // The FX and rate-card CSV readers (chunked against whole, BOMs in the corpus) and the CSV cell writer.
         .executableTarget(name: "FuzzMoneyCSV", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
+        // The readers of the networks' own reports (AdMob, MAX, LevelPlay, generic CSV), every input as each.
+        .executableTarget(name: "FuzzNetworkReport", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
     ]
 )
