@@ -107,7 +107,7 @@ public struct ReconciliationRoutes: Sendable {
         router.get("v1/network-mappings") { request, _ in
             _ = try await authenticator.require(.admin, request)
             let source = try request.uri.queryParameters["source"].map { text in
-                guard let source = NetworkReportSource(rawValue: String(text)) else { throw ProblemDetails(.badRequest, detail: "source: unknown") }
+                guard let source = NetworkReportSource(rawValue: String(text)) else { throw ProblemDetails(.badRequest, detail: "source: must be one of \(NetworkReportSource.allCases.map(\.rawValue).joined(separator: ", "))") }
                 return source
             }
             return try AdminRoutes.json(["mappings": try await store.mappings(source: source)])

@@ -149,7 +149,8 @@ struct NetworksCommand: AsyncParsableCommand {
                 let all = try await store.settings()
                 if format == .json { return try printJSON(["settings": all]) }
                 printTable(["NETWORK", "TOLERANCE %", "FINAL AFTER DAYS"], all.map { [$0.network, ReportText.ratio($0.tolerancePct), String($0.finalAfterDays)] })
-                print("other networks: tolerance \(ReportText.ratio(ReconciliationRow.defaultTolerancePct)) %, final after 3 days")
+                let defaults = NetworkReportStore.Settings.defaults("")
+                print("other networks: tolerance \(ReportText.ratio(defaults.tolerancePct)) %, final \(defaults.finalAfterDays) days after the day")
             }
         }
     }
