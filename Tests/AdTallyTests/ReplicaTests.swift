@@ -179,7 +179,7 @@ struct ReplicaTests {
             let created = try await client.execute(uri: "/v1/exports", method: .post, headers: Ingest.headers(admin), body: ByteBuffer(string: schedule)) { $0.status }
             #expect(created == .created)
             // Not while a burst of the suite's WAL holds the replica past the bound.
-            try await waitUntil("the replica is within the bound again") { Self.notes(try await report())["read_from"] as? String == "replica" }
+            try await waitUntil("the replica is within the bound again", within: 180) { Self.notes(try await report())["read_from"] as? String == "replica" }
             let run = try await services.exports.requestRun("rep", slot: nil)
             try await waitUntil("the export ran", within: 60) { try await services.exports.run("rep", slot: run.slot)?.status == "succeeded" }
             let file = try #require(try await services.exports.run("rep", slot: run.slot)?.file)
@@ -231,11 +231,13 @@ struct ReplicaTests {
 
             // Resumed: back on the replica, caught up, logged.
             _ = try await replicaPool.query("SELECT pg_wal_replay_resume()")
-            try await waitUntil("the replica has caught up again") {
+            // The replica replays the whole test cluster's WAL, every suite's running beside
+            // this one: under the full suite it took over 60 s to catch up once (a make test run).
+            try await waitUntil("the replica has caught up again", within: 180) {
                 body = try await report()
                 return Self.notes(body)["read_from"] as? String == "replica" && Self.requests(body) == 60
             }
-            try await waitUntil("the strict reader reads the replica again") { await strict.choose().readFrom.server == .replica }
+            try await waitUntil("the strict reader reads the replica again", within: 180) { await strict.choose().readFrom.server == .replica }
             #expect(lines.withLock { $0 }.contains { $0.contains("reports read from the replica again") }, "\(lines.withLock { $0 })")
 
             // Stopped: reports still answer, from the primary, and say the replica could not be reached.
