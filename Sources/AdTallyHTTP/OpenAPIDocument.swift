@@ -274,13 +274,14 @@ paths:
         - {name: days, in: query, schema: {type: integer, minimum: 1, maximum: 3700}, description: "The N whole days before today (instead of from/to)."}
         - {name: tz, in: query, schema: {type: string}, description: "IANA zone (default: the apps' own; several zones: UTC)."}
         - {name: dimensions, in: query, schema: {type: string}, description: "Comma-separated: app date hour week month network placement format size country platform os_version app_version error_code revenue_precision (precise, estimated, publisher_provided or unknown on events with reported revenue; null on others)."}
-        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3 (sessions among them), also reported_revenue and estimated_revenue, and the audience: active_devices, ad_viewers, dau, dav, engagement_rate, arpdau, arpdav, impressions_per_dau, impressions_per_dav, sessions_per_dau (dau and the averages over it need a day: not with hour), and precise_revenue_share (reported revenue called precise / revenue; read from raw events) (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
+        - {name: metrics, in: query, schema: {type: string}, description: "Comma-separated metrics of DESIGN §3 (sessions among them), also reported_revenue and estimated_revenue, and the audience: active_devices, ad_viewers, dau, dav, engagement_rate, arpdau, arpdav, impressions_per_dau, impressions_per_dav, sessions_per_dau (dau and the averages over it need a day: not with hour), and precise_revenue_share (reported revenue called precise / revenue; read from raw events), network_revenue (the part of revenue that is networks' final earnings) and revenue_source (sdk, network or mixed: whose figures the row's revenue is) (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm)."}
         - {name: currency, in: query, schema: {type: string, pattern: "^[A-Z]{3}$"}}
         - {name: sort, in: query, schema: {type: string}, description: "Comma-separated dimensions or metrics, - for descending."}
         - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 100000}}
         - {name: cursor, in: query, schema: {type: string}, description: next_cursor of the previous page.}
         - {name: compare, in: query, schema: {type: string, enum: [previous_period, year_over_year]}}
         - {name: format, in: query, schema: {type: string}, description: "json or csv (or an ad-format filter)."}
+        - {name: revenue_source, in: query, schema: {type: string, enum: [of_record, sdk], default: of_record}, description: "of_record: each network's policy (its final earnings for its final days where it is network_when_final); sdk: the SDKs' reported and the rate card's estimated amounts for every day."}
         - {name: network, in: query, schema: {type: string}, description: A filter; every dimension name works the same way.}
       responses:
         "200":
@@ -583,6 +584,7 @@ paths:
               properties:
                 tolerance_pct: {type: number, minimum: 0.01, maximum: 100, description: "Percent, stored to 2 decimals."}
                 final_after_days: {type: integer, minimum: 0, maximum: 60}
+                revenue_source: {type: string, enum: [sdk, network_when_final], description: "Whose revenue reports show for the network: the SDKs' (default), or its own final earnings for its final days."}
       responses:
         "200":
           description: The network's settings now.
@@ -1144,11 +1146,12 @@ components:
         target: {type: string, minLength: 1, maxLength: 64}
     NetworkSettings:
       type: object
-      required: [network, tolerance_pct, final_after_days]
+      required: [network, tolerance_pct, final_after_days, revenue_source]
       properties:
         network: {type: string}
         tolerance_pct: {type: number}
         final_after_days: {type: integer}
+        revenue_source: {type: string, enum: [sdk, network_when_final]}
     Reconciliation:
       type: object
       required: [query, columns, rows, notes]
@@ -1262,6 +1265,7 @@ components:
             cut_periods: {type: array, items: {type: string}}
             approximate: {type: array, items: {type: string}}
             estimated: {type: array, items: {type: string}, description: "How much revenue is estimated from the rate card, and unpriced events no entry priced."}
+            revenue_of_record: {type: array, items: {type: string}, description: "Per app and network, the days whose revenue is the network's final earnings and the imports they come from (DESIGN §11)."}
             money: {type: array, items: {type: string}, description: "How amounts are converted and rounded (when a money metric is asked for)."}
             incomplete: {type: array, items: {type: string}, description: "Present when raw-served days lie before the oldest raw events kept."}
         next_cursor: {type: [string, "null"]}

@@ -47,9 +47,11 @@ public struct ReconciliationRoutes: Sendable {
     struct SettingsBody: Decodable {
         var tolerancePct: Double?
         var finalAfterDays: Int?
+        var revenueSource: String?
         enum CodingKeys: String, CodingKey {
             case tolerancePct = "tolerance_pct"
             case finalAfterDays = "final_after_days"
+            case revenueSource = "revenue_source"
         }
     }
 
@@ -138,7 +140,7 @@ public struct ReconciliationRoutes: Sendable {
             _ = try await authenticator.require(.admin, request)
             let network = try context.parameters.require("network")
             let body: SettingsBody = try await AdminRoutes.decode(request)
-            return try AdminRoutes.json(try await store.setSettings(network: network, tolerancePct: body.tolerancePct, finalAfterDays: body.finalAfterDays))
+            return try AdminRoutes.json(try await store.setSettings(network: network, tolerancePct: body.tolerancePct, finalAfterDays: body.finalAfterDays, revenueSource: body.revenueSource))
         }
     }
 }

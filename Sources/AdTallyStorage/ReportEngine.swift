@@ -235,7 +235,14 @@ public struct ReportEngine: Sendable {
     /// The plan of a report on this connection's database, its transaction prepared.
     func plan(_ query: ReportQuery, on connection: PostgresConnection) throws -> ReportPlan {
         let prepared = try Self.prepare(query, on: connection)
-        let plan = ReportPlan(query, distributed: prepared.distributed, dirty: prepared.dirty)
+        // The networks' final earnings over this range and the compared one, in this snapshot.
+        var span = query
+        if let compared = query.comparedQuery {
+            span.from = min(query.from, compared.query.from)
+            span.to = max(query.to, compared.query.to)
+        }
+        let record = try ReportPlan.recordDays(span, on: connection)
+        let plan = ReportPlan(query, distributed: prepared.distributed, dirty: prepared.dirty, record: record)
 
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         return plan
@@ -331,6 +338,9 @@ public struct ReportEngine: Sendable {
                   FROM (SELECT \(ReportQuery.formatDate(query.from))::date + n AS d
                         FROM generate_series(0, \(ReportQuery.formatDate(query.to))::date - \(ReportQuery.formatDate(query.from))::date) AS n) AS g) AS days
             """)
+        if plan.hasRecord, let range = try connection.query("SELECT extract(epoch FROM \(plan.t0))::bigint, extract(epoch FROM \(plan.t1))::bigint").first {
+            notes.revenueOfRecord = plan.recordNotes(t0: try range.decode(0), t1: try range.decode(1))
+        }
         for row in days {
             let day = try row.decode(0, as: Int.self)
             let seconds = try row.decode(1, as: Int.self)

@@ -18,8 +18,9 @@ import Synchronization
 ///
 /// Not a grain: Citus (each worker's order would have to be merged on the coordinator),
 /// unique devices (sketches), filters on time, a sort other than the dimensions',
-/// keyset cursors, and dirty ranges of a card change (priced at query time until the
-/// re-pricer has rewritten them: the old plan answers meanwhile).
+/// keyset cursors, dirty ranges of a card change (priced at query time until the
+/// re-pricer has rewritten them: the old plan answers meanwhile), and a network's final
+/// earnings as revenue of record (`RevenueOfRecord`: placed by the hour).
 extension ReportPlan {
     struct Grain: Equatable {
         /// `.hour` or `.date`.
@@ -34,7 +35,7 @@ extension ReportPlan {
     /// The grain this report's rows are, or nil (then `declareCursor` groups and sorts).
     /// An hourly grain also needs every hour of the range whole (`GrainReader.init`).
     var grain: Grain? {
-        guard !distributed, source != .raw, !needsDevices, !needsAudience, query.after == nil, !(needsMoney && !dirty.isEmpty) else { return nil }
+        guard !distributed, source != .raw, !needsDevices, !needsAudience, query.after == nil, !(needsMoney && !dirty.isEmpty), !hasRecord else { return nil }
         guard !query.filters.contains(where: { $0.dimension.isTime }) else { return nil }
         let time: ReportDimension = source == .hourly ? .hour : .date
         let orders: [[ReportDimension]] = [[time, .app, .network, .format], [.app, time, .network, .format]]

@@ -22,7 +22,7 @@ struct ReportPlan {
 
     /// Summed columns after the dimensions, in `ReportCount` order.
     static let countNames = ["requests", "loads", "impressions", "errors", "taps", "action_cancels", "expiries", "wasted_fills", "sessions", "reported_micros", "estimated_micros", "unique_devices",
-                             "active_devices", "ad_viewers", "device_days", "viewer_days", "days", "precise_micros"]
+                             "active_devices", "ad_viewers", "device_days", "viewer_days", "days", "precise_micros", "network_micros", "network_impressions"]
     /// The audience columns (`ReportCount.activeDevices` …): not summed over groups, but
     /// read from the audience CTEs (`audience`).
     static let audienceNames = ["active_devices", "ad_viewers", "device_days", "viewer_days", "days"]
@@ -46,13 +46,18 @@ struct ReportPlan {
     /// report's snapshot): there, money is priced at query time.
     let dirty: [DirtyRange]
 
-    init(_ query: ReportQuery, distributed: Bool = false, dirty: [DirtyRange] = []) {
+    /// The days whose revenue is a network's final earnings (`RevenueOfRecord`).
+    let record: [RecordDay]
+
+    init(_ query: ReportQuery, distributed: Bool = false, dirty: [DirtyRange] = [], record: [RecordDay] = []) {
         self.query = query
         self.distributed = distributed
         self.dirty = dirty
+        self.record = record
         if !query.isServedByRollups {
             source = .raw
-        } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour) {
+        } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour), record.isEmpty {
+            // A network's day is not the app's: its earnings are placed by the hour.
             source = .daily
         } else {
             source = .hourly
@@ -60,7 +65,7 @@ struct ReportPlan {
     }
 
     /// The plan of the compared period's query, on the same database state.
-    func compared(_ earlier: ReportQuery) -> ReportPlan { ReportPlan(earlier, distributed: distributed, dirty: dirty) }
+    func compared(_ earlier: ReportQuery) -> ReportPlan { ReportPlan(earlier, distributed: distributed, dirty: dirty, record: record) }
 
     var sourceDescription: String {
         switch source {
@@ -75,7 +80,7 @@ struct ReportPlan {
     var totalsColumn: Int { query.dimensions.count + Self.countColumns }
 
     /// Whether a metric reads revenue (then the revenue rollups are read and currencies checked).
-    var needsMoney: Bool { !needed.isDisjoint(with: [.revenueMicros, .reportedMicros, .estimatedMicros, .preciseMicros]) }
+    var needsMoney: Bool { !needed.isDisjoint(with: [.revenueMicros, .reportedMicros, .estimatedMicros, .preciseMicros, .networkMicros, .networkImpressions]) }
 
     // MARK: - Fragments
 
@@ -207,6 +212,10 @@ struct ReportPlan {
         return dimension == .errorCode ? "\(expression(dimension)) AS d\(index)" : "(\(expression(dimension))) COLLATE \"C\" AS d\(index)"
     }
 
+    /// `, instant` of a part's row (its hour or 15-minute bucket) when a network's earnings
+    /// are placed by the hour (`RevenueOfRecord`: the column `h`); nothing otherwise.
+    func at(_ instant: String) -> String { hasRecord ? ", \(instant)" : "" }
+
     /// Whether rows need their hour text (`hk`).
     var needsHour: Bool { query.usedDimensions.contains(.hour) }
 
@@ -262,34 +271,34 @@ struct ReportPlan {
             let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
             if !fxCheck {
                 stored.append("""
-                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
+                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
             }
             if money {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated
+                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(needsRate)\(clean("r.utc_day"))
                     """)
             }
             if dirty {
                 pending.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint
+                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_revenue_day_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND r.day \(days) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
                     """)
                 pending.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint
+                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_unpriced_day_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
                     """)
             }
             if devices {
                 stored.append("""
-                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
+                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))
                     """)
             }
@@ -298,12 +307,12 @@ struct ReportPlan {
             let utcOfHour = "(r.hour AT TIME ZONE 'UTC')::date"
             if !fxCheck {
                 stored.append("""
-                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
+                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("r.hour"))
                     FROM rollup_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
                     """)
                 stored.append("""
-                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)
+                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("r.bucket"))
                     FROM rollup_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
@@ -311,14 +320,14 @@ struct ReportPlan {
             if money {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated
+                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated\(unsafeRaw: at("r.hour"))
                     FROM rollup_priced_1h r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(needsRate)\(clean(utcOfHour))
                     """)
                 // Cut hours: every country's row, each priced at its own rate.
                 pending.append("""
                     SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint
+                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.bucket"))
                     FROM rollup_revenue_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
                     """)
@@ -326,25 +335,25 @@ struct ReportPlan {
             if dirty {
                 pending.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint
+                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.hour"))
                     FROM rollup_revenue_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
                 pending.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint
+                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.hour"))
                     FROM rollup_unpriced_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
             }
             if devices {
                 stored.append("""
-                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
+                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_devices_1h_compacted r \(whole)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))
                     """)
                 stored.append("""
-                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)
+                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_devices_15m_compacted r
                     WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r", devices: true))
                     """)
@@ -357,7 +366,7 @@ struct ReportPlan {
         let deltaDevices = devices ? "CASE WHEN r.network <> '' THEN (SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h) END" : "NULL::hll"
         let deltas: PostgresQuery = """
             SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: deltaDevices),
-                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint
+                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.bucket"))
             FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
             """
         if money || deltasPending { pending.append(deltas) } else { stored.append(deltas) }
@@ -424,7 +433,11 @@ struct ReportPlan {
     /// The counts the query's metrics read.
     var needed: Set<ReportCount> {
         var counts = Set(query.metrics.flatMap(\.counts))
-        if counts.contains(.revenueMicros) { counts.formUnion([.reportedMicros, .estimatedMicros]) }
+        if counts.contains(.revenueMicros) { counts.formUnion([.reportedMicros, .estimatedMicros, .networkMicros]) }
+        // A network's earnings are spread over impressions (RevenueOfRecord).
+        if !record.isEmpty && !counts.isDisjoint(with: [.reportedMicros, .estimatedMicros, .networkMicros, .networkImpressions]) {
+            counts.formUnion([.impressions, .networkMicros, .networkImpressions])
+        }
         return counts
     }
 
@@ -472,6 +485,7 @@ struct ReportPlan {
         var with: [PostgresQuery] = source == .hourly ? [hoursCTE()] : []
         if audience { with.append(contentsOf: audienceCTEs()) }
         if needsMoney && !dirty.isEmpty && source != .raw { with.append(dirtyDaysCTE()) }
+        if hasRecord { with.append(recordCTE()) }
         // The rows every grouping below reads: `s` with the dimension values as d0…; with
         // money, the rows the report prices itself are the CTE `pending` (priced once per
         // distinct UTC date, network, format and country: `RatePricing`).
@@ -482,7 +496,8 @@ struct ReportPlan {
             // Money needs each group split by UTC date, network, format, country and currency
             // (what rates and FX apply by); counts alone need only the dimensions.
             let n = dimensions.count
-            let positions = needsMoney ? (1...(n + 3)).map(String.init) + ["\(n + 14)", "\(n + 15)"] : (0..<n).map { String($0 + 1) }
+            // With a network's earnings, also by app and UTC hour (the instants they are placed on).
+            let positions = needsMoney ? (1...(n + 3)).map(String.init) + ["\(n + 14)", "\(n + 15)"] + (hasRecord ? ["\(n + 22)", "\(n + 23)"] : []) : (0..<n).map { String($0 + 1) }
             func money(_ sql: String, else other: String) -> String { needsMoney ? sql : other }
             rows = """
                 SELECT \(unsafeRaw: select)\(unsafeRaw: money("(e.occurred_at AT TIME ZONE 'UTC')::date AS u, e.network, e.format", else: "NULL::date AS u, NULL::text AS network, NULL::text AS format")),
@@ -493,7 +508,7 @@ struct ReportPlan {
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'impression' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ui,
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'tap' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ut,
                     \(unsafeRaw: sketch) AS devices, NULL::numeric AS est, NULL::bigint AS unrated_adjust,
-                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros
+                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros\(unsafeRaw: hasRecord ? ", e.app_id, date_trunc('hour', e.occurred_at) AS h" : "")
                 FROM events e
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """
@@ -505,7 +520,7 @@ struct ReportPlan {
                 rows = "(\n\(rows)\n) AS s"
             }
         } else {
-            let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.partColumns)"
+            let columns = "app_id, d, hk, u, network, format, \(Self.countList), \(Self.partColumns)" + (hasRecord ? ", h" : "")
             var (stored, pending) = rollupParts(fxCheck: fxCheck)
             if !pending.isEmpty {
                 with.append("pending (\(unsafeRaw: columns)) AS MATERIALIZED (\n\(Self.union(pending))\n)")
@@ -526,7 +541,7 @@ struct ReportPlan {
             let main: PostgresQuery = """
                 SELECT \(unsafeRaw: dimensionList)\(unsafeRaw: countSums("s")), 0::numeric AS reported_micros, 0::numeric AS estimated_micros,
                     \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros), 0::numeric AS precise_micros,
-                    0::bigint AS unrated, NULL::text AS missing_fx, \(unsafeRaw: devices) AS devices
+                    0::numeric AS network_micros, 0::bigint AS network_impressions, 0::bigint AS unrated, NULL::text AS missing_fx, \(unsafeRaw: devices) AS devices
                 FROM \(rows)\(unsafeRaw: groupBy)
                 """
             sql.append(audience ? withAudience(main) : main)
@@ -545,15 +560,20 @@ struct ReportPlan {
         //    app_id has no statistics), and the plans chosen on that estimate (nested loops
         //    over the card) took a 30-day demo report from 23 ms to 0.45 s, and all apps' from
         //    0.15 s to 6 s.
+        //    A row in a day whose revenue is a network's final earnings (`RevenueOfRecord`) has
+        //    no SDK or rate-card money: its impressions' share of those earnings instead.
+        func sdk(_ amount: String, _ zero: String = "0::numeric") -> String { hasRecord ? "CASE WHEN rec.id IS NULL THEN \(amount) ELSE \(zero) END" : amount }
         let priced: PostgresQuery = """
             SELECT \(unsafeRaw: dimensionList)s.u, \(unsafeRaw: RatePricing.currency("s")) AS cur,
                    \(unsafeRaw: Self.countList), s.devices,
-                   \(unsafeRaw: RatePricing.reported("s", "s.revenue_micros")) AS reported,
-                   coalesce(s.est, \(unsafeRaw: RatePricing.estimated("s.ui", "s.ut"))) AS estimated,
-                   coalesce(s.unrated_adjust, \(unsafeRaw: RatePricing.unrated("s", "s.ui", "s.ut"))) AS unrated,
-                   \(unsafeRaw: needsPrecise ? RatePricing.reported("s", "s.precise_micros") : "0::numeric") AS precise
+                   \(unsafeRaw: sdk(RatePricing.reported("s", "s.revenue_micros"))) AS reported,
+                   \(unsafeRaw: sdk("coalesce(s.est, \(RatePricing.estimated("s.ui", "s.ut")))")) AS estimated,
+                   \(unsafeRaw: sdk("coalesce(s.unrated_adjust, \(RatePricing.unrated("s", "s.ui", "s.ut")))", "0::bigint")) AS unrated,
+                   \(unsafeRaw: needsPrecise ? sdk(RatePricing.reported("s", "s.precise_micros")) : "0::numeric") AS precise,
+                   \(unsafeRaw: hasRecord ? "CASE WHEN rec.id IS NOT NULL AND rec.w > 0 THEN rec.micros * s.impressions / rec.w ELSE 0 END" : "0::numeric") AS network,
+                   \(unsafeRaw: hasRecord ? "CASE WHEN rec.id IS NOT NULL THEN s.impressions ELSE 0 END" : "0::bigint") AS network_impressions
             FROM \(rows)\(unsafeRaw: source == .raw || !distributed ? "" : "\nJOIN apps AS known ON known.app_id = s.app_id")
-            \(unsafeRaw: RatePricing.join("s", prices: "prices"))
+            \(unsafeRaw: RatePricing.join("s", prices: "prices"))\(unsafeRaw: hasRecord ? "\n" + recordJoin : "")
             """
         // 2. Summed exactly per group, UTC date and currency (a bucket).
         let bucketSums = Self.rollupCounts.enumerated().map { index, name in
@@ -562,7 +582,8 @@ struct ReportPlan {
         let bucketKeys = (names.map { "p.\($0)" } + ["p.u", "p.cur"]).joined(separator: ", ")
         let main = convertedSums(keys: names, buckets: """
             SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
-                   sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated, sum(p.precise) AS precise
+                   sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated, sum(p.precise) AS precise,
+                   sum(p.network) AS network, sum(p.network_impressions) AS network_impressions
             FROM (
             \(priced)
             ) AS p
@@ -593,6 +614,9 @@ struct ReportPlan {
                 coalesce(sum(CASE WHEN s.cur = \(rc) THEN adtally_div_half_even(s.estimated, 1) ELSE adtally_div_half_even(s.estimated * fx.to_rate, fx.from_rate) END), 0) AS estimated_micros,
                 \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros),
                 \(precise) AS precise_micros,
+                -- A network's earnings: in the report currency already, rounded once per row
+                -- (a row that holds a whole network day holds its earnings exactly).
+                coalesce(adtally_div_half_even(sum(s.network), 1), 0) AS network_micros, coalesce(sum(s.network_impressions), 0)::bigint AS network_impressions,
                 coalesce(sum(s.unrated), 0)::bigint AS unrated,
                 -- "date from missing": the currency of the bucket, and the one without a rate that day.
                 min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0)
@@ -631,9 +655,10 @@ struct ReportPlan {
             case .metric(let metric):
                 let type: String
                 switch metric.formula {
-                case .count(let count): type = [.reportedMicros, .estimatedMicros, .revenueMicros, .preciseMicros].contains(count) ? "numeric" : "bigint"
+                case .count(let count): type = [.reportedMicros, .estimatedMicros, .revenueMicros, .preciseMicros, .networkMicros].contains(count) ? "numeric" : "bigint"
                 case .money, .moneyPerMille, .moneyPerDevice: type = "numeric"
                 case .ratio, .average: type = "float8"
+                case .revenueSource: type = "text"
                 }
                 return (Self.sortExpression(metric), type, key.isDescending)
             }
@@ -687,7 +712,7 @@ struct ReportPlan {
     /// A metric over a `grouped` row `g`, from its formula, for ORDER BY.
     static func sortExpression(_ metric: ReportMetric) -> String {
         func column(_ count: ReportCount) -> String {
-            count == .revenueMicros ? "(g.reported_micros + g.estimated_micros)" : "g." + countNames[count.rawValue]
+            count == .revenueMicros ? "(g.reported_micros + g.estimated_micros + g.network_micros)" : "g." + countNames[count.rawValue]
         }
         switch metric.formula {
         case .count(let count), .money(let count): return column(count)
@@ -695,6 +720,10 @@ struct ReportPlan {
             return "(\(column(numerator))::float8 / NULLIF(\(column(denominator)), 0))"
         case .moneyPerDevice(let numerator, let denominator): return "(\(column(numerator)) / NULLIF(\(column(denominator)), 0))"
         case .moneyPerMille(let numerator, let denominator): return "(\(column(numerator)) * 1000 / NULLIF(\(column(denominator)), 0))"
+        // As `ReportCounts.revenueSource` says it.
+        case .revenueSource:
+            return "(CASE WHEN g.network_impressions = 0 AND g.network_micros = 0 THEN 'sdk' "
+                + "WHEN g.network_impressions = g.impressions AND g.reported_micros + g.estimated_micros = 0 THEN 'network' ELSE 'mixed' END)"
         }
     }
 
@@ -824,6 +853,8 @@ struct ReportPlan {
         counts.viewerDays = try count(15)
         counts.days = try count(16)
         counts.preciseMicros = try integer(17)
+        counts.networkMicros = try integer(18)
+        counts.networkImpressions = try count(19)
         return counts
     }
 

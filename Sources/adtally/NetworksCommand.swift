@@ -129,28 +129,31 @@ struct NetworksCommand: AsyncParsableCommand {
 
     struct Settings: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Show every network's settings, or set one network's tolerance (percent, default 10) and restatement window (days, default 3)."
+            abstract: "Show every network's settings, or set one network's tolerance (percent, default 10), restatement window (days, default 3) and revenue policy (default sdk)."
         )
         @OptionGroup var database: DatabaseOptions
         @Argument(help: "The network to change (AdTally's name); none: list.") var network: String?
         @Option(help: "Flag a discrepancy beyond this many percent.") var tolerancePct: Double?
         @Option(help: "A day's figures are final once imported this many days after it.") var finalAfterDays: Int?
+        @Option(help: "Whose revenue reports show for it: sdk, or network_when_final (its final earnings for its final days).") var revenueSource: String?
         @Option(help: "table or json.") var format = OutputFormat.table
 
         func run() async throws {
             try await database.withDatabase { database, _ in
                 let store = NetworkReportStore(pool: database.pool)
                 if let network {
-                    guard tolerancePct != nil || finalAfterDays != nil else { throw ValidationError("give --tolerance-pct, --final-after-days or both") }
-                    let settings = try await store.setSettings(network: network, tolerancePct: tolerancePct, finalAfterDays: finalAfterDays)
-                    print("\(settings.network): tolerance \(ReportText.ratio(settings.tolerancePct)) %, final \(settings.finalAfterDays) days after the day")
+                    guard tolerancePct != nil || finalAfterDays != nil || revenueSource != nil else {
+                        throw ValidationError("give --tolerance-pct, --final-after-days, --revenue-source or several")
+                    }
+                    let settings = try await store.setSettings(network: network, tolerancePct: tolerancePct, finalAfterDays: finalAfterDays, revenueSource: revenueSource)
+                    print("\(settings.network): tolerance \(ReportText.ratio(settings.tolerancePct)) %, final \(settings.finalAfterDays) days after the day, revenue \(settings.revenueSource)")
                     return
                 }
                 let all = try await store.settings()
                 if format == .json { return try printJSON(["settings": all]) }
-                printTable(["NETWORK", "TOLERANCE %", "FINAL AFTER DAYS"], all.map { [$0.network, ReportText.ratio($0.tolerancePct), String($0.finalAfterDays)] })
+                printTable(["NETWORK", "TOLERANCE %", "FINAL AFTER DAYS", "REVENUE"], all.map { [$0.network, ReportText.ratio($0.tolerancePct), String($0.finalAfterDays), $0.revenueSource] })
                 let defaults = NetworkReportStore.Settings.defaults("")
-                print("other networks: tolerance \(ReportText.ratio(defaults.tolerancePct)) %, final \(defaults.finalAfterDays) days after the day")
+                print("other networks: tolerance \(ReportText.ratio(defaults.tolerancePct)) %, final \(defaults.finalAfterDays) days after the day, revenue \(defaults.revenueSource)")
             }
         }
     }

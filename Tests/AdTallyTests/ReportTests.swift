@@ -62,6 +62,8 @@ struct ReportTests {
                     // app's); no impression carries a device, so nobody viewed an ad.
                     "active_devices": "5", "dau": "5", "ad_viewers": "0", "dav": "0", "engagement_rate": "0",
                     "arpdau": "1.100000", "arpdav": "null", "impressions_per_dau": "1.6", "impressions_per_dav": "null", "sessions_per_dau": "0",
+                    // No network's policy takes its earnings: the SDK's revenue.
+                    "network_revenue": "0.00", "revenue_source": "sdk",
                 ]
                 for (name, value) in expected where columns.contains(name) { #expect(cell(0, name) == value, "admob \(name), compacted: \(compacted)") }
                 // iad: only taps, so every ratio over requests or impressions is null, not 0.

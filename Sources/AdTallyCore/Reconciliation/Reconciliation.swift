@@ -62,6 +62,8 @@ public struct ReconciliationQuery: Sendable {
             ("apps", report.apps.joined(separator: ",")), ("from", ReportQuery.formatDate(report.from)), ("to", ReportQuery.formatDate(report.to)),
             ("tz", zone), ("dimensions", dimensions.map(\.rawValue).joined(separator: ",")), ("metrics", "impressions,taps,revenue"),
             ("currency", report.currency), ("limit", String(ReportQuery.maxLimit)),
+            // AdTally's own figures, whatever a network's revenue policy: the network's are beside them.
+            ("revenue_source", "sdk"),
         ]
         for filter in report.filters where filter.dimension != .network {
             parameters.append((filter.dimension.rawValue, filter.values.joined(separator: ",")))

@@ -60,6 +60,8 @@ public struct ReportNotes: Sendable, Equatable {
     public var viewersFrom: Int?
     /// The database server the report was read from.
     public var readFrom = ReadFrom(server: .primary)
+    /// Which days' revenue is a network's final earnings, and from which imports (DESIGN §11).
+    public var revenueOfRecord: [String] = []
 
     /// Which server answered a report, and how far behind it was.
     public struct ReadFrom: Sendable, Equatable {
@@ -280,6 +282,7 @@ public struct ReportDocument: Sendable {
             }
         }
         key("estimated"); strings(estimated); raw(",")
+        key("revenue_of_record"); strings(query.metrics.contains(where: { $0.isMoney || $0 == .revenueSource }) ? notes.revenueOfRecord : []); raw(",")
         key("money"); strings(query.metrics.contains(where: \.isMoney) ? [ReportNotes.moneyRule(query.currency)] : [])
         raw("},")
         key("next_cursor"); if let cursor = nextCursor { string(cursor) } else { raw("null") }

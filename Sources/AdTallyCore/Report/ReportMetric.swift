@@ -79,7 +79,13 @@ public enum ReportCount: Int, Sendable, CaseIterable {
     case days
     /// Reported revenue whose precision is `precise`, converted to the report currency, in micros.
     case preciseMicros
-    /// Reported + estimated: derived, not a column of its own.
+    /// Revenue of record (DESIGN §11): a network's final earnings for its days, spread over
+    /// that day's impressions, in micros of the report currency, where the network's
+    /// policy is `network_when_final`; those days' SDK and rate-card amounts are then 0.
+    case networkMicros
+    /// The impressions whose revenue is a network's final earnings (`networkMicros`).
+    case networkImpressions
+    /// Reported + estimated + network: derived, not a column of its own.
     case revenueMicros
 
 }
@@ -98,11 +104,23 @@ public struct ReportCounts: Sendable, Equatable {
     public var preciseMicros: Int128 = 0
     /// Money in micros of the report currency; wider than 64 bits because totals over years may be.
     public var reportedMicros: Int128 = 0, estimatedMicros: Int128 = 0
+    /// A network's final earnings as revenue of record, and the impressions they are
+    /// spread over (DESIGN §11; 0 unless a network's policy is `network_when_final`).
+    public var networkMicros: Int128 = 0, networkImpressions: Int64 = 0
     /// Impressions and taps without reported revenue that no rate card entry priced.
     public var unratedEvents: Int64 = 0
 
-    /// Revenue: reported + estimated (DESIGN §3).
-    public var revenueMicros: Int128 { reportedMicros + estimatedMicros }
+    /// Revenue: reported + estimated, or a network's final earnings where that network's
+    /// policy takes them (DESIGN §3, §11).
+    public var revenueMicros: Int128 { reportedMicros + estimatedMicros + networkMicros }
+
+    /// Whose figures a row's revenue is (DESIGN §11): `sdk` (reported and rate-card
+    /// amounts), `network` (every impression's revenue is a network's final earnings),
+    /// or `mixed`.
+    public var revenueSource: String {
+        if networkImpressions == 0 && networkMicros == 0 { return "sdk" }
+        return networkImpressions == impressions && reportedMicros + estimatedMicros == 0 ? "network" : "mixed"
+    }
 
     /// All zero.
     public init() {}
@@ -118,6 +136,7 @@ public struct ReportCounts: Sendable, Equatable {
         deviceDays += other.deviceDays; viewerDays += other.viewerDays; days += other.days
         preciseMicros += other.preciseMicros
         uniqueDevices += other.uniqueDevices; reportedMicros += other.reportedMicros; estimatedMicros += other.estimatedMicros
+        networkMicros += other.networkMicros; networkImpressions += other.networkImpressions
         unratedEvents += other.unratedEvents
     }
 
@@ -142,6 +161,8 @@ public struct ReportCounts: Sendable, Equatable {
         case .viewerDays: Int128(viewerDays)
         case .days: Int128(days)
         case .preciseMicros: preciseMicros
+        case .networkMicros: networkMicros
+        case .networkImpressions: Int128(networkImpressions)
         case .revenueMicros: revenueMicros
         }
     }
@@ -179,6 +200,10 @@ public enum ReportMetric: String, Sendable, CaseIterable {
     case sessionsPerDAU = "sessions_per_dau"
     /// Reported revenue the SDKs called precise, as a share of revenue.
     case preciseRevenueShare = "precise_revenue_share"
+    /// The part of revenue that is networks' final earnings (DESIGN §11).
+    case networkRevenue = "network_revenue"
+    /// Whose figures the row's revenue is: sdk, network or mixed (DESIGN §11).
+    case revenueSource = "revenue_source"
 
     /// DESIGN §4's default metrics.
     public static let defaults: [ReportMetric] = [.requests, .impressions, .fillRate, .taps, .ctr, .revenue, .ecpm]
@@ -198,6 +223,8 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case average(ReportCount, ReportCount)
         /// money / denominator, per device-day (ARPDAU); null when the denominator is 0.
         case moneyPerDevice(ReportCount, ReportCount)
+        /// Whose figures revenue is (`ReportCounts.revenueSource`): text.
+        case revenueSource
     }
 
     /// The definition (DESIGN §3).
@@ -238,6 +265,8 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .impressionsPerDAV: .average(.impressions, .viewerDays)
         case .sessionsPerDAU: .average(.sessions, .deviceDays)
         case .preciseRevenueShare: .ratio(.preciseMicros, .revenueMicros)
+        case .networkRevenue: .money(.networkMicros)
+        case .revenueSource: .revenueSource
         }
     }
 
@@ -254,6 +283,7 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .count(let count), .money(let count): [count]
         case .ratio(let numerator, let denominator), .moneyPerMille(let numerator, let denominator),
              .average(let numerator, let denominator), .moneyPerDevice(let numerator, let denominator): [numerator, denominator]
+        case .revenueSource: [.networkImpressions, .impressions, .reportedMicros, .estimatedMicros, .networkMicros]
         }
     }
 
@@ -265,6 +295,7 @@ public enum ReportMetric: String, Sendable, CaseIterable {
         case .average: .number
         case .money, .moneyPerMille: .money
         case .moneyPerDevice: .moneyPerDevice
+        case .revenueSource: .string
         }
     }
 
@@ -285,6 +316,7 @@ public enum ReportMetric: String, Sendable, CaseIterable {
             counts[denominator] == 0 ? .null : .ratio(MetricValue.double(counts[numerator]) / MetricValue.double(counts[denominator]))
         case .moneyPerDevice(let numerator, let denominator):
             counts[denominator] == 0 ? .null : .micros(counts[numerator], per: counts[denominator])
+        case .revenueSource: .text(counts.revenueSource)
         }
     }
 }
@@ -299,6 +331,8 @@ public enum MetricValue: Sendable, Equatable {
     case ratio(Double)
     /// An amount in micros of the report currency: `numerator / denominator` micros, exactly.
     case micros(Int128, per: Int128)
+    /// A word (`revenue_source`).
+    case text(String)
 
     /// The relative change from `earlier` to this value; null unless both are numbers and `earlier` is not 0.
     public func change(from earlier: MetricValue) -> MetricValue {
@@ -320,6 +354,7 @@ public enum MetricValue: Sendable, Equatable {
         case .integer(let value): Self.double(value)
         case .micros(let value, let denominator): Self.double(value) / Self.double(denominator)
         case .ratio(let value): value
+        case .text: nil
         }
     }
 }

@@ -132,6 +132,7 @@ public struct ReportLayout: Sendable {
         case .integer(let number): .integer(number)
         case .ratio(let number): number.isFinite ? .ratio(number) : .null
         case .micros(let micros, let per): .money(micros: micros, per: per, digits: digits ?? self.digits)
+        case .text(let text): .text(text)
         }
     }
 }

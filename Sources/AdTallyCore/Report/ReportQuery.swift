@@ -66,6 +66,14 @@ public struct ReportSortKey: Sendable, Equatable {
     public var isDescending: Bool
 }
 
+/// Whose revenue a report shows (DESIGN §11).
+public enum ReportRevenueSource: String, Sendable {
+    /// Each network's policy: its final earnings for its final days where the policy is `network_when_final`.
+    case ofRecord = "of_record"
+    /// The SDKs' reported amounts and the rate card's estimates, whatever the policy.
+    case sdk
+}
+
 /// An app as a report needs it: what its data is, in which zone and currency.
 public struct ReportApp: Sendable, Equatable {
     /// The app id.
@@ -118,6 +126,10 @@ public struct ReportQuery: Sendable {
     public var format: ReportFormat
     /// Every app of the report keeps its daily rollups in `timezone` (its own zone).
     public var isInAppsOwnZone: Bool
+    /// Whose revenue the report shows (DESIGN §11): `of_record` follows each network's
+    /// policy (its final earnings where it is `network_when_final`); `sdk` always the
+    /// SDKs' reported and the rate card's estimated amounts (what a reconciliation compares).
+    public var revenueSource: ReportRevenueSource = .ofRecord
 
     /// JSON's default page size and the largest page.
     public static let defaultLimit = 1000, maxLimit = 100_000
@@ -127,7 +139,7 @@ public struct ReportQuery: Sendable {
     public static let maxFilterValues = 1000
 
     /// The parameters a report takes besides the dimension filters.
-    public static let parameterNames = ["apps", "from", "to", "days", "tz", "dimensions", "metrics", "currency", "sort", "limit", "cursor", "compare", "format"]
+    public static let parameterNames = ["apps", "from", "to", "days", "tz", "dimensions", "metrics", "currency", "sort", "limit", "cursor", "compare", "format", "revenue_source"]
 
     /// Every dimension whose values are needed: grouped on or filtered by.
     public var usedDimensions: Set<ReportDimension> { Set(dimensions).union(filters.map(\.dimension)) }
@@ -375,6 +387,12 @@ public struct ReportQuery: Sendable {
             limit: limit, after: nil, comparison: comparison, format: format,
             isInAppsOwnZone: apps.allSatisfy { $0.timezone == timezone }
         )
+        if let text = values["revenue_source"] {
+            guard let value = ReportRevenueSource(rawValue: text) else {
+                throw ReportQueryError("revenue_source", "must be of_record (each network's policy: its final earnings where it is network_when_final) or sdk (the SDKs' and the rate card's amounts)")
+            }
+            query.revenueSource = value
+        }
         if let text = values["cursor"] {
             query.after = try ReportCursor.keys(text, for: query)
         }
@@ -483,6 +501,7 @@ public struct ReportQuery: Sendable {
             "currency=\(currency)", "sort=\(sortText)", "compare=\(comparison?.rawValue ?? "")",
         ]
         for filter in filters { parts.append("\(filter.dimension.rawValue)=\(filter.values.map(escaped).joined(separator: ","))") }
+        if revenueSource != .ofRecord { parts.append("revenue_source=\(revenueSource.rawValue)") }
         return parts.joined(separator: "&")
     }
 

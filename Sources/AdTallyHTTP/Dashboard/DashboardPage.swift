@@ -294,6 +294,8 @@ struct DashboardPage {
         if document.totals.estimatedMicros > 0 {
             items.append("Revenue includes amounts estimated from the rate card (\(ReportText.plain(.money(micros: document.totals.estimatedMicros, per: 1, digits: Money.digits(document.layout.query.currency)))) \(HTML.escape(document.layout.query.currency))).")
         }
+        // The revenue of record (DESIGN §11): which days are a network's final earnings.
+        for line in document.notes.revenueOfRecord { items.append(HTML.escape(line) + ".") }
         if document.totals.unratedEvents > 0 {
             items.append("\(document.totals.unratedEvents) impressions or taps had neither reported revenue nor a rate card entry, so no revenue.")
         }

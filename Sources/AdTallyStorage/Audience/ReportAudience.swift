@@ -171,7 +171,7 @@ extension ReportPlan {
                    \(unsafeRaw: needsViewers ? "coalesce(v.ad_viewers, 0)" : "0::bigint") AS ad_viewers,
                    \(unsafeRaw: needsActive ? "coalesce(a.device_days, 0)" : "0::bigint") AS device_days,
                    \(unsafeRaw: needsViewers ? "coalesce(v.viewer_days, 0)" : "0::bigint") AS viewer_days,
-                   \(unsafeRaw: needsDays ? "coalesce(n.days, 0)" : "0::bigint") AS days, g.precise_micros,
+                   \(unsafeRaw: needsDays ? "coalesce(n.days, 0)" : "0::bigint") AS days, g.precise_micros, g.network_micros, g.network_impressions,
                    g.unrated, g.missing_fx, g.devices, \(unsafeRaw: totals)
             FROM (
 

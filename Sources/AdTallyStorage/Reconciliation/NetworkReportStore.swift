@@ -146,48 +146,62 @@ public struct NetworkReportStore: Sendable {
         public var tolerancePct: Double
         /// Days after a day until the network's figures for it are final.
         public var finalAfterDays: Int
+        /// Whose revenue reports show for the network (Migrations/0016): `sdk`, or
+        /// `network_when_final` (its final earnings for its final days).
+        public var revenueSource: String
 
-        /// The defaults of a network without settings: 10 %, 3 days.
-        public static func defaults(_ network: String) -> Settings { Settings(network: network, tolerancePct: ReconciliationRow.defaultTolerancePct, finalAfterDays: 3) }
+        /// The revenue policies a network can have.
+        public static let revenueSources = ["sdk", "network_when_final"]
 
-        public init(network: String, tolerancePct: Double, finalAfterDays: Int) {
+        /// The defaults of a network without settings: 10 %, 3 days, SDK revenue.
+        public static func defaults(_ network: String) -> Settings {
+            Settings(network: network, tolerancePct: ReconciliationRow.defaultTolerancePct, finalAfterDays: 3, revenueSource: "sdk")
+        }
+
+        public init(network: String, tolerancePct: Double, finalAfterDays: Int, revenueSource: String) {
             self.network = network
             self.tolerancePct = tolerancePct
             self.finalAfterDays = finalAfterDays
+            self.revenueSource = revenueSource
         }
 
         enum CodingKeys: String, CodingKey {
             case network
             case tolerancePct = "tolerance_pct"
             case finalAfterDays = "final_after_days"
+            case revenueSource = "revenue_source"
         }
     }
 
-    /// Sets a network's tolerance and restatement window (those given; the rest keep
-    /// their values or the defaults).
-    public func setSettings(network: String, tolerancePct: Double?, finalAfterDays: Int?) async throws -> Settings {
+    /// Sets a network's tolerance, restatement window and revenue policy (those given;
+    /// the rest keep their values or the defaults).
+    public func setSettings(network: String, tolerancePct: Double?, finalAfterDays: Int?, revenueSource: String? = nil) async throws -> Settings {
         guard EventValidator.isNetworkName(network) else { throw FieldError("network", "must match [a-z0-9_.-]{1,32}") }
         // Stored to 2 decimals: checked as stored (5e-324 is above 0 but stores as 0.00).
         let tolerancePct = tolerancePct.map { ($0 * 100).rounded() / 100 }
         if let tolerancePct, !(tolerancePct >= 0.01 && tolerancePct <= 100) { throw FieldError("tolerance_pct", "must be a percentage from 0.01 to 100") }
         if let finalAfterDays, !(0...60).contains(finalAfterDays) { throw FieldError("final_after_days", "must be a whole number of days from 0 to 60") }
+        if let revenueSource, !Settings.revenueSources.contains(revenueSource) {
+            throw FieldError("revenue_source", "must be sdk (the SDKs' and the rate card's amounts) or network_when_final (the network's earnings for its final days)")
+        }
         let defaults = Settings.defaults(network)
         let row = try await pool.query("""
-            INSERT INTO network_settings AS s (network, tolerance_pct, final_after_days)
-            VALUES (\(network), round(\(tolerancePct ?? defaults.tolerancePct)::numeric, 2), \(finalAfterDays ?? defaults.finalAfterDays))
+            INSERT INTO network_settings AS s (network, tolerance_pct, final_after_days, revenue_source)
+            VALUES (\(network), round(\(tolerancePct ?? defaults.tolerancePct)::numeric, 2), \(finalAfterDays ?? defaults.finalAfterDays), \(revenueSource ?? defaults.revenueSource))
             ON CONFLICT (network) DO UPDATE SET
                 tolerance_pct = CASE WHEN \(tolerancePct)::float8 IS NULL THEN s.tolerance_pct ELSE excluded.tolerance_pct END,
                 final_after_days = CASE WHEN \(finalAfterDays)::int IS NULL THEN s.final_after_days ELSE excluded.final_after_days END,
+                revenue_source = CASE WHEN \(revenueSource)::text IS NULL THEN s.revenue_source ELSE excluded.revenue_source END,
                 updated_at = excluded.updated_at
-            RETURNING tolerance_pct::float8, final_after_days
+            RETURNING tolerance_pct::float8, final_after_days, revenue_source
             """).first!
-        return Settings(network: network, tolerancePct: try row.decode(0), finalAfterDays: try row.decode(1))
+        return Settings(network: network, tolerancePct: try row.decode(0), finalAfterDays: try row.decode(1), revenueSource: try row.decode(2))
     }
 
     /// The settings of every network that has some.
     public func settings() async throws -> [Settings] {
-        try await pool.query("SELECT network, tolerance_pct::float8, final_after_days FROM network_settings ORDER BY network").map { row in
-            Settings(network: try row.decode(0), tolerancePct: try row.decode(1), finalAfterDays: try row.decode(2))
+        try await pool.query("SELECT network, tolerance_pct::float8, final_after_days, revenue_source FROM network_settings ORDER BY network").map { row in
+            Settings(network: try row.decode(0), tolerancePct: try row.decode(1), finalAfterDays: try row.decode(2), revenueSource: try row.decode(3))
         }
     }
 

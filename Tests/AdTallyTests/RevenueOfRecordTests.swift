@@ -1,0 +1,133 @@
+import AdTallyApp
+import AdTallyCore
+@testable import AdTallyHTTP
+@testable import AdTallyStorage
+import AdTallyTestSupport
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import PostgresKit
+import Testing
+
+/// A network's final earnings as the revenue of record (issue 27 item 5, DESIGN §11,
+/// Migrations/0016), on `ReconciliationTests.fixture`'s events and AdMob's report
+/// (Los Angeles 10-31: 30 impressions, 0 USD; 11-01: 100 impressions, 0.60 USD).
+@Suite("Revenue of record: a network's final earnings replace the SDK's revenue for its final days", .serialized)
+struct RevenueOfRecordTests {
+    static func report(_ services: AppServices, _ parameters: [(String, String)]) async throws -> ReportDocument {
+        let query = try ReportQuery.parse(parameters, readable: try await services.reports.readableApps(only: nil), isAdmin: true, output: .json)
+        return try await services.reports.page(query)
+    }
+
+    /// Rows by their dimension values joined with a space.
+    static func byKey(_ document: ReportDocument) -> [String: ReportCounts] {
+        Dictionary(uniqueKeysWithValues: document.rows.map { ($0.dimensions.map { $0 ?? "-" }.joined(separator: " "), $0.counts) })
+    }
+
+    static func setImportedAt(_ services: AppServices, _ id: Int64, _ at: String) async throws {
+        try await services.database.pool.query("UPDATE network_imports SET imported_at = \(at)::timestamptz WHERE import_id = \(id)")
+    }
+
+    @Test("AdMob's final Los Angeles days take its earnings, spread over the day's impressions in every zone; a day turns at exactly final_after_days; a restatement replaces; DATA_DELAYED keeps the SDK's")
+    func revenueOfRecord() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            try await ReconciliationTests.fixture(services)
+            let keys = try await Ingest.keys(services)
+            let store = NetworkReportStore(pool: services.database.pool)
+            try await store.setMappings([.init(source: .admob, kind: .app, external: "ca-app-pub-1234567890123456~1111111111", target: "game")])
+            let first = try await ReconciliationTests.importFile(store, "admob-network.json", .admob)
+            // Taken on LA's 11-04: 11-01 is 3 days old, 10-31 four.
+            try await Self.setImportedAt(services, first.importID, "2026-11-04 12:00:00 America/Los_Angeles")
+            let la = [("apps", "game"), ("from", "2026-10-31"), ("to", "2026-11-01"), ("tz", "America/Los_Angeles"), ("dimensions", "date,network"),
+                      ("metrics", "impressions,revenue,reported_revenue,network_revenue,revenue_source")]
+
+            // The default policy is the SDK's: 11-01 has the SDK's 0.50, nothing is the network's.
+            var rows = Self.byKey(try await Self.report(services, la))
+            #expect(rows["2026-11-01 admob"]?.revenueMicros == 500_000 && rows["2026-11-01 admob"]?.revenueSource == "sdk")
+
+            _ = try await store.setSettings(network: "admob", tolerancePct: nil, finalAfterDays: nil, revenueSource: "network_when_final")
+            var document = try await Self.report(services, la)
+            rows = Self.byKey(document)
+            // LA's 11-01: AdMob's 0.60 over our 90 impressions; the SDK's 0.50 is gone from revenue.
+            let day = try #require(rows["2026-11-01 admob"])
+            #expect(day.impressions == 90 && day.networkMicros == 600_000 && day.reportedMicros == 0 && day.revenueMicros == 600_000)
+            #expect(day.networkImpressions == 90 && day.revenueSource == "network")
+            // 10-31: AdMob earned nothing on our 30 impressions (it had none of revenue either).
+            #expect(rows["2026-10-31 admob"]?.revenueMicros == 0 && rows["2026-10-31 admob"]?.revenueSource == "network")
+            // AppLovin's policy is the SDK's: its 8 impressions at 0.02 (LA's 10-31 at 23:30).
+            #expect(rows["2026-10-31 applovin"]?.revenueMicros == 160_000 && rows["2026-10-31 applovin"]?.revenueSource == "sdk")
+            #expect(document.totals.revenueMicros == 760_000 && document.totals.networkMicros == 600_000)
+            #expect(document.notes.revenueOfRecord.first?.contains("game admob: revenue of 2 days, 2026-10-31 to 2026-11-01 (America/Los_Angeles days) is the network's final earnings (import #\(first.importID))") == true,
+                    "\(document.notes.revenueOfRecord)")
+
+            // In UTC the same instants: 11-01 UTC holds LA 10-31's 20 impressions (0) and 50 of
+            // LA 11-01's 90 (0.60 x 50/90 = 0.333333); 11-02 UTC the other 40 (0.266667). UTC
+            // 11-03's 5 impressions are on no final day: the SDK's (none).
+            let utc = [("apps", "game"), ("from", "2026-10-31"), ("to", "2026-11-03"), ("tz", "UTC"), ("dimensions", "date,network"), ("metrics", "impressions,revenue,revenue_source")]
+            document = try await Self.report(services, utc)
+            rows = Self.byKey(document)
+            #expect(rows["2026-11-01 admob"]?.revenueMicros == 333_333 && rows["2026-11-01 admob"]?.revenueSource == "network")
+            #expect(rows["2026-11-02 admob"]?.revenueMicros == 266_667)
+            #expect(rows["2026-10-31 admob"]?.revenueMicros == 0 && rows["2026-10-31 admob"]?.networkImpressions == 10)
+            #expect(rows["2026-11-03 admob"]?.revenueSource == "sdk" && rows["2026-11-03 admob"]?.networkImpressions == 0)
+            // Every impression of AdMob's two final days is placed: 0.333333 + 0.266667 = 0.60.
+            #expect(document.totals.networkMicros == 600_000 && document.totals.revenueMicros == 760_000)
+            // By hour (the finest grain) and without a time dimension, the same sums.
+            let hourly = try await Self.report(services, [("apps", "game"), ("from", "2026-10-31"), ("to", "2026-11-03"), ("dimensions", "hour,network"), ("metrics", "revenue")])
+            #expect(hourly.totals.networkMicros == 600_000 && hourly.totals.revenueMicros == 760_000)
+            let whole = try await Self.report(services, [("apps", "game"), ("from", "2026-10-31"), ("to", "2026-11-03"), ("dimensions", "network"), ("metrics", "revenue")])
+            #expect(Self.byKey(whole)["admob"]?.revenueMicros == 600_000)
+            // Raw events (a country dimension) agree with the rollups.
+            let raw = try await Self.report(services, [("apps", "game"), ("from", "2026-10-31"), ("to", "2026-11-03"), ("dimensions", "network,country"), ("metrics", "revenue")])
+            #expect(raw.notes.source.hasPrefix("raw events") && Self.byKey(raw)["admob US"]?.revenueMicros == 600_000, "\(raw.rows)")
+            // revenue_source=sdk: the SDK's amounts, whatever the policy (what a reconciliation compares).
+            let sdk = try await Self.report(services, la + [("revenue_source", "sdk")])
+            #expect(Self.byKey(sdk)["2026-11-01 admob"]?.revenueMicros == 500_000 && sdk.notes.revenueOfRecord.isEmpty)
+            let reconciled = try await ReconciliationTests.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date")])
+            #expect(reconciled.rows.first?.ours.revenueMicros == 500_000)
+
+            // Finality, exactly: 11-01 was imported 3 days after; with a window of 4 days it is
+            // not final (the SDK's 0.50), 10-31 (4 days) still is.
+            _ = try await store.setSettings(network: "admob", tolerancePct: nil, finalAfterDays: 4)
+            rows = Self.byKey(try await Self.report(services, la))
+            #expect(rows["2026-11-01 admob"]?.revenueMicros == 500_000 && rows["2026-11-01 admob"]?.revenueSource == "sdk")
+            #expect(rows["2026-10-31 admob"]?.revenueSource == "network")
+            _ = try await store.setSettings(network: "admob", tolerancePct: nil, finalAfterDays: 3)
+
+            // A restatement (0.90 for 11-01), taken later, replaces the first import; the notes name it.
+            let restated = String(decoding: try ReconciliationTests.fixture("admob-network.json"), as: UTF8.self).replacingOccurrences(of: "600000", with: "900000")
+            let second = try await store.importReport(try NetworkReport.parse(Array(restated.utf8), source: .admob), fileSHA256: String(repeating: "b", count: 64), via: "cli")
+            try await Self.setImportedAt(services, second.importID, "2026-11-05 12:00:00 America/Los_Angeles")
+            document = try await Self.report(services, la)
+            #expect(Self.byKey(document)["2026-11-01 admob"]?.revenueMicros == 900_000)
+            #expect(document.notes.revenueOfRecord.first?.contains("(import #\(second.importID))") == true, "\(document.notes.revenueOfRecord)")
+
+            // A DATA_DELAYED import makes none of its days final: the SDK's amounts again.
+            try await services.database.pool.query("UPDATE network_imports SET is_delayed = true WHERE import_id = \(second.importID)")
+            rows = Self.byKey(try await Self.report(services, la))
+            #expect(rows["2026-11-01 admob"]?.revenueMicros == 500_000 && rows["2026-11-01 admob"]?.revenueSource == "sdk")
+            try await services.database.pool.query("UPDATE network_imports SET is_delayed = false WHERE import_id = \(second.importID)")
+
+            // Over HTTP: the revenue_source column, the notes, the sort by revenue.
+            let (status, body) = try await Reports.get(client, keys.admin, "apps=game&from=2026-11-01&to=2026-11-02&tz=UTC&dimensions=date,network&metrics=impressions,revenue,revenue_source&sort=-revenue")
+            #expect(status == .ok, "\(body)")
+            let columns = (body["columns"] as? [[String: String]] ?? []).map { $0["name"]! }
+            #expect(columns == ["date", "network", "impressions", "revenue", "revenue_source"])
+            let httpRows = (body["rows"] as? [[Any]] ?? []).map { $0.map { "\($0)" } }
+            // 0.90 x 50/90 = 0.50, 0.90 x 40/90 = 0.40, AppLovin's 0.16.
+            #expect(httpRows == [["2026-11-01", "admob", "70", "0.50", "network"], ["2026-11-02", "admob", "40", "0.40", "network"], ["2026-11-01", "applovin", "8", "0.16", "sdk"]], "\(httpRows)")
+            let notes = body["notes"] as? [String: Any] ?? [:]
+            #expect((notes["revenue_of_record"] as? [String])?.first?.hasPrefix("game admob: revenue of 2 days") == true, "\(notes)")
+            // A bad value names the parameter.
+            let (bad, problem) = try await Reports.get(client, keys.admin, "apps=game&days=1&revenue_source=network")
+            #expect(bad == .badRequest && "\(problem)".contains("revenue_source"))
+            // The policy over HTTP: a bad value is a 400 naming it; the settings list it.
+            try await client.execute(uri: "/v1/network-settings/admob", method: .put, headers: Reports.headers(keys.admin), body: ByteBuffer(string: #"{"revenue_source": "network"}"#)) { response in
+                #expect(response.status == .badRequest && String(buffer: response.body).contains("revenue_source"))
+            }
+            try await client.execute(uri: "/v1/network-settings", method: .get, headers: Reports.headers(keys.admin)) { response in
+                #expect(String(buffer: response.body).contains(#""revenue_source":"network_when_final""#), "\(String(buffer: response.body))")
+            }
+        }
+    }
+}
