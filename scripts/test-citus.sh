@@ -254,6 +254,22 @@ for node in citus single; do
 done
 same "adtally networks import (twice, restated) and adtally reconcile: Citus = one node" "$work/n-citus" "$work/n-single"
 grep -q 'replaced: 1 ' "$work/n-citus" && ok "citus: the second import replaced the first's day" || fail "citus: no restatement: $(tr '\n' ' ' <"$work/n-citus")"
+# The revenue of record (Migrations/0016): admob's final days take its earnings, in
+# every report shape; the record days are read in the report's own transaction.
+for node in citus single; do
+  "$bin" networks settings admob --revenue-source network_when_final --final-after-days 0 --database-url "${db[$node]}" >/dev/null 2>&1 || echo "settings failed" >"$work/o-$node"
+done
+for tz in UTC America/Los_Angeles; do
+  for dims in date,app,network app,hour,network network,country; do
+    report "$citus" --tz "$tz" --dimensions "$dims" --metrics impressions,revenue,network_revenue,revenue_source --currency USD >"$work/o-citus"
+    report "$single" --tz "$tz" --dimensions "$dims" --metrics impressions,revenue,network_revenue,revenue_source --currency USD >"$work/o-single"
+    same "revenue of record, $tz by $dims: Citus = one node" "$work/o-citus" "$work/o-single"
+  done
+done
+grep -q ',network$\|,mixed$' "$work/o-citus" && ok "citus: admob's revenue is its final earnings" || fail "citus: no row takes the network's earnings: $(head -n 5 "$work/o-citus" | tr '\n' ' ')"
+for node in citus single; do
+  "$bin" networks settings admob --revenue-source sdk --final-after-days 3 --database-url "${db[$node]}" >/dev/null 2>&1
+done
 for cmd in "keys list" "mediation history demo-puzzle" "exports list" "exports runs citus-check" "status --format json"; do
   # shellcheck disable=SC2086
   "$bin" $cmd --database-url "$citus" >"$work/c-citus" 2>&1 && ok "adtally $cmd on Citus" || fail "adtally $cmd on Citus: $(tail -n 1 "$work/c-citus")"

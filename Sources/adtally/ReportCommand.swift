@@ -153,6 +153,8 @@ struct ReportOptions: ParsableArguments {
     @Option(help: "Sort keys, comma-separated, - for descending (e.g. -revenue,date).") var sort: String?
     @Option(help: "Most rows (a table and JSON: 1000 unless given; CSV: all).") var limit: Int?
     @Option(help: "previous_period or year_over_year.") var compare: String?
+    @Option(help: "of_record (each network's policy: its final earnings where it is network_when_final; the default) or sdk (the SDKs' and the rate card's amounts).")
+    var revenueSource: String?
 
     /// The parameters as `GET /v1/reports` names them; `tz` is the report's zone.
     func parameters(tz: String?) throws -> [(String, String)] {
@@ -169,6 +171,7 @@ struct ReportOptions: ParsableArguments {
         add("sort", sort)
         add("limit", limit.map(String.init))
         add("compare", compare)
+        add("revenue_source", revenueSource)
         return parameters + (try Self.filterParameters(filters, dimensions: ReportDimension.allCases))
     }
 

@@ -59,15 +59,7 @@ public struct ReconciliationEngine: Sendable {
         for setting in try await NetworkReportStore(pool: primary).settings() { settings[setting.network] = setting }
         func setting(_ network: String) -> NetworkReportStore.Settings { settings[network] ?? .defaults(network) }
 
-        // Each app's network is compared with the source and zone of its newest import (an
-        // AdMob account whose zone changed, or AdMob's own report beside MAX's view of
-        // AdMob, are not mixed); what else was imported for it is said.
-        struct Pair: Hashable { var app, network: String }
-        var chosen: [Pair: Coverage] = [:]
-        for (key, options) in coverage {
-            let pair = Pair(app: key.app, network: key.network)
-            for option in options where option.importID > chosen[pair]?.importID ?? 0 { chosen[pair] = option }
-        }
+        let (chosen, covered) = Self.choose(coverage)
         var remarks: [String] = []
         var leftOut: [Pair: Set<String>] = [:]
         for (key, options) in coverage {
@@ -79,11 +71,6 @@ public struct ReconciliationEngine: Sendable {
         for (pair, others) in leftOut.sorted(by: { ($0.key.app, $0.key.network) < ($1.key.app, $1.key.network) }) {
             let pick = chosen[pair]!
             remarks.append("\(pair.app) \(pair.network): compared with its \(pick.source) report (\(pick.zone)); imports from \(others.sorted().joined(separator: ", ")) are left out")
-        }
-        var covered: [Covered: Coverage] = [:]
-        for (key, options) in coverage {
-            let pick = chosen[Pair(app: key.app, network: key.network)]!
-            covered[key] = options.first { $0.source == pick.source && $0.zone == pick.zone }
         }
         // The zone each network is read in, and its settings' view for the notes.
         var zonesOf: [String: Set<String>] = [:]
@@ -171,6 +158,26 @@ public struct ReconciliationEngine: Sendable {
         return ReconciliationDocument(query: query, rows: result, networks: networks, imports: imports, remarks: remarks)
     }
 
+    struct Pair: Hashable { var app, network: String }
+
+    /// Each app's network is compared with the source and zone of its newest import
+    /// covering the range (an AdMob account whose zone changed, or AdMob's own report
+    /// beside MAX's view of AdMob, are not mixed): that choice, and the import current
+    /// for each covered day in it.
+    static func choose(_ coverage: [Covered: [Coverage]]) -> (chosen: [Pair: Coverage], covered: [Covered: Coverage]) {
+        var chosen: [Pair: Coverage] = [:]
+        for (key, options) in coverage {
+            let pair = Pair(app: key.app, network: key.network)
+            for option in options where option.importID > chosen[pair]?.importID ?? 0 { chosen[pair] = option }
+        }
+        var covered: [Covered: Coverage] = [:]
+        for (key, options) in coverage {
+            let pick = chosen[Pair(app: key.app, network: key.network)]!
+            if let option = options.first(where: { $0.source == pick.source && $0.zone == pick.zone }) { covered[key] = option }
+        }
+        return (chosen, covered)
+    }
+
     /// Rows in the order of their dimension values (nulls last), as a report's default sort.
     static func precedes(_ left: [String?], _ right: [String?]) -> Bool {
         for (a, b) in zip(left, right) where a != b {
@@ -196,9 +203,14 @@ public struct ReconciliationEngine: Sendable {
     /// that holds it and has lines for the app and network: AdMob writes no line for a
     /// day without figures).
     static func coverage(_ report: ReportQuery, on pool: PostgresPool) async throws -> [Covered: [Coverage]] {
+        try decodeCoverage(try await pool.query(coverageSQL(report)))
+    }
+
+    /// `coverage`'s statement (also run in a report's own transaction: `RevenueOfRecord`).
+    static func coverageSQL(_ report: ReportQuery) -> PostgresQuery {
         let (networks, _, _, dates, apps) = filters(report)
         let (from, to) = (ReportQuery.formatDate(report.from), ReportQuery.formatDate(report.to))
-        let rows = try await pool.query("""
+        return """
             WITH ranged AS (
                 -- Files that state their range (AdMob's) cover every day of it for the apps and networks they have.
                 SELECT DISTINCT r.import_id, r.app_id, r.network FROM network_report_rows r
@@ -221,7 +233,11 @@ public struct ReconciliationEngine: Sendable {
             WHERE \(dates == nil) OR c.day::text = ANY(\(array: dates ?? []))
             ORDER BY c.app_id, c.network, c.day, i.source, c.import_id DESC
             LIMIT \(maxRows + 1)
-            """)
+            """
+    }
+
+    /// `coverage`'s rows, decoded.
+    static func decodeCoverage(_ rows: PostgresRows) throws -> [Covered: [Coverage]] {
         guard rows.count <= maxRows else { throw tooLarge() }
         var coverage: [Covered: [Coverage]] = [:]
         for row in rows {
@@ -237,6 +253,12 @@ public struct ReconciliationEngine: Sendable {
     /// network): the current import's figures per app, network, day and source,
     /// revenue converted on the network's date.
     static func theirs(_ report: ReportQuery, grain: [ReportDimension], on pool: PostgresPool) async throws -> [TheirGroup] {
+        let sql = try theirsSQL(report, grain: grain)
+        return try decodeTheirs(try await pool.query(sql), width: grain.count, currency: report.currency)
+    }
+
+    /// `theirs`' statement (also run in a report's own transaction: `RevenueOfRecord`).
+    static func theirsSQL(_ report: ReportQuery, grain: [ReportDimension]) throws -> PostgresQuery {
         let rc = report.currency
         var keys: [String] = []
         for dimension in grain {
@@ -253,7 +275,7 @@ public struct ReconciliationEngine: Sendable {
         let groupKeys = (keys.indices.map { "k\($0)" } + ["r.import_id"]).joined(separator: ", ")
         let (networks, formats, countries, dates, apps) = filters(report)
         let (from, to) = (ReportQuery.formatDate(report.from), ReportQuery.formatDate(report.to))
-        let rows = try await pool.query("""
+        return """
             WITH cur AS (
                 SELECT DISTINCT ON (r.app_id, r.network, r.day, i.source) r.app_id, r.network, r.day, r.import_id
                 FROM network_report_rows r JOIN network_imports i ON i.import_id = r.import_id
@@ -282,9 +304,12 @@ public struct ReconciliationEngine: Sendable {
               AND (\(dates == nil) OR r.day::text = ANY(\(array: dates ?? [])))
             GROUP BY \(unsafeRaw: groupKeys)
             LIMIT \(maxRows + 1)
-            """)
+            """
+    }
+
+    /// `theirs`' rows (`width` key columns), decoded; a missing FX rate is a 422.
+    static func decodeTheirs(_ rows: PostgresRows, width: Int, currency rc: String) throws -> [TheirGroup] {
         guard rows.count <= maxRows else { throw tooLarge() }
-        let width = keys.count
         return try rows.map { row in
             if let missing = try row.decode(width + 5, as: String?.self) { throw ReportCurrencyError(missing: missing, reportCurrency: rc) }
             let hasClicks = try row.decode(width + 3, as: Bool.self)

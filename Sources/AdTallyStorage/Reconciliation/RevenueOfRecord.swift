@@ -43,84 +43,81 @@ extension ReportPlan {
     static let maxRecordDays = 400_000
 
     /// The record days that may touch the report's range (the network's days around it),
-    /// read in the report's snapshot; none unless the report reads revenue, asks for the
-    /// revenue of record, and a network's policy takes it.
+    /// read in the report's snapshot on its connection; none unless the report reads
+    /// revenue, asks for the revenue of record, and a network's policy takes it (one
+    /// small query when none does).
     static func recordDays(_ query: ReportQuery, on connection: PostgresConnection) throws -> [RecordDay] {
-        let probe = ReportPlan(query)
-        guard query.revenueSource == .ofRecord, probe.needsMoney || probe.needed.contains(.networkImpressions) else { return [] }
-        let networks = query.filters.first { $0.dimension == .network }?.values
-        let apps = query.filters.first { $0.dimension == .app }?.values ?? query.apps
-        let rc = query.currency
-        let rows = try connection.query("""
-            WITH policy AS (
-                SELECT network, final_after_days FROM network_settings
-                WHERE revenue_source = 'network_when_final' AND (\(networks == nil) OR network = ANY(\(array: networks ?? [])))
-            ), pick AS (
-                -- Per app and network, the source and zone of its newest import.
-                SELECT DISTINCT ON (r.app_id, r.network) r.app_id, r.network, i.source, i.zone, p.final_after_days,
-                       ((\(probe.t0) AT TIME ZONE i.zone)::date) AS lo, (((\(probe.t1) - interval '1 microsecond') AT TIME ZONE i.zone)::date) AS hi
-                FROM network_report_rows r JOIN policy p ON p.network = r.network JOIN network_imports i ON i.import_id = r.import_id
-                WHERE r.app_id = ANY(\(array: apps))
-                ORDER BY r.app_id, r.network, r.import_id DESC
-            ), covering AS (
-                -- Every import of that source covers the days it has lines for ...
-                SELECT r.app_id, r.network, r.day, r.import_id
-                FROM network_report_rows r JOIN pick k ON k.app_id = r.app_id AND k.network = r.network
-                JOIN network_imports i ON i.import_id = r.import_id AND i.source = k.source AND i.zone = k.zone
-                WHERE r.day BETWEEN k.lo AND k.hi
-                UNION
-                -- ... and a file that states its range (AdMob's), every day of it.
-                SELECT DISTINCT r.app_id, r.network, d.day::date, r.import_id
-                FROM network_report_rows r JOIN pick k ON k.app_id = r.app_id AND k.network = r.network
-                JOIN network_imports i ON i.import_id = r.import_id AND i.source = k.source AND i.zone = k.zone AND i.has_range
-                CROSS JOIN LATERAL generate_series(greatest(i.first_day, k.lo), least(i.last_day, k.hi), interval '1 day') AS d (day)
-                WHERE i.first_day <= k.hi AND i.last_day >= k.lo
-            ), current AS (
-                SELECT DISTINCT ON (c.app_id, c.network, c.day) c.app_id, c.network, c.day, c.import_id
-                FROM covering c ORDER BY c.app_id, c.network, c.day, c.import_id DESC
-            ), days AS (
-                SELECT c.app_id, c.network, c.day, c.import_id, i.zone,
-                       c.day::timestamp AT TIME ZONE i.zone AS t0, (c.day + 1)::timestamp AT TIME ZONE i.zone AS t1
-                FROM current c JOIN network_imports i ON i.import_id = c.import_id JOIN pick k ON k.app_id = c.app_id AND k.network = c.network
-                WHERE NOT i.is_delayed AND (i.imported_at AT TIME ZONE i.zone)::date - c.day >= k.final_after_days
-            )
-            SELECT d.app_id, d.network, d.zone, d.day::text, d.import_id, d.t0::text, d.t1::text,
-                   coalesce(e.micros, 0)::text, e.missing,
-                   (SELECT coalesce(sum(r.impressions), 0) FROM rollup_1h_compacted r
-                    WHERE r.app_id = d.app_id AND r.network = d.network AND r.hour >= d.t0 AND r.hour < d.t1)
-                   + (SELECT coalesce(sum(r.impressions), 0) FROM rollup_delta r
-                      WHERE r.app_id = d.app_id AND r.network = d.network AND r.bucket >= d.t0 AND date_trunc('hour', r.bucket) < d.t1
-                        AND date_trunc('hour', r.bucket) >= d.t0),
-                   extract(epoch FROM d.t0)::bigint, extract(epoch FROM d.t1)::bigint
-            FROM days d
-            LEFT JOIN LATERAL (
-                -- The day's earnings in the report currency, converted on the network's date.
-                SELECT sum(CASE WHEN r.currency = \(rc) THEN r.revenue_micros ELSE adtally_div_half_even(r.revenue_micros * fx.to_rate, fx.from_rate) END) AS micros,
-                       min(CASE WHEN r.currency <> \(rc) AND fx.to_rate IS NULL AND r.revenue_micros <> 0
-                                THEN r.day::text || ' ' || r.currency || ' '
-                                     || CASE WHEN NOT EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = r.day) THEN '*'
-                                             WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = r.day AND x.currency = \(rc)) THEN r.currency ELSE \(rc) END END) AS missing
-                FROM network_report_rows r
-                LEFT JOIN LATERAL (
-                    SELECT t.rate AS to_rate, f.rate AS from_rate
-                    FROM fx_rates t JOIN fx_rates f ON f.day = t.day AND f.base = t.base AND f.currency = r.currency
-                    WHERE r.currency <> \(rc) AND t.day = r.day AND t.currency = \(rc)
-                    ORDER BY t.base LIMIT 1
-                ) AS fx ON true
-                WHERE r.app_id = d.app_id AND r.network = d.network AND r.day = d.day AND r.import_id = d.import_id
-            ) AS e ON true
-            ORDER BY d.app_id, d.network, d.day
-            LIMIT \(maxRecordDays + 1)
-            """)
-        guard rows.count <= maxRecordDays else {
+        guard query.revenueSource == .ofRecord, ReportPlan(query).needsMoney else { return [] }
+        let asked = query.filters.first { $0.dimension == .network }?.values
+        var finalAfter: [String: Int] = [:]
+        for row in try connection.query("SELECT network, final_after_days FROM network_settings WHERE revenue_source = 'network_when_final'") {
+            let network: String = try row.decode(0)
+            if asked?.contains(network) ?? true { finalAfter[network] = try row.decode(1) }
+        }
+        guard !finalAfter.isEmpty else { return [] }
+
+        // The imports covering the networks' days that may touch the range (a network's
+        // zone is within a day of the report's), chosen as the reconciliation chooses them.
+        var span = query
+        span.from -= 2
+        span.to += 2
+        span.filters = [(.app, query.filters.first { $0.dimension == .app }?.values ?? query.apps), (.network, finalAfter.keys.sorted())]
+        let coverage = try ReconciliationEngine.decodeCoverage(try connection.query(ReconciliationEngine.coverageSQL(span)))
+        let final = ReconciliationEngine.choose(coverage).covered.filter { key, cover in !cover.isDelayed && cover.margin >= finalAfter[key.network]! }
+        guard !final.isEmpty else { return [] }
+        guard final.count <= maxRecordDays else {
             throw ReportQueryError("from", "the range holds more than \(maxRecordDays) days of networks' final earnings (revenue of record); narrow the range or the apps, or ask for revenue_source=sdk", kind: .tooLarge)
         }
-        return try rows.map { row in
-            if let missing = try row.decode(8, as: String?.self) { throw ReportCurrencyError(missing: missing, reportCurrency: rc) }
+
+        // Their earnings, in the report currency on each network day (a day a stated range
+        // covers without a line earned 0).
+        let groups = try ReconciliationEngine.decodeTheirs(
+            try connection.query(ReconciliationEngine.theirsSQL(span, grain: [.date, .app, .network])), width: 3, currency: query.currency
+        )
+        var earnings: [ReconciliationEngine.Covered: Int128] = [:]
+        for group in groups {
+            guard let day = group.key[0], let app = group.key[1], let network = group.key[2] else { continue }
+            let key = ReconciliationEngine.Covered(app: app, network: network, day: day)
+            if final[key]?.importID == group.importID { earnings[key, default: 0] += group.side.revenueMicros }
+        }
+
+        // Each day's instants, and AdTally's impressions of its app and network in its hours.
+        let days = final.keys.sorted { ($0.app, $0.network, $0.day) < ($1.app, $1.network, $1.day) }
+        let cte: PostgresQuery = """
+            WITH x AS MATERIALIZED (
+                SELECT u.i, u.app_id, u.network, u.day::timestamp AT TIME ZONE u.zone AS t0, (u.day + 1)::timestamp AT TIME ZONE u.zone AS t1
+                FROM unnest(\(array: days.indices.map { Int32($0) })::int[], \(array: days.map(\.app))::text[], \(array: days.map(\.network))::text[],
+                            \(array: days.map { final[$0]!.zone })::text[], \(array: days.map(\.day))::date[]) AS u (i, app_id, network, zone, day)
+            )
+            """
+        var instantsSQL = cte
+        instantsSQL.append("\nSELECT x.i, x.t0::text, x.t1::text, extract(epoch FROM x.t0)::bigint, extract(epoch FROM x.t1)::bigint FROM x ORDER BY x.i")
+        let instants = try connection.query(instantsSQL)
+            .map { row in (from: try row.decode(1, as: String.self), to: try row.decode(2, as: String.self), fromEpoch: try row.decode(3, as: Int64.self), toEpoch: try row.decode(4, as: Int64.self)) }
+        var impressions = [Int64](repeating: 0, count: days.count)
+        let apps = Array(Set(days.map(\.app))).sorted()
+        var impressionsSQL = cte
+        impressionsSQL.append("""
+
+            SELECT x.i, sum(r.impressions)::bigint FROM rollup_1h_compacted r
+            JOIN x ON x.app_id = r.app_id AND x.network = r.network AND r.hour >= x.t0 AND r.hour < x.t1
+            WHERE r.app_id = ANY(\(array: apps)::text[])
+            GROUP BY x.i
+            UNION ALL
+            SELECT x.i, sum(r.impressions)::bigint FROM rollup_delta r
+            JOIN x ON x.app_id = r.app_id AND x.network = r.network AND date_trunc('hour', r.bucket) >= x.t0 AND date_trunc('hour', r.bucket) < x.t1
+            WHERE r.app_id = ANY(\(array: apps)::text[])
+            GROUP BY x.i
+            """)
+        for row in try connection.query(impressionsSQL) {
+            impressions[Int(try row.decode(0, as: Int32.self))] += try row.decode(1, as: Int64.self)
+        }
+        return days.enumerated().map { index, key in
+            let instant = instants[index]
             return RecordDay(
-                app: try row.decode(0), network: try row.decode(1), zone: try row.decode(2), day: try row.decode(3), importID: try row.decode(4),
-                from: try row.decode(5), to: try row.decode(6), fromEpoch: try row.decode(10), toEpoch: try row.decode(11),
-                micros: try row.decode(7), impressions: try row.decode(9)
+                app: key.app, network: key.network, zone: final[key]!.zone, day: key.day, importID: final[key]!.importID,
+                from: instant.from, to: instant.to, fromEpoch: instant.fromEpoch, toEpoch: instant.toEpoch,
+                micros: String(earnings[key] ?? 0), impressions: impressions[index]
             )
         }
     }
