@@ -34,6 +34,7 @@ public struct ExportRoutes: Sendable {
         var format: String?
         var dir: String
         var query: [String: String]?
+        var kind: String?
     }
 
     struct RunBody: Decodable {
@@ -52,9 +53,13 @@ public struct ExportRoutes: Sendable {
             guard let format = ExportFormat(rawValue: body.format ?? "csv") else {
                 throw ProblemDetails(.badRequest, detail: "format: must be csv or json")
             }
-            let schedule = ExportSchedule(
+            guard let kind = ExportKind(rawValue: body.kind ?? "report") else {
+                throw ProblemDetails(.badRequest, detail: "kind: must be report or reconciliation")
+            }
+            var schedule = ExportSchedule(
                 name: body.name, query: body.query ?? [:], format: format, cron: body.cron, timezone: body.tz ?? "UTC", directory: body.dir
             )
+            schedule.kind = kind
             return try await Self.mapping {
                 try AdminRoutes.json(try await store.create(schedule, readable: try await engine.readableApps(only: nil), exportsRoot: exportsRoot), status: .created)
             }

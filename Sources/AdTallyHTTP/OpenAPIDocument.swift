@@ -621,7 +621,8 @@ paths:
                 tz: {type: string, description: "IANA zone of the cron times and slot names (default UTC)."}
                 format: {type: string, enum: [csv, json]}
                 dir: {type: string, description: "Absolute destination directory on the servers; files go to DIR/NAME/NAME-YYYYMMDDTHHMM.csv."}
-                query: {type: object, additionalProperties: {type: string}, description: "GET /v1/reports parameters; days counts the whole days before the slot's day."}
+                query: {type: object, additionalProperties: {type: string}, description: "GET /v1/reports parameters (GET /v1/reconciliation's for kind reconciliation); days counts the whole days before the slot's day."}
+                kind: {type: string, enum: [report, reconciliation], description: "What the files hold: a report (default) or the discrepancy report with the networks' imported reports."}
       responses:
         "201":
           description: Created.
@@ -993,9 +994,10 @@ components:
         effective_from: {type: string, format: date, description: "First UTC date it prices; until the same key's next date."}
     ExportSchedule:
       type: object
-      required: [name, query, format, cron, tz, dir, paused, skipped_slots, next_slots]
+      required: [name, kind, query, format, cron, tz, dir, paused, skipped_slots, next_slots]
       properties:
         name: {type: string}
+        kind: {type: string, enum: [report, reconciliation]}
         query: {type: object, additionalProperties: {type: string}}
         format: {type: string, enum: [csv, json]}
         cron: {type: string}

@@ -5,6 +5,7 @@ import ArgumentParser
 import Foundation
 
 extension ExportFormat: ExpressibleByArgument {}
+extension ExportKind: ExpressibleByArgument {}
 
 /// `adtally exports`: scheduled report files (DESIGN §5). Schedules live in the
 /// database; the server that leads the export runner writes them.
@@ -32,6 +33,8 @@ struct ExportsCommand: AsyncParsableCommand {
         @Option(help: "5-field cron expression (minute hour day-of-month month day-of-week), or @daily, @hourly, @weekly, @monthly.") var cron: String
         @Option(help: "IANA zone of the cron times and slot names (default UTC).") var tz = "UTC"
         @Option(help: "csv or json.") var format = ExportFormat.csv
+        @Option(help: "report, or reconciliation (the discrepancy report of adtally reconcile, with its options: --apps, --from/--to or --days, --dimensions, --filter, --currency).")
+        var kind = ExportKind.report
         @Option(help: "Destination directory (absolute; the schedule's folder is made in it).") var dir: String
         @OptionGroup var report: ReportOptions
         @Option(name: .customLong("report-tz"), help: "IANA zone of the report's days (default: the apps' own, or UTC when they differ).")
@@ -39,10 +42,11 @@ struct ExportsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let parameters = try report.parameters(tz: reportTZ)
-            let schedule = ExportSchedule(
+            var schedule = ExportSchedule(
                 name: name, query: Dictionary(parameters, uniquingKeysWith: { $1 }), format: format, cron: cron, timezone: tz,
                 directory: URL(fileURLWithPath: dir).standardizedFileURL.path
             )
+            schedule.kind = kind
             let exportsRoot = try Settings.resolve(flags: database.flags).exportsRoot
             let saved = try await database.withDatabase { database, _ in
                 let engine = database.reportEngine()
@@ -110,6 +114,7 @@ struct ExportsCommand: AsyncParsableCommand {
             if format == .json { return try printJSON(schedule) }
             print("name:      \(schedule.name)")
             print("cron:      \(schedule.cron) (\(schedule.timezone))")
+            print("kind:      \(schedule.kind.rawValue)")
             print("format:    \(schedule.format.rawValue)")
             print("files:     \(schedule.directory)/\(schedule.name)/\(schedule.name)-YYYYMMDDTHHMM.\(schedule.format.rawValue)")
             print("query:     \(schedule.query.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))")

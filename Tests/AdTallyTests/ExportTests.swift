@@ -386,6 +386,51 @@ struct ExportTests {
         }
     }
 
+    @Test("a reconciliation schedule writes the discrepancy report of its days beside its manifest; a report-only parameter is refused, naming it")
+    func reconciliationExport() async throws {
+        try await Self.withSeededDatabase { conninfo, services, directory in
+            let readable = try await services.reports.readableApps(only: nil)
+            let today = Int((Date().timeIntervalSince1970 / 86_400).rounded(.down))
+            func day(_ back: Int) -> String { ReportQuery.formatDate(today - back) }
+            // The seed has one admob impression on each UTC day before today; the network says 1, 1, 2.
+            let csv = "date,app,network,format,country,impressions,clicks,revenue,currency\n"
+                + "\(day(1)),exp,admob,banner,US,1,0,0,USD\n\(day(2)),exp,admob,banner,US,1,0,0,USD\n\(day(3)),exp,admob,banner,US,2,0,0,USD\n"
+            _ = try await NetworkReportStore(pool: services.database.pool)
+                .importReport(try NetworkReport.parse(Array(csv.utf8), source: .csv), fileSHA256: String(repeating: "c", count: 64), via: "cli")
+            var schedule = ExportSchedule(
+                name: "recon", query: ["apps": "exp", "from": day(3), "to": day(1), "metrics": "revenue"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory
+            )
+            schedule.kind = .reconciliation
+            await #expect {
+                _ = try await services.exports.create(schedule, readable: readable, exportsRoot: services.exportsRoot)
+            } throws: { error in
+                (error as? FieldError)?.field == "query.metrics"
+            }
+            schedule.query = ["apps": "exp", "from": day(3), "to": day(1), "dimensions": "date,network", "network": "admob"]
+            let saved = try await services.exports.create(schedule, readable: readable, exportsRoot: services.exportsRoot)
+            #expect(saved.kind == .reconciliation)
+            #expect(String(decoding: try JSONEncoder().encode(saved), as: UTF8.self).contains(#""kind":"reconciliation""#))
+            let run = try await services.exports.requestRun("recon", slot: nil)
+            let (runner, pool) = Exports.runner(services, conninfo, identity: "one")
+            let task = Task { await runner.run() }
+            try await waitUntil { try await services.exports.run("recon", slot: run.slot)?.status == "succeeded" }
+            task.cancel()
+            await task.value
+            await pool.shutdown()
+            let done = try #require(try await services.exports.run("recon", slot: run.slot))
+            let manifest = try Exports.checkManifest(directory, "recon", "recon-\(run.slot).csv", run: done)
+            // The last day is not final yet (1 day after it, the window is 3).
+            #expect(manifest["status"] as? String == "provisional" && done.fileStatus == "provisional")
+            let rows = try #require(Reports.strictCSV(try String(contentsOfFile: "\(directory)/recon/recon-\(run.slot).csv", encoding: .utf8)))
+            #expect(rows.first == ["date", "network"] + ReconciliationDocument.metricColumns.map(\.name))
+            #expect(rows.dropFirst().map { Array($0.prefix(5)) } == [
+                [day(3), "admob", "1", "2", "50"], [day(2), "admob", "1", "1", "0"], [day(1), "admob", "1", "1", "0"],
+            ], "\(rows)")
+            let flagged = ReconciliationDocument.metricColumns.firstIndex { $0.name == "flagged" }! + 2
+            #expect(rows.dropFirst().map { $0[flagged] } == ["true", "false", "false"])
+        }
+    }
+
     @Test("a failed attempt waits its backoff; a run left running by a dead leader counts as an attempt; a paused schedule runs nothing")
     func backoffOrphansAndPause() async throws {
         try await Self.withSeededDatabase { conninfo, services, directory in

@@ -5,6 +5,14 @@ public enum ExportFormat: String, Sendable, Codable, CaseIterable {
     case csv, json
 }
 
+/// What a scheduled export writes.
+public enum ExportKind: String, Sendable, Codable, CaseIterable {
+    /// A report (`GET /v1/reports`).
+    case report
+    /// The discrepancy report with the networks (`GET /v1/reconciliation`, DESIGN §11).
+    case reconciliation
+}
+
 /// A schedule that cannot be saved: the field (`name`, `cron`, `tz`, `format`, `dir`,
 /// or `query.PARAMETER`) and the rule (a 400 / a CLI error).
 public typealias ExportScheduleError = FieldError
@@ -18,6 +26,8 @@ public struct ExportSchedule: Sendable, Equatable {
     public var query: [String: String]
     /// CSV or JSON.
     public var format: ExportFormat
+    /// A report, or the reconciliation with the networks' reports.
+    public var kind: ExportKind = .report
     /// The cron expression.
     public var cron: String
     /// The IANA zone the cron expression and slot names are in.
@@ -78,7 +88,23 @@ public struct ExportSchedule: Sendable, Equatable {
         _ = try cronSchedule
         _ = try zone
         guard directory.hasPrefix("/") else { throw ExportScheduleError("dir", "must be an absolute path, got \"\(directory)\"") }
-        _ = try reportQuery(at: now, readable: readable)
+        switch kind {
+        case .report: _ = try reportQuery(at: now, readable: readable)
+        case .reconciliation: _ = try reconciliationQuery(at: now, readable: readable)
+        }
+    }
+
+    /// The reconciliation a slot due at `due` writes (`kind` reconciliation): `days` are
+    /// the whole UTC days before the slot.
+    public func reconciliationQuery(at due: Date, readable: [ReportApp]) throws(ExportScheduleError) -> ReconciliationQuery {
+        if let name = query.keys.first(where: { Self.forbiddenParameters.contains($0) || $0 == "format" }) {
+            throw ExportScheduleError("query.\(name)", "a reconciliation schedule cannot hold a \(name) (the file format is the schedule's own)")
+        }
+        do {
+            return try ReconciliationQuery.parse(query.sorted { $0.key < $1.key }, readable: readable, isAdmin: true, output: format == .json ? .json : .csv, now: due)
+        } catch {
+            throw ExportScheduleError("query.\(error.parameter)", error.message)
+        }
     }
 
     /// The next `count` slots due after `instant` (none when the cron or zone is invalid).
@@ -180,7 +206,7 @@ public struct ExportManifest: Sendable, Equatable {
 
 extension ExportSchedule: Encodable {
     enum CodingKeys: String, CodingKey {
-        case name, query, format, cron, tz, dir, paused
+        case name, kind, query, format, cron, tz, dir, paused
         case createdAt = "created_at", skippedSlots = "skipped_slots", lastSkipped = "last_skipped", nextSlots = "next_slots"
     }
 
@@ -197,6 +223,7 @@ extension ExportSchedule: Encodable {
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(name, forKey: .name)
+        try container.encode(kind, forKey: .kind)
         try container.encode(query, forKey: .query)
         try container.encode(format, forKey: .format)
         try container.encode(cron, forKey: .cron)

@@ -268,7 +268,6 @@ public final class ExportRunner: Sendable {
         let relative = schedule.fileName(slot: claim.slot, isFinalRewrite: claim.pass == 2)
         var rows: Int64 = 0
         do {
-            let query = try schedule.reportQuery(at: claim.dueAt, readable: try await engine.readableApps(only: nil))
             // File work (open, write, fsync) blocks: it runs on NIO's blocking pool, never on
             // the cooperative threads HTTP and ingest run on.
             guard let root = configuration.exportsRoot else { throw ExportScheduleError("dir", "this server has no exports root, and writes no export") }
@@ -276,53 +275,11 @@ public final class ExportRunner: Sendable {
             let file = try await NIOThreadPool.singleton.runIfActive {
                 try ExportFile(path: try ExportFile.resolve(directory: directory, root: root) + "/" + relative)
             }
-            @Sendable func write(_ bytes: [UInt8]) async throws { try await NIOThreadPool.singleton.runIfActive { try file.write(bytes) } }
-            let layout = ReportLayout(query: query)
-            var summary: ReportSummary?
-            var buffer: [UInt8] = []
-            buffer.reserveCapacity(1 << 16)
-            let afterChunk = configuration.afterChunk
-            let totals = try await engine.stream(query, withSummary: true, withTotals: schedule.format == .json) { head in
-                summary = head
-                // The final rewrite waits while any day may still change (the database's
-                // clock decides, as in every report's notes).
-                if claim.pass == 2, let head, !head.notes.provisionalDays.isEmpty {
-                    throw StillProvisional(until: head.notes.finalAt.map { Date(timeIntervalSince1970: TimeInterval($0)) })
-                }
-                switch schedule.format {
-                case .csv: ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &buffer)
-                case .json: buffer = ReportDocument.jsonHead(layout)
-                }
-                try await write(buffer)
-            } rows: { chunk in
-                buffer.removeAll(keepingCapacity: true)
-                for row in chunk {
-                    switch schedule.format {
-                    case .csv: layout.appendCSV(row, to: &buffer)
-                    case .json: ReportDocument.appendJSONRow(row, layout: layout, isFirst: rows == 0, to: &buffer)
-                    }
-                    rows += 1
-                }
-                try await write(buffer)
-                try await afterChunk?(relative)
-            }
-            guard let summary else { throw ExportFileError(relative, "the report returned no summary") }
-            if schedule.format == .json {
-                buffer.removeAll(keepingCapacity: true)
-                ReportDocument(layout: layout, rows: [], totals: totals ?? ReportCounts(), previousTotals: summary.previousTotals, notes: summary.notes, nextCursor: nil)
-                    .appendJSONTail(to: &buffer)
-                buffer.append(0x0A)
-                try await write(buffer)
-            }
-            let sha256 = try await NIOThreadPool.singleton.runIfActive { try file.finish() }
-            let isFinal = summary.notes.provisionalDays.isEmpty
-            var manifest = ExportManifest(
-                schedule: schedule.name, slot: claim.slot, rows: rows, bytes: file.bytes, sha256: sha256, isFinal: isFinal,
-                file: String(relative.split(separator: "/").last!), provisionalDays: summary.notes.provisionalDays, generatedAt: Date()
-            )
-            manifest.readFrom = summary.notes.readFrom
-            let manifestJSON = manifest.json(query: query)
-            let finalDue = isFinal ? nil : summary.notes.finalAt.map { Date(timeIntervalSince1970: TimeInterval($0)) }
+            let written = schedule.kind == .reconciliation
+                ? try await writeReconciliation(claim, relative: relative, to: file)
+                : try await writeReport(claim, relative: relative, to: file)
+            rows = written.rows
+            let (sha256, isFinal, finalDue, manifestJSON) = (written.sha256, written.isFinal, written.finalDue, written.manifest)
             let bytes = file.bytes, rowCount = rows
             let durationMs = Self.milliseconds(ContinuousClock.now - started)
             let runner = configuration.identity
@@ -388,6 +345,91 @@ public final class ExportRunner: Sendable {
             }
             if interrupted { throw CancellationError() }
         }
+    }
+
+    /// What a run wrote: its rows, the file's hash, whether it is final (and when a
+    /// final rewrite is due otherwise), and its manifest.
+    struct Written {
+        var rows: Int64
+        var sha256: String
+        var isFinal: Bool
+        var finalDue: Date?
+        var manifest: [UInt8]
+    }
+
+    /// Streams a report slot's rows into `file`.
+    func writeReport(_ claim: Claim, relative: String, to file: ExportFile) async throws -> Written {
+        let schedule = claim.schedule
+        var rows: Int64 = 0
+        let query = try schedule.reportQuery(at: claim.dueAt, readable: try await engine.readableApps(only: nil))
+        @Sendable func write(_ bytes: [UInt8]) async throws { try await NIOThreadPool.singleton.runIfActive { try file.write(bytes) } }
+        let layout = ReportLayout(query: query)
+        var summary: ReportSummary?
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(1 << 16)
+        let afterChunk = configuration.afterChunk
+        let totals = try await engine.stream(query, withSummary: true, withTotals: schedule.format == .json) { head in
+            summary = head
+            // The final rewrite waits while any day may still change (the database's
+            // clock decides, as in every report's notes).
+            if claim.pass == 2, let head, !head.notes.provisionalDays.isEmpty {
+                throw StillProvisional(until: head.notes.finalAt.map { Date(timeIntervalSince1970: TimeInterval($0)) })
+            }
+            switch schedule.format {
+            case .csv: ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &buffer)
+            case .json: buffer = ReportDocument.jsonHead(layout)
+            }
+            try await write(buffer)
+        } rows: { chunk in
+            buffer.removeAll(keepingCapacity: true)
+            for row in chunk {
+                switch schedule.format {
+                case .csv: layout.appendCSV(row, to: &buffer)
+                case .json: ReportDocument.appendJSONRow(row, layout: layout, isFirst: rows == 0, to: &buffer)
+                }
+                rows += 1
+            }
+            try await write(buffer)
+            try await afterChunk?(relative)
+        }
+        guard let summary else { throw ExportFileError(relative, "the report returned no summary") }
+        if schedule.format == .json {
+            buffer.removeAll(keepingCapacity: true)
+            ReportDocument(layout: layout, rows: [], totals: totals ?? ReportCounts(), previousTotals: summary.previousTotals, notes: summary.notes, nextCursor: nil)
+                .appendJSONTail(to: &buffer)
+            buffer.append(0x0A)
+            try await write(buffer)
+        }
+        let sha256 = try await NIOThreadPool.singleton.runIfActive { try file.finish() }
+        let isFinal = summary.notes.provisionalDays.isEmpty
+        var manifest = ExportManifest(
+            schedule: schedule.name, slot: claim.slot, rows: rows, bytes: file.bytes, sha256: sha256, isFinal: isFinal,
+            file: String(relative.split(separator: "/").last!), provisionalDays: summary.notes.provisionalDays, generatedAt: Date()
+        )
+        manifest.readFrom = summary.notes.readFrom
+        let manifestJSON = manifest.json(query: query)
+        let finalDue = isFinal ? nil : summary.notes.finalAt.map { Date(timeIntervalSince1970: TimeInterval($0)) }
+        return Written(rows: rows, sha256: sha256, isFinal: isFinal, finalDue: finalDue, manifest: manifestJSON)
+    }
+
+    /// Writes a reconciliation slot (`kind` reconciliation): the discrepancy report of
+    /// `GET /v1/reconciliation` for the slot's days, whole (at most
+    /// `ReconciliationEngine.maxRows` rows). Final when every row's network days are
+    /// final; a later import changes it, so there is no final rewrite to wait for.
+    func writeReconciliation(_ claim: Claim, relative: String, to file: ExportFile) async throws -> Written {
+        let schedule = claim.schedule
+        let query = try schedule.reconciliationQuery(at: claim.dueAt, readable: try await engine.readableApps(only: nil))
+        let document = try await ReconciliationEngine(reports: engine).run(query)
+        let bytes = schedule.format == .json ? document.json() + [0x0A] : document.csv()
+        try await NIOThreadPool.singleton.runIfActive { try file.write(bytes) }
+        try await configuration.afterChunk?(relative)
+        let sha256 = try await NIOThreadPool.singleton.runIfActive { try file.finish() }
+        let isFinal = document.rows.allSatisfy(\.isFinal)
+        let manifest = ExportManifest(
+            schedule: schedule.name, slot: claim.slot, rows: Int64(document.rows.count), bytes: file.bytes, sha256: sha256, isFinal: isFinal,
+            file: String(relative.split(separator: "/").last!), provisionalDays: [], generatedAt: Date()
+        )
+        return Written(rows: Int64(document.rows.count), sha256: sha256, isFinal: isFinal, finalDue: nil, manifest: manifest.json(query: query.report))
     }
 
     /// A final rewrite whose days are not final yet (the horizon widened, or clocks differ).

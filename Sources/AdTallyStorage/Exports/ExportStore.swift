@@ -105,7 +105,7 @@ public struct ExportStore: Sendable {
     /// A store over a pool.
     public init(pool: PostgresPool) { self.pool = pool }
 
-    static let scheduleColumns = "name, query::text, format, cron, timezone, directory, paused, created_at, skipped_slots, last_skipped"
+    static let scheduleColumns = "name, query::text, format, cron, timezone, directory, paused, created_at, skipped_slots, last_skipped, kind"
 
     static func schedule(_ row: PostgresRow) throws -> ExportSchedule {
         let query = try JSONDecoder().decode([String: String].self, from: Data(try row.decode(1, as: String.self).utf8))
@@ -117,6 +117,7 @@ public struct ExportStore: Sendable {
         schedule.createdAt = try row.decode(7)
         schedule.skippedSlots = try row.decode(8)
         schedule.lastSkipped = try row.decode(9)
+        schedule.kind = ExportKind(rawValue: try row.decode(10)) ?? .report
         return schedule
     }
 
@@ -141,8 +142,8 @@ public struct ExportStore: Sendable {
         let query = String(decoding: try encoder.encode(schedule.query), as: UTF8.self)
         do {
             let rows = try await pool.query("""
-                INSERT INTO export_schedules (name, query, format, cron, timezone, directory)
-                VALUES (\(schedule.name), \(query)::jsonb, \(schedule.format.rawValue), \(schedule.cron), \(schedule.timezone), \(schedule.directory))
+                INSERT INTO export_schedules (name, query, format, cron, timezone, directory, kind)
+                VALUES (\(schedule.name), \(query)::jsonb, \(schedule.format.rawValue), \(schedule.cron), \(schedule.timezone), \(schedule.directory), \(schedule.kind.rawValue))
                 RETURNING \(unsafeRaw: Self.scheduleColumns)
                 """)
             return try Self.schedule(rows[0])
