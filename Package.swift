@@ -28,7 +28,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
-        // Tests and the benchmark driver: a real HTTP client for a separate server process.
+        // The networks' report pulls; tests and the benchmark driver: a real HTTP client.
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // The app-side kit (a package of its own, no dependencies): the tests drive it against a real server.
         .package(path: "Clients/AdTallyKit"),
@@ -96,6 +96,8 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                // The networks' reporting APIs (pulls, DESIGN §11).
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: strict
         ),

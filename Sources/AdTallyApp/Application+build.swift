@@ -27,6 +27,8 @@ public struct AppServices: Sendable {
     public let exports: ExportStore
     /// The folder every export destination lies in.
     public let exportsRoot: String
+    /// The key the networks' API credentials are encrypted with (nil: the database's own).
+    public let credentialsKey: String?
     /// Runs due export slots while this server leads.
     public let exportRunner: ExportRunner
     /// Writes the report engine's recent numbers where Grafana reads them.
@@ -60,9 +62,11 @@ public struct AppServices: Sendable {
         self.reports = database.reportEngine(logger: logger)
         self.exports = ExportStore(pool: database.pool)
         self.exportsRoot = settings.exportsRoot
+        self.credentialsKey = settings.credentialsKey
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
         runner.exportsRoot = settings.exportsRoot
+        runner.pulls = NetworkPulls(pool: database.pool, key: settings.credentialsKey, fetch: NetworkPullClient.fetch)
         // The server's own reports run on pools HTTP readers never take (Database.backgroundReads).
         let background = database.backgroundReportEngine(logger: logger)
         self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: background, logger: Logger(label: "adtally.exports"))
@@ -129,7 +133,8 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     // discrepancy report's own side through the report engine.
     ReconciliationRoutes(
         engine: ReconciliationEngine(reports: services.reports), reports: services.reports,
-        store: NetworkReportStore(pool: services.database.adminPool), authenticator: authenticator, shares: shares
+        store: NetworkReportStore(pool: services.database.adminPool),
+        pulls: NetworkPulls(pool: services.database.adminPool, key: services.credentialsKey), authenticator: authenticator, shares: shares
     ).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(

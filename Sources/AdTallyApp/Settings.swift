@@ -57,6 +57,10 @@ public struct Settings: Sendable {
     /// data directory's `exports`): the exports API takes folders from the network, and
     /// must not write wherever the server's user can.
     public var exportsRoot: String = ""
+    /// The key the networks' API credentials are encrypted with (`ADTALLY_CREDENTIALS_KEY`;
+    /// from the environment only, never a flag a process list shows). Without it, a key kept
+    /// in the database (server_secrets) is used, and a dump of the database holds both.
+    public var credentialsKey: String?
     /// A folder whose files are served as they are under `/static/` (`--static-dir`): a
     /// hand-written switch file, say, served beside the computed one.
     public var staticDirectory: String?
@@ -222,6 +226,7 @@ public struct Settings: Sendable {
         settings.exportsRoot = URL(fileURLWithPath: text(flags.exportsRoot, "ADTALLY_EXPORTS_ROOT") ?? settings.dataDirectory + "/exports")
             .standardizedFileURL.path
         settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
+        settings.credentialsKey = text(nil, "ADTALLY_CREDENTIALS_KEY")
         if let folder = settings.staticDirectory {
             var isFolder: ObjCBool = false
             guard FileManager.default.fileExists(atPath: folder, isDirectory: &isFolder), isFolder.boolValue else {

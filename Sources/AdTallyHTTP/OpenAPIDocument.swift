@@ -595,6 +595,82 @@ paths:
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "413": {$ref: "#/components/responses/Problem"}
+  /v1/network-pulls:
+    get:
+      summary: "The pulls from the networks' reporting APIs (an admin key); credentials are never shown."
+      responses:
+        "200":
+          description: Pulls by name.
+          content:
+            application/json:
+              schema: {type: object, required: [pulls], properties: {pulls: {type: array, items: {$ref: "#/components/schemas/NetworkPull"}}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+  /v1/network-pulls/runs:
+    get:
+      summary: "Pull runs, newest day first (an admin key)."
+      parameters:
+        - {name: pull, in: query, schema: {type: string}}
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+      responses:
+        "200":
+          description: Runs.
+          content:
+            application/json:
+              schema: {type: object, required: [runs], properties: {runs: {type: array, items: {$ref: "#/components/schemas/NetworkPullRun"}}}}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+  /v1/network-pulls/{name}:
+    put:
+      summary: "Create or replace a pull (an admin key): the running server asks the endpoint each UTC day for yesterday and restatement_days before it, and imports the answer. The credential is stored encrypted and never returned."
+      parameters:
+        - {name: name, in: path, required: true, schema: {type: string}}
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [source, endpoint, credential]
+              properties:
+                source: {type: string, enum: [admob, max, levelplay]}
+                endpoint: {type: string, description: "The reporting API's URL (http or https)."}
+                credential: {type: string, description: "AdMob's or LevelPlay's bearer token, MAX's API key."}
+                restatement_days: {type: integer, minimum: 0, maximum: 30}
+      responses:
+        "200":
+          description: The pull.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/NetworkPull"}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+    delete:
+      summary: "Delete a pull and its runs (an admin key); its imports stay."
+      parameters:
+        - {name: name, in: path, required: true, schema: {type: string}}
+      responses:
+        "204": {description: Deleted.}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/network-pulls/{name}/run:
+    post:
+      summary: "Pull now (an admin key): today's run, again if it ended; the server's export runner takes it."
+      parameters:
+        - {name: name, in: path, required: true, schema: {type: string}}
+      responses:
+        "202":
+          description: The run, pending.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/NetworkPullRun"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
   /v1/exports:
     get:
       summary: Export schedules (an admin key), with their next slots.
@@ -1146,6 +1222,30 @@ components:
         kind: {type: string, enum: [app, network]}
         external: {type: string, minLength: 1, maxLength: 200}
         target: {type: string, minLength: 1, maxLength: 64}
+    NetworkPull:
+      type: object
+      required: [name, source, endpoint, restatement_days, paused]
+      properties:
+        name: {type: string}
+        source: {type: string, enum: [admob, max, levelplay]}
+        endpoint: {type: string}
+        restatement_days: {type: integer}
+        paused: {type: boolean}
+    NetworkPullRun:
+      type: object
+      required: [pull, day, status, trigger, attempts]
+      properties:
+        pull: {type: string}
+        day: {type: string, format: date}
+        status: {type: string, enum: [pending, running, retrying, succeeded, failed]}
+        trigger: {type: string, enum: [schedule, manual]}
+        attempts: {type: integer}
+        first_day: {type: [string, "null"], format: date}
+        last_day: {type: [string, "null"], format: date}
+        import_id: {type: [integer, "null"]}
+        lines: {type: [integer, "null"]}
+        error: {type: [string, "null"]}
+        finished_at: {type: [string, "null"], format: date-time}
     NetworkSettings:
       type: object
       required: [network, tolerance_pct, final_after_days, revenue_source]

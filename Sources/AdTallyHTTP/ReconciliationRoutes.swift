@@ -14,8 +14,11 @@ import Synchronization
 ///   network's file as the body (up to 32 MiB), all or none; `GET /v1/network-reports`
 ///   lists the imports.
 /// - `GET|PUT|DELETE /v1/network-mappings`: the networks' names for apps and networks.
-/// - `GET /v1/network-settings`, `PUT /v1/network-settings/{network}`: tolerance and
-///   restatement window.
+/// - `GET /v1/network-settings`, `PUT /v1/network-settings/{network}`: tolerance,
+///   restatement window and revenue policy.
+/// - `GET /v1/network-pulls`, `PUT|DELETE /v1/network-pulls/{name}`, `POST
+///   /v1/network-pulls/{name}/run`, `GET /v1/network-pulls/runs`: pulls from the
+///   networks' APIs (the credential goes in, never out).
 ///
 /// Everything but the discrepancy report needs an admin key.
 public struct ReconciliationRoutes: Sendable {
@@ -24,6 +27,7 @@ public struct ReconciliationRoutes: Sendable {
     let store: NetworkReportStore
     let authenticator: KeyAuthenticator
     let shares: ReportShares
+    let pulls: NetworkPulls
     /// One import is read at a time per server: a report is decoded whole (up to
     /// `NetworkReport.maxBytes`), so this is what bounds the memory imports take.
     let importing = ImportGate()
@@ -35,7 +39,8 @@ public struct ReconciliationRoutes: Sendable {
     }
 
     /// Creates the routes; imports and settings go through `store`, the report through `engine`.
-    public init(engine: ReconciliationEngine, reports: ReportEngine, store: NetworkReportStore, authenticator: KeyAuthenticator, shares: ReportShares) {
+    public init(engine: ReconciliationEngine, reports: ReportEngine, store: NetworkReportStore, pulls: NetworkPulls, authenticator: KeyAuthenticator, shares: ReportShares) {
+        self.pulls = pulls
         self.engine = engine
         self.reports = reports
         self.store = store
@@ -44,6 +49,16 @@ public struct ReconciliationRoutes: Sendable {
     }
 
     struct MappingsBody: Decodable { var mappings: [NetworkReportStore.Mapping] }
+    struct PullBody: Decodable {
+        var source: String
+        var endpoint: String
+        var credential: String
+        var restatementDays: Int?
+        enum CodingKeys: String, CodingKey {
+            case source, endpoint, credential
+            case restatementDays = "restatement_days"
+        }
+    }
     struct SettingsBody: Decodable {
         var tolerancePct: Double?
         var finalAfterDays: Int?
@@ -141,6 +156,35 @@ public struct ReconciliationRoutes: Sendable {
             let network = try context.parameters.require("network")
             let body: SettingsBody = try await AdminRoutes.decode(request)
             return try AdminRoutes.json(try await store.setSettings(network: network, tolerancePct: body.tolerancePct, finalAfterDays: body.finalAfterDays, revenueSource: body.revenueSource))
+        }
+        router.get("v1/network-pulls") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            return try AdminRoutes.json(["pulls": try await pulls.list()])
+        }
+        router.get("v1/network-pulls/runs") { request, _ in
+            _ = try await authenticator.require(.admin, request)
+            let limit = try request.uri.queryParameters.get("limit").map { text in
+                guard let value = Int(text), (1...10_000).contains(value) else { throw ProblemDetails(.badRequest, detail: "limit: must be a whole number from 1 to 10000") }
+                return value
+            } ?? 100
+            return try AdminRoutes.json(["runs": try await pulls.runs(request.uri.queryParameters.get("pull"), limit: limit)])
+        }
+        router.on(.put, "v1/network-pulls/:name") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            let name = try context.parameters.require("name")
+            let body: PullBody = try await AdminRoutes.decode(request)
+            guard let source = NetworkReportSource(rawValue: body.source) else { throw FieldError("source", "must be admob, max or levelplay") }
+            return try AdminRoutes.json(try await pulls.save(NetworkPull(name: name, source: source, endpoint: body.endpoint, restatementDays: body.restatementDays ?? 3), credential: body.credential))
+        }
+        router.delete("v1/network-pulls/:name") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            guard try await pulls.delete(try context.parameters.require("name")) else { throw ProblemDetails(.notFound, detail: "no such pull") }
+            return Response(status: .noContent)
+        }
+        router.post("v1/network-pulls/:name/run") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            guard let run = try await pulls.requestRun(try context.parameters.require("name")) else { throw ProblemDetails(.notFound, detail: "no such pull") }
+            return try AdminRoutes.json(run, status: .accepted)
         }
     }
 }

@@ -6,7 +6,7 @@ import Foundation
 
 extension NetworkReportSource: ExpressibleByArgument {}
 
-/// `adtally networks import|imports|map|unmap|mappings|settings`: the networks' own
+/// `adtally networks import|imports|map|unmap|mappings|settings|pulls`: the networks' own
 /// reports (DESIGN §11) and what is needed to compare them.
 struct NetworksCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -17,9 +17,10 @@ struct NetworksCommand: AsyncParsableCommand {
               adtally networks import --source max max-report.csv
               adtally networks map --source levelplay --app 1a2b3c4d --to my-game
               adtally networks settings levelplay --tolerance-pct 15 --final-after-days 3
+              adtally networks pulls set admob-main --source admob --endpoint https://admob.googleapis.com/v1/accounts/pub-123/networkReport:generate --credential-file token.txt
               adtally reconcile --apps my-game --days 30
             """,
-        subcommands: [Import.self, Imports.self, Map.self, Unmap.self, Mappings.self, Settings.self]
+        subcommands: [Import.self, Imports.self, Map.self, Unmap.self, Mappings.self, Settings.self, Pulls.self]
     )
 
     struct Import: AsyncParsableCommand {
@@ -154,6 +155,93 @@ struct NetworksCommand: AsyncParsableCommand {
                 printTable(["NETWORK", "TOLERANCE %", "FINAL AFTER DAYS", "REVENUE"], all.map { [$0.network, ReportText.ratio($0.tolerancePct), String($0.finalAfterDays), $0.revenueSource] })
                 let defaults = NetworkReportStore.Settings.defaults("")
                 print("other networks: tolerance \(ReportText.ratio(defaults.tolerancePct)) %, final \(defaults.finalAfterDays) days after the day, revenue \(defaults.revenueSource)")
+            }
+        }
+    }
+}
+
+extension NetworksCommand {
+    /// `adtally networks pulls set|list|runs|run-now|delete`: the networks' reports pulled
+    /// from their APIs daily by the running server (yesterday and the restatement window).
+    struct Pulls: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Pull the networks' reports from their APIs: the running server asks each day for yesterday and the restatement window.",
+            subcommands: [Set.self, List.self, Runs.self, RunNow.self, Delete.self]
+        )
+
+        struct Set: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Create or replace a pull; the credential (an API key or bearer token) is read from a file or standard input, stored encrypted, and never shown."
+            )
+            @OptionGroup var database: DatabaseOptions
+            @Argument(help: "Name: a-z, 0-9, - and _.") var name: String
+            @Option(help: "admob, max or levelplay.") var source: NetworkReportSource
+            @Option(help: "The reporting API's URL (AdMob's .../networkReport:generate, MAX's .../maxReport, LevelPlay's stats URL).") var endpoint: String
+            @Option(help: "A file holding the credential, - for standard input (not an argument: a process list would show it).") var credentialFile: String
+            @Option(help: "Days before yesterday asked again each day (restated days).") var restatementDays = 3
+
+            func run() async throws {
+                let raw = credentialFile == "-" ? Array(FileHandle.standardInput.readDataToEndOfFile().prefix(8192)) : try readFile(credentialFile, atMost: 8192, what: "--credential-file")
+                let credential = String(decoding: raw, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                let saved = try await database.withDatabase { database, _ in
+                    try await NetworkPulls(pool: database.pool, key: ProcessInfo.processInfo.environment["ADTALLY_CREDENTIALS_KEY"])
+                        .save(NetworkPull(name: name, source: source, endpoint: endpoint, restatementDays: restatementDays), credential: credential)
+                }
+                print("pull \(saved.name): \(saved.source.rawValue) from \(saved.endpoint), yesterday and \(saved.restatementDays) days before, each UTC day")
+            }
+        }
+
+        struct List: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "List the pulls (without their credentials).")
+            @OptionGroup var database: DatabaseOptions
+            @Option(help: "table or json.") var format = OutputFormat.table
+
+            func run() async throws {
+                let pulls = try await database.withDatabase { database, _ in try await NetworkPulls(pool: database.pool).list() }
+                if format == .json { return try printJSON(["pulls": pulls]) }
+                printTable(["NAME", "SOURCE", "ENDPOINT", "RESTATEMENT DAYS", "STATE"], pulls.map {
+                    [$0.name, $0.source.rawValue, $0.endpoint, String($0.restatementDays), $0.isPaused ? "paused" : "active"]
+                })
+            }
+        }
+
+        struct Runs: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "A pull's runs (or every pull's), newest day first.")
+            @OptionGroup var database: DatabaseOptions
+            @Argument(help: "The pull (none: all).") var name: String?
+            @Option(help: "Most runs.") var limit = 30
+            @Option(help: "table or json.") var format = OutputFormat.table
+
+            func run() async throws {
+                let runs = try await database.withDatabase { database, _ in try await NetworkPulls(pool: database.pool).runs(name, limit: limit) }
+                if format == .json { return try printJSON(["runs": runs]) }
+                printTable(["PULL", "DAY", "STATUS", "ATTEMPTS", "DAYS", "IMPORT", "LINES", "ERROR"], runs.map { run in
+                    [run.pull, run.day, run.status, String(run.attempts), run.firstDay.map { "\($0)..\(run.lastDay ?? "")" } ?? "-",
+                     run.importID.map(String.init) ?? "-", run.lines.map(String.init) ?? "-", run.error ?? ""]
+                })
+            }
+        }
+
+        struct RunNow: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(commandName: "run-now", abstract: "Ask the running server to pull now (today's run, again if it ended).")
+            @OptionGroup var database: DatabaseOptions
+            @Argument(help: "The pull.") var name: String
+
+            func run() async throws {
+                let run = try await database.withDatabase { database, _ in try await NetworkPulls(pool: database.pool).requestRun(name) }
+                guard let run else { throw ValidationError("no pull \(name)") }
+                print("pull \(run.pull) for \(run.day): \(run.status); the running server's export runner takes it (adtally networks pulls runs \(run.pull))")
+            }
+        }
+
+        struct Delete: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Delete a pull and its run history (its imports stay).")
+            @OptionGroup var database: DatabaseOptions
+            @Argument(help: "The pull.") var name: String
+
+            func run() async throws {
+                guard try await database.withDatabase({ database, _ in try await NetworkPulls(pool: database.pool).delete(name) }) else { throw ValidationError("no pull \(name)") }
+                print("pull \(name) deleted")
             }
         }
     }

@@ -50,6 +50,9 @@ public final class ExportRunner: Sendable {
         public var now: @Sendable () -> Date = { Date() }
         /// Test hook: awaited after each chunk of rows is written (to stop a run mid-file).
         public var afterChunk: (@Sendable (_ file: String) async throws -> Void)?
+        /// The networks' report pulls (DESIGN §11), run by the same leader with the same
+        /// retries and run history; nil: none.
+        public var pulls: NetworkPulls?
 
         /// Defaults for a server.
         public init(identity: String) { self.identity = identity }
@@ -130,6 +133,7 @@ public final class ExportRunner: Sendable {
                    finished_at = now(), error = 'the runner (' || coalesce(runner, '?') || ') stopped during this attempt'
             WHERE status = 'running'
             """)
+        if configuration.pulls != nil { try NetworkPulls.recover(connection, maxAttempts: configuration.maxAttempts) }
         _ = try connection.query("""
             INSERT INTO export_leader (runner, since) VALUES (\(configuration.identity), now())
             ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, since = excluded.since
@@ -165,6 +169,16 @@ public final class ExportRunner: Sendable {
         }
         while !Task.isCancelled, let claim = try await lease.run({ try Self.claim($0, now: configuration.now(), runner: configuration.identity) }) {
             try await execute(claim, lease: lease)
+        }
+        // The networks' reports: today's pull of each (UTC), then whatever is due.
+        if let pulls = configuration.pulls {
+            try await lease.run { connection in try NetworkPulls.plan(connection, now: now) }
+            while !Task.isCancelled, let claim = try await lease.run({ try NetworkPulls.claim($0, now: configuration.now(), runner: configuration.identity) }) {
+                try await pulls.execute(
+                    claim, lease: lease, runner: configuration.identity, maxAttempts: configuration.maxAttempts,
+                    backoff: { Self.backoff(attempt: $0, configuration) }, logger: logger
+                )
+            }
         }
     }
 
