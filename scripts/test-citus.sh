@@ -283,7 +283,13 @@ if python3 -c 'import schemathesis' 2>/dev/null; then
     "$bin" exports create "$name" --cron '0 6 * * *' --dir "$work/exports-citus" --apps fuzz --days 1 --database-url "$citus" --exports-root "$work/exports-citus" >/dev/null
   done
   "$bin" mediation set fuzz --rule pinned --network admob --database-url "$citus" >/dev/null
+  # Pulls the fuzzer names, paused: its generated endpoints are never asked.
+  for name in fuzz-pull fuzz-pull-doomed; do
+    echo fuzz-key | "$bin" networks pulls set "$name" --source max --endpoint http://127.0.0.1:1/maxReport --credential-file - --database-url "$citus" >/dev/null
+    "$bin" networks pulls pause "$name" --database-url "$citus" >/dev/null
+  done
   export ADTALLY_ST_ADMIN=${admin[citus]} ADTALLY_ST_APP=fuzz ADTALLY_ST_EXPORT=fuzz-daily ADTALLY_ST_EXPORT_DELETE=fuzz-doomed
+  export ADTALLY_ST_PULL=fuzz-pull ADTALLY_ST_PULL_DELETE=fuzz-pull-doomed
   ADTALLY_ST_INGEST=$("$bin" keys create --app fuzz-keys --scope ingest --database-url "$citus" | tail -n 1)
   ADTALLY_ST_SPARE_KEY=$("$bin" keys create --app fuzz --scope read --database-url "$citus" | sed -n 's/^created read key \([a-z0-9_]*\) .*/\1/p')
   ADTALLY_ST_APP_READ=$("$bin" keys create --app fuzz --scope read --database-url "$citus" | tail -n 1)

@@ -166,7 +166,7 @@ extension NetworksCommand {
     struct Pulls: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Pull the networks' reports from their APIs: the running server asks each day for yesterday and the restatement window.",
-            subcommands: [Set.self, List.self, Runs.self, RunNow.self, Delete.self]
+            subcommands: [Set.self, List.self, Runs.self, RunNow.self, Pause.self, Resume.self, Delete.self]
         )
 
         struct Set: AsyncParsableCommand {
@@ -231,6 +231,28 @@ extension NetworksCommand {
                 let run = try await database.withDatabase { database, _ in try await NetworkPulls(pool: database.pool).requestRun(name) }
                 guard let run else { throw ValidationError("no pull \(name)") }
                 print("pull \(run.pull) for \(run.day): \(run.status); the running server's export runner takes it (adtally networks pulls runs \(run.pull))")
+            }
+        }
+
+        struct Pause: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Pause a pull: no run of it is planned or taken until it is resumed.")
+            @OptionGroup var database: DatabaseOptions
+            @Argument(help: "The pull.") var name: String
+
+            func run() async throws {
+                guard try await database.withDatabase({ database, _ in try await NetworkPulls(pool: database.pool).setPaused(name, true) }) else { throw ValidationError("no pull \(name)") }
+                print("pull \(name) paused")
+            }
+        }
+
+        struct Resume: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Resume a paused pull (today's run is planned at once).")
+            @OptionGroup var database: DatabaseOptions
+            @Argument(help: "The pull.") var name: String
+
+            func run() async throws {
+                guard try await database.withDatabase({ database, _ in try await NetworkPulls(pool: database.pool).setPaused(name, false) }) else { throw ValidationError("no pull \(name)") }
+                print("pull \(name) resumed")
             }
         }
 

@@ -34,6 +34,12 @@ struct SchemathesisTests {
                         readable: try await ReportEngine(pool: database.pool).readableApps(only: nil), exportsRoot: folder.path
                     )
                 }
+                // Pulls the path parameters name, paused: the fuzzer's endpoints are never asked.
+                let pulls = NetworkPulls(pool: database.pool)
+                for name in ["fuzz-pull", "fuzz-pull-doomed"] {
+                    _ = try await pulls.save(NetworkPull(name: name, source: .max, endpoint: "http://127.0.0.1:1/maxReport"), credential: "fuzz-key")
+                    _ = try await pulls.setPaused(name, true)
+                }
                 // A policy, so that the switch file answers 200 (the fuzzer may delete or replace it).
                 _ = try await MediationStore(pool: database.pool).set(
                     MediationPolicy(scope: MediationScope(app: "fuzz"), rule: .pinned, network: "admob"), actor: "test"
@@ -44,6 +50,7 @@ struct SchemathesisTests {
                     "ADTALLY_ST_SPARE_KEY": try await apps.createKey(app: "fuzz", scope: .read).id,
                     "ADTALLY_ST_APP_READ": try await apps.createKey(app: "fuzz", scope: .read).secret,
                     "ADTALLY_ST_APP": "fuzz", "ADTALLY_ST_EXPORT": "fuzz-daily", "ADTALLY_ST_EXPORT_DELETE": "fuzz-doomed",
+                    "ADTALLY_ST_PULL": "fuzz-pull", "ADTALLY_ST_PULL_DELETE": "fuzz-pull-doomed",
                 ]
                 await database.close()
             } catch {
