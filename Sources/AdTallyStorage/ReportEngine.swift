@@ -241,7 +241,7 @@ public struct ReportEngine: Sendable {
             span.from = min(query.from, compared.query.from)
             span.to = max(query.to, compared.query.to)
         }
-        let record = try ReportPlan.recordDays(span, on: connection)
+        let record = prepared.revenueOfRecord ? try ReportPlan.recordDays(span, on: connection) : []
         let plan = ReportPlan(query, distributed: prepared.distributed, dirty: prepared.dirty, record: record)
 
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
@@ -249,9 +249,11 @@ public struct ReportEngine: Sendable {
     }
 
     /// Checks the report's zone and sets planner settings for the transaction.
-    /// Returns whether the database is a Citus coordinator (`Citus.installedSQL`), and the
-    /// dirty ranges of the query's apps (`ReportPlan.DirtyRange`).
-    static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> (distributed: Bool, dirty: [ReportPlan.DirtyRange]) {
+    /// Returns whether the database is a Citus coordinator (`Citus.installedSQL`), the
+    /// dirty ranges of the query's apps (`ReportPlan.DirtyRange`), and whether some
+    /// network's revenue policy takes its final earnings (`RevenueOfRecord`; asked in the
+    /// same round trip, so a report pays nothing for the policy where no network has it).
+    static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> (distributed: Bool, dirty: [ReportPlan.DirtyRange], revenueOfRecord: Bool) {
         do {
             // No JIT: a report's row estimates run high, which made PostgreSQL spend
             // ~0.5 s compiling a query that runs in milliseconds. More work_mem than the
@@ -271,15 +273,17 @@ public struct ReportEngine: Sendable {
             }
             let rows = try connection.query("""
                 SELECT now() AT TIME ZONE \(query.timezone), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
-                       set_config('enable_mergejoin', 'off', true), \(unsafeRaw: Citus.installedSQL), set_config('plan_cache_mode', 'force_custom_plan', true)
+                       set_config('enable_mergejoin', 'off', true), \(unsafeRaw: Citus.installedSQL), set_config('plan_cache_mode', 'force_custom_plan', true),
+                       EXISTS (SELECT 1 FROM network_settings WHERE revenue_source = 'network_when_final')
                 """)
             let distributed = try rows.first?.decode(4, as: Bool.self) ?? false
+            let revenueOfRecord = try rows.first?.decode(6, as: Bool.self) ?? false
             let dirty = try connection.query("""
                 SELECT app_id, network, format, from_day::text, to_day::text FROM rollup_dirty WHERE app_id = ANY(\(array: query.apps)::text[])
                 """).map { row in
                 ReportPlan.DirtyRange(app: try row.decode(0), network: try row.decode(1), format: try row.decode(2), from: try row.decode(3), to: try row.decode(4))
             }
-            return (distributed, dirty)
+            return (distributed, dirty, revenueOfRecord)
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
             throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
         }
