@@ -45,3 +45,15 @@ CREATE TABLE network_pull_runs (
     PRIMARY KEY (pull, day)
 );
 CREATE INDEX network_pull_runs_due ON network_pull_runs (next_attempt_at) WHERE status IN ('pending', 'retrying');
+
+-- 4. Which apps and networks each import has figures for: the revenue of record picks,
+-- per app and network, the source whose imports it reads (the network's own, else its
+-- newest import's) from these few rows, whatever a report's range.
+CREATE TABLE network_import_pairs (
+    app_id    text COLLATE "C" NOT NULL,
+    network   text COLLATE "C" NOT NULL,
+    import_id bigint NOT NULL,
+    PRIMARY KEY (app_id, network, import_id)
+);
+INSERT INTO network_import_pairs (app_id, network, import_id)
+SELECT DISTINCT app_id, network, import_id FROM network_report_rows;

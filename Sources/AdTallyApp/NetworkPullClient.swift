@@ -15,15 +15,113 @@ import NIOHTTP1
 ///   (`maxReport`).
 /// - LevelPlay: `GET {endpoint}?startDate=…&endDate=…&breakdowns=…&metrics=…`,
 ///   `Authorization: Bearer TOKEN`.
-/// A body over `NetworkReport.maxBytes`, a status other than 200 or no answer within a
-/// minute is an error; no error names the credential (MAX's is in the query, which
-/// errors leave out).
+/// The bearer token of AdMob and LevelPlay lives an hour, so their credential is
+/// normally what mints one, as JSON: AdMob's OAuth client and refresh token
+/// (`{"client_id", "client_secret", "refresh_token"[, "token_uri"]}`, exchanged at
+/// Google's token endpoint), LevelPlay's secret key and refresh token
+/// (`{"secret_key", "refresh_token"[, "auth_uri"]}`, exchanged at its auth API). Any
+/// other credential is sent as the bearer token itself.
+///
+/// A body over `NetworkReport.maxBytes`, a status other than 200, a redirect, or a
+/// whole exchange (token and report) over two minutes is an error; no error names the
+/// credential (MAX's key is in the query, which errors leave out).
 public enum NetworkPullClient {
     struct Failure: Error, CustomStringConvertible {
         var description: String
     }
 
+    /// Its own client: no redirects (a report comes from the endpoint given, or not at all).
+    static let client = HTTPClient(
+        eventLoopGroupProvider: .singleton,
+        configuration: .init(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))
+    )
+
+    /// The longest a whole pull (token and report) may take.
+    static let deadline: Duration = .seconds(120)
+
     public static func fetch(_ request: NetworkPullRequest) async throws -> [UInt8] {
+        try await withThrowingTaskGroup(of: [UInt8].self) { group in
+            group.addTask { try await exchange(request) }
+            group.addTask {
+                try await Task.sleep(for: deadline)
+                throw Failure(description: "\(shown(request.endpoint)) took longer than \(deadline.components.seconds) s")
+            }
+            defer { group.cancelAll() }
+            return try await group.next()!
+        }
+    }
+
+    /// The endpoint without its query (where MAX's key is).
+    static func shown(_ endpoint: String) -> String {
+        guard let components = URLComponents(string: endpoint), let host = components.host else { return "the endpoint" }
+        return "\(components.scheme ?? "http")://\(host)\(components.port.map { ":\($0)" } ?? "")\(components.path)"
+    }
+
+    /// The bearer token for AdMob or LevelPlay: minted from the credential's JSON, or the credential itself.
+    static func bearer(_ request: NetworkPullRequest) async throws -> String {
+        guard request.credential.hasPrefix("{"),
+              let object = try? JSONSerialization.jsonObject(with: Data(request.credential.utf8)) as? [String: Any]
+        else { return request.credential }
+        func field(_ name: String) throws -> String {
+            guard let value = object[name] as? String, !value.isEmpty else { throw Failure(description: "credential: the JSON has no \(name)") }
+            return value
+        }
+        var http: HTTPClientRequest
+        let uri: String
+        switch request.source {
+        case .admob:
+            uri = (object["token_uri"] as? String) ?? "https://oauth2.googleapis.com/token"
+            http = HTTPClientRequest(url: uri)
+            http.method = .POST
+            http.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+            var form = URLComponents()
+            form.queryItems = [
+                URLQueryItem(name: "grant_type", value: "refresh_token"), URLQueryItem(name: "client_id", value: try field("client_id")),
+                URLQueryItem(name: "client_secret", value: try field("client_secret")), URLQueryItem(name: "refresh_token", value: try field("refresh_token")),
+            ]
+            // application/x-www-form-urlencoded: '+' would read as a space.
+            http.body = .bytes(ByteBuffer(string: (form.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")))
+        case .levelplay:
+            uri = (object["auth_uri"] as? String) ?? "https://platform.ironsrc.com/partners/publisher/auth"
+            http = HTTPClientRequest(url: uri)
+            http.headers.add(name: "secretkey", value: try field("secret_key"))
+            http.headers.add(name: "refreshToken", value: try field("refresh_token"))
+        default:
+            return request.credential
+        }
+        let body = try await send(http, shown: shown(uri), limit: 1 << 16)
+        let text = String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        // Google answers {"access_token": …}; LevelPlay the token itself, as a JSON string or bare.
+        if let object = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed]) {
+            if let token = (object as? [String: Any])?["access_token"] as? String, !token.isEmpty { return token }
+            if let token = object as? String, !token.isEmpty { return token }
+        }
+        guard !text.isEmpty, !text.hasPrefix("{") else { throw Failure(description: "\(shown(uri)) answered no token") }
+        return text
+    }
+
+    /// Sends a request; the body when the answer is 200 (at most `limit` bytes).
+    static func send(_ http: HTTPClientRequest, shown: String, limit: Int) async throws -> [UInt8] {
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(http, timeout: .seconds(60))
+        } catch {
+            throw Failure(description: "\(shown) did not answer: \(type(of: error))")
+        }
+        guard response.status == .ok else {
+            // A little of the network's own words (its error JSON), never the request.
+            var excerpt = (try? await response.body.collect(upTo: 2048)).map { String(buffer: $0) } ?? ""
+            excerpt = String(excerpt.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(300))
+            throw Failure(description: "\(shown) answered HTTP \(response.status.code)\(excerpt.isEmpty ? "" : ": \(excerpt)")")
+        }
+        do {
+            return Array(try await response.body.collect(upTo: limit).readableBytesView)
+        } catch is NIOTooManyBytesError {
+            throw Failure(description: "\(shown) answered more than \(limit) bytes, the most a report may have")
+        }
+    }
+
+    static func exchange(_ request: NetworkPullRequest) async throws -> [UInt8] {
         guard var components = URLComponents(string: request.endpoint), let host = components.host else {
             throw Failure(description: "endpoint: not a URL")
         }
@@ -40,7 +138,7 @@ public enum NetworkPullClient {
         case .admob:
             http = HTTPClientRequest(url: components.string ?? request.endpoint)
             http.method = .POST
-            http.headers.add(name: "Authorization", value: "Bearer \(request.credential)")
+            http.headers.add(name: "Authorization", value: "Bearer \(try await bearer(request))")
             http.headers.add(name: "Content-Type", value: "application/json")
             let spec: [String: Any] = [
                 "reportSpec": [
@@ -62,28 +160,11 @@ public enum NetworkPullClient {
                 ("startDate", request.from), ("endDate", request.to), ("breakdowns", "date,app,country,adSource,adUnits"), ("metrics", "impressions,clicks,revenue"),
             ])
             http = HTTPClientRequest(url: components.string ?? request.endpoint)
-            http.headers.add(name: "Authorization", value: "Bearer \(request.credential)")
+            http.headers.add(name: "Authorization", value: "Bearer \(try await bearer(request))")
         case .csv:
             throw Failure(description: "source: a generic CSV has no API")
         }
         http.headers.add(name: "Accept", value: "application/json, text/csv")
-        let response: HTTPClientResponse
-        do {
-            response = try await HTTPClient.shared.execute(http, timeout: .seconds(60))
-        } catch {
-            throw Failure(description: "\(shown) did not answer: \(type(of: error))")
-        }
-        guard response.status == .ok else {
-            // A little of the network's own words (its error JSON), never the request.
-            var excerpt = (try? await response.body.collect(upTo: 2048)).map { String(buffer: $0) } ?? ""
-            excerpt = String(excerpt.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(300))
-            throw Failure(description: "\(shown) answered HTTP \(response.status.code)\(excerpt.isEmpty ? "" : ": \(excerpt)")")
-        }
-        do {
-            let body = try await response.body.collect(upTo: NetworkReport.maxBytes)
-            return Array(body.readableBytesView)
-        } catch is NIOTooManyBytesError {
-            throw Failure(description: "\(shown) answered more than \(NetworkReport.maxBytes) bytes, the most a report may have")
-        }
+        return try await send(http, shown: shown, limit: NetworkReport.maxBytes)
     }
 }

@@ -659,18 +659,19 @@ paths:
         "404": {$ref: "#/components/responses/Problem"}
   /v1/network-pulls/{name}/run:
     post:
-      summary: "Pull now (an admin key): today's run, again if it ended; the server's export runner takes it."
+      summary: "Pull now (an admin key): today's run, again if it ended (the running one if it runs); the server's export runner takes it. A paused pull is a 409."
       parameters:
         - {name: name, in: path, required: true, schema: {type: string}}
       responses:
         "202":
-          description: The run, pending.
+          description: The run, pending (or running).
           content:
             application/json:
               schema: {$ref: "#/components/schemas/NetworkPullRun"}
         "401": {$ref: "#/components/responses/Problem"}
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
+        "409": {$ref: "#/components/responses/Problem"}
   /v1/exports:
     get:
       summary: Export schedules (an admin key), with their next slots.

@@ -183,8 +183,12 @@ public struct ReconciliationRoutes: Sendable {
         }
         router.post("v1/network-pulls/:name/run") { request, context in
             _ = try await authenticator.require(.admin, request)
-            guard let run = try await pulls.requestRun(try context.parameters.require("name")) else { throw ProblemDetails(.notFound, detail: "no such pull") }
-            return try AdminRoutes.json(run, status: .accepted)
+            do {
+                guard let run = try await pulls.requestRun(try context.parameters.require("name")) else { throw ProblemDetails(.notFound, detail: "no such pull") }
+                return try AdminRoutes.json(run, status: .accepted)
+            } catch let paused as NetworkPulls.Paused {
+                throw ProblemDetails(.conflict, detail: paused.description)
+            }
         }
     }
 }

@@ -241,8 +241,9 @@ public struct ReportEngine: Sendable {
             span.from = min(query.from, compared.query.from)
             span.to = max(query.to, compared.query.to)
         }
-        let record = prepared.revenueOfRecord ? try ReportPlan.recordDays(span, on: connection) : []
-        let plan = ReportPlan(query, distributed: prepared.distributed, dirty: prepared.dirty, record: record)
+        let record = prepared.recordWindow != nil ? try ReportPlan.recordDays(span, on: connection) : []
+        var plan = ReportPlan(query, distributed: prepared.distributed, dirty: prepared.dirty, record: record)
+        if plan.needsMoney && query.revenueSource == .ofRecord { plan.recordWindow = prepared.recordWindow }
 
         logger.debug("report plan", metadata: ["source": "\(plan.sourceDescription)", "sql": "\(plan.grouped().sql)"])
         return plan
@@ -250,10 +251,11 @@ public struct ReportEngine: Sendable {
 
     /// Checks the report's zone and sets planner settings for the transaction.
     /// Returns whether the database is a Citus coordinator (`Citus.installedSQL`), the
-    /// dirty ranges of the query's apps (`ReportPlan.DirtyRange`), and whether some
-    /// network's revenue policy takes its final earnings (`RevenueOfRecord`; asked in the
-    /// same round trip, so a report pays nothing for the policy where no network has it).
-    static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> (distributed: Bool, dirty: [ReportPlan.DirtyRange], revenueOfRecord: Bool) {
+    /// dirty ranges of the query's apps (`ReportPlan.DirtyRange`), and the longest
+    /// restatement window of a network whose policy takes its final earnings (nil: none;
+    /// `RevenueOfRecord`; asked in the same round trip, so a report pays nothing for the
+    /// policy where no network has it).
+    static func prepare(_ query: ReportQuery, on connection: PostgresConnection) throws -> (distributed: Bool, dirty: [ReportPlan.DirtyRange], recordWindow: Int?) {
         do {
             // No JIT: a report's row estimates run high, which made PostgreSQL spend
             // ~0.5 s compiling a query that runs in milliseconds. More work_mem than the
@@ -274,16 +276,16 @@ public struct ReportEngine: Sendable {
             let rows = try connection.query("""
                 SELECT now() AT TIME ZONE \(query.timezone), set_config('jit', 'off', true), set_config('work_mem', '64MB', true),
                        set_config('enable_mergejoin', 'off', true), \(unsafeRaw: Citus.installedSQL), set_config('plan_cache_mode', 'force_custom_plan', true),
-                       EXISTS (SELECT 1 FROM network_settings WHERE revenue_source = 'network_when_final')
+                       (SELECT max(final_after_days) FROM network_settings WHERE revenue_source = 'network_when_final')
                 """)
             let distributed = try rows.first?.decode(4, as: Bool.self) ?? false
-            let revenueOfRecord = try rows.first?.decode(6, as: Bool.self) ?? false
+            let recordWindow = try rows.first?.decode(6, as: Int?.self)
             let dirty = try connection.query("""
                 SELECT app_id, network, format, from_day::text, to_day::text FROM rollup_dirty WHERE app_id = ANY(\(array: query.apps)::text[])
                 """).map { row in
                 ReportPlan.DirtyRange(app: try row.decode(0), network: try row.decode(1), format: try row.decode(2), from: try row.decode(3), to: try row.decode(4))
             }
-            return (distributed, dirty, revenueOfRecord)
+            return (distributed, dirty, recordWindow)
         } catch let error as PostgresError where error.sqlState == .invalidParameterValue {
             throw ReportQueryError("tz", "\"\(query.timezone)\" is not a time zone PostgreSQL knows")
         }
@@ -334,14 +336,23 @@ public struct ReportEngine: Sendable {
                 """)
             if let row = since.first { notes.viewersFrom = try row.decode(0, as: Int.self) }
         }
-        let days = try connection.query("""
-            SELECT d - DATE '1970-01-01', extract(epoch FROM e - s)::bigint,
-                   e > now() - make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)),
-                   extract(epoch FROM e + make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)))::bigint
+        // A day is provisional while late events may still come, and, where a network's
+        // revenue of record may still replace its SDK revenue, until its restatement
+        // window (and the day its report is imported) has passed.
+        let wait: PostgresQuery = """
+            greatest(make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)), make_interval(days => \(plan.recordWindow.map { $0 + 1 } ?? 0)::int))
+            """
+        var daysSQL: PostgresQuery = "SELECT d - DATE '1970-01-01', extract(epoch FROM e - s)::bigint, e > now() - "
+        daysSQL.append(wait)
+        daysSQL.append(", extract(epoch FROM e + ")
+        daysSQL.append(wait)
+        daysSQL.append("""
+            )::bigint
             FROM (SELECT g.d, g.d::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS s, (g.d + 1)::timestamp AT TIME ZONE \(unsafeRaw: plan.zone) AS e
                   FROM (SELECT \(ReportQuery.formatDate(query.from))::date + n AS d
                         FROM generate_series(0, \(ReportQuery.formatDate(query.to))::date - \(ReportQuery.formatDate(query.from))::date) AS n) AS g) AS days
             """)
+        let days = try connection.query(daysSQL)
         if plan.hasRecord, let range = try connection.query("SELECT extract(epoch FROM \(plan.t0))::bigint, extract(epoch FROM \(plan.t1))::bigint").first {
             notes.revenueOfRecord = plan.recordNotes(t0: try range.decode(0), t1: try range.decode(1))
         }

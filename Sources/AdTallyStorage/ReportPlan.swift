@@ -48,6 +48,9 @@ struct ReportPlan {
 
     /// The days whose revenue is a network's final earnings (`RevenueOfRecord`).
     let record: [RecordDay]
+    /// The longest restatement window (days) of a network whose final earnings may
+    /// still replace revenue in this report (nil: none; its days are provisional that long).
+    var recordWindow: Int?
 
     init(_ query: ReportQuery, distributed: Bool = false, dirty: [DirtyRange] = [], record: [RecordDay] = []) {
         self.query = query
@@ -508,7 +511,7 @@ struct ReportPlan {
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'impression' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ui,
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'tap' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ut,
                     \(unsafeRaw: sketch) AS devices, NULL::numeric AS est, NULL::bigint AS unrated_adjust,
-                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros\(unsafeRaw: hasRecord ? ", e.app_id, date_trunc('hour', e.occurred_at) AS h" : "")
+                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros\(unsafeRaw: hasRecord ? ", e.app_id, date_trunc('hour', e.occurred_at, 'UTC') AS h" : "")
                 FROM events e
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """

@@ -45,6 +45,19 @@ struct NetworkPullTests {
             return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "[" + parts.joined(separator: ",\n") + "]")))
         }
 
+        /// Google's token endpoint: a refresh token for an hour's access token.
+        func token(_ request: Request) async throws -> Response {
+            let form = String(buffer: try await request.body.collect(upTo: 1 << 16))
+            let fields = Dictionary(uniqueKeysWithValues: form.split(separator: "&").map { pair -> (String, String) in
+                let parts = pair.split(separator: "=", maxSplits: 1).map { String($0).removingPercentEncoding ?? String($0) }
+                return (parts[0], parts.count > 1 ? parts[1] : "")
+            })
+            guard fields["grant_type"] == "refresh_token", fields["client_id"] == "client-1", fields["client_secret"] == "s+cret", fields["refresh_token"] == "refresh-1" else {
+                return Response(status: .badRequest, body: .init(byteBuffer: ByteBuffer(string: #"{"error": "invalid_grant"}"#)))
+            }
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"access_token": "tok-admob", "expires_in": 3599, "token_type": "Bearer"}"#)))
+        }
+
         /// MAX's maxReport CSV: the key in the query, as MAX takes it.
         func max(_ request: Request) -> Response {
             let query = request.uri.queryParameters
@@ -62,6 +75,7 @@ struct NetworkPullTests {
         let networks = Networks()
         let router = Router()
         router.post("admob/v1/accounts/pub-1/networkReport:generate") { request, _ in try await networks.admob(request) }
+        router.post("oauth/token") { request, _ in try await networks.token(request) }
         router.get("max/maxReport") { request, _ in networks.max(request) }
         router.get("levelplay/stats") { _, _ in Response(status: .unauthorized, body: .init(byteBuffer: ByteBuffer(string: #"{"error": "token expired\u0007"}"#))) }
         let fixture = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
@@ -74,16 +88,19 @@ struct NetworkPullTests {
                     .init(source: .max, kind: .app, external: "com.example.game", target: "exp"),
                 ])
                 let pulls = NetworkPulls(pool: services.database.pool, key: "test-key", fetch: NetworkPullClient.fetch)
-                _ = try await pulls.save(NetworkPull(name: "admob-main", source: .admob, endpoint: base + "/admob/v1/accounts/pub-1/networkReport:generate"), credential: "tok-admob")
+                // AdMob's credential mints an hour's token at the (fixture's) OAuth endpoint first.
+                let oauth = #"{"client_id": "client-1", "client_secret": "s+cret", "refresh_token": "refresh-1", "token_uri": "\#(base)/oauth/token"}"#
+                _ = try await pulls.save(NetworkPull(name: "admob-main", source: .admob, endpoint: base + "/admob/v1/accounts/pub-1/networkReport:generate"), credential: oauth)
                 _ = try await pulls.save(NetworkPull(name: "max", source: .max, endpoint: base + "/max/maxReport", restatementDays: 0), credential: "key-max")
                 _ = try await pulls.save(NetworkPull(name: "lp", source: .levelplay, endpoint: base + "/levelplay/stats"), credential: "tok-lp")
                 // Refused, naming the field: a CSV has no API; an endpoint with a password in it.
                 await #expect(throws: FieldError.self) { _ = try await pulls.save(NetworkPull(name: "x", source: .csv, endpoint: base), credential: "k") }
                 await #expect(throws: FieldError.self) { _ = try await pulls.save(NetworkPull(name: "x", source: .max, endpoint: "http://u:p@127.0.0.1/"), credential: "k") }
                 // Stored encrypted: the token's bytes are nowhere in the row.
-                let plain = try await services.database.pool.query("SELECT count(*) FROM network_pulls WHERE position(convert_to('tok-admob', 'UTF8') IN credential) > 0 OR position(convert_to('key-max', 'UTF8') IN credential) > 0")
+                let plain = try await services.database.pool.query("SELECT count(*) FROM network_pulls WHERE position(convert_to('refresh-1', 'UTF8') IN credential) > 0 OR position(convert_to('key-max', 'UTF8') IN credential) > 0")
                 #expect(try plain.first!.decode(0, as: Int.self) == 0)
-                #expect(!String(decoding: try JSONEncoder().encode(try await pulls.list()), as: UTF8.self).contains("tok-"))
+                let listed = String(decoding: try JSONEncoder().encode(try await pulls.list()), as: UTF8.self)
+                #expect(!listed.contains("tok-") && !listed.contains("refresh-1") && !listed.contains("key-max"))
 
                 let (runner, pool) = Exports.runner(services, conninfo, identity: "puller") { configuration in
                     configuration.pulls = pulls
@@ -128,6 +145,9 @@ struct NetworkPullTests {
                 task.cancel()
                 await task.value
                 await pool.shutdown()
+                // A paused pull runs nothing, by hand neither.
+                #expect(try await pulls.setPaused("max", true))
+                await #expect(throws: NetworkPulls.Paused.self) { _ = try await pulls.requestRun("max") }
                 #expect(try await pulls.delete("lp"))
                 #expect(try await pulls.runs("lp").isEmpty)
             }

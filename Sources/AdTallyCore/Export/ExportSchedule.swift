@@ -97,8 +97,12 @@ public struct ExportSchedule: Sendable, Equatable {
     /// The reconciliation a slot due at `due` writes (`kind` reconciliation): `days` are
     /// the whole UTC days before the slot.
     public func reconciliationQuery(at due: Date, readable: [ReportApp]) throws(ExportScheduleError) -> ReconciliationQuery {
-        if let name = query.keys.first(where: { Self.forbiddenParameters.contains($0) || $0 == "format" }) {
-            throw ExportScheduleError("query.\(name)", "a reconciliation schedule cannot hold a \(name) (the file format is the schedule's own)")
+        if let name = query.keys.first(where: { Self.forbiddenParameters.contains($0) }) {
+            throw ExportScheduleError("query.\(name)", "a schedule cannot hold a \(name)")
+        }
+        // `format` is an ad-format filter here; the file's format is the schedule's own.
+        if query["format"].flatMap(ReportFormat.init(rawValue:)) != nil {
+            throw ExportScheduleError("query.format", "the file format is the schedule's own (--format csv|json), not a parameter")
         }
         do {
             return try ReconciliationQuery.parse(query.sorted { $0.key < $1.key }, readable: readable, isAdmin: true, output: format == .json ? .json : .csv, now: due)

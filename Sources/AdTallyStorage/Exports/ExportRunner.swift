@@ -438,7 +438,8 @@ public final class ExportRunner: Sendable {
         try await NIOThreadPool.singleton.runIfActive { try file.write(bytes) }
         try await configuration.afterChunk?(relative)
         let sha256 = try await NIOThreadPool.singleton.runIfActive { try file.finish() }
-        let isFinal = document.rows.allSatisfy(\.isFinal)
+        // Nothing compared yet is not final: the networks' reports may still come.
+        let isFinal = !document.rows.isEmpty && document.rows.allSatisfy(\.isFinal)
         let manifest = ExportManifest(
             schedule: schedule.name, slot: claim.slot, rows: Int64(document.rows.count), bytes: file.bytes, sha256: sha256, isFinal: isFinal,
             file: String(relative.split(separator: "/").last!), provisionalDays: [], generatedAt: Date()

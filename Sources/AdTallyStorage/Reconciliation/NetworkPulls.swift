@@ -145,9 +145,18 @@ public struct NetworkPulls: Sendable {
         try await !pool.query("UPDATE network_pulls SET paused = \(paused), updated_at = now() WHERE name = \(name) RETURNING name").isEmpty
     }
 
-    /// Asks for a run now (today's, started again if it ended); nil when there is no such pull.
+    /// A pull that is paused runs nothing, a run asked for by hand included.
+    public struct Paused: Error, CustomStringConvertible {
+        public var name: String
+        public var description: String { "pull \(name) is paused; resume it first (adtally networks pulls resume \(name))" }
+    }
+
+    /// Asks for a run now (today's, started again if it ended; the running one if it
+    /// runs); nil when there is no such pull; `Paused` when it is paused.
     public func requestRun(_ name: String, now: Date = Date()) async throws -> NetworkPullRun? {
         let day = ReportQuery.formatDate(Int((now.timeIntervalSince1970 / 86_400).rounded(.down)))
+        guard let paused = try await pool.query("SELECT paused FROM network_pulls WHERE name = \(name)").first?.decode(0, as: Bool.self) else { return nil }
+        if paused { throw Paused(name: name) }
         let rows = try await pool.query("""
             INSERT INTO network_pull_runs (pull, day, status, trigger, next_attempt_at)
             SELECT name, \(day)::date, 'pending', 'manual', now() FROM network_pulls WHERE name = \(name)
@@ -155,7 +164,9 @@ public struct NetworkPulls: Sendable {
                 WHERE network_pull_runs.status <> 'running'
             RETURNING \(unsafeRaw: Self.runColumns)
             """)
-        return try rows.first.map(Self.run)
+        if let row = rows.first { return try Self.run(row) }
+        // Running now: that run is the answer.
+        return try await pool.query("SELECT \(unsafeRaw: Self.runColumns) FROM network_pull_runs WHERE pull = \(name) AND day = \(day)::date").first.map(Self.run)
     }
 
     static let runColumns = "pull, day::text, status, trigger, attempts, first_day::text, last_day::text, import_id, lines, error, finished_at"

@@ -335,6 +335,11 @@ public struct NetworkReportStore: Sendable {
                     """)
                 start += Self.chunk
             }
+            let pairs = Array(Set(keys.map { "\($0.app)\u{1}\($0.network)" })).sorted().map { $0.split(separator: "\u{1}", omittingEmptySubsequences: false).map(String.init) }
+            try connection.query("""
+                INSERT INTO network_import_pairs (app_id, network, import_id)
+                SELECT app_id, network, \(importID) FROM unnest(\(array: pairs.map { $0[0] })::text[], \(array: pairs.map { $0[1] })::text[]) AS p (app_id, network)
+                """)
             return ImportResult(
                 importID: importID, source: report.source, timezone: report.zone,
                 firstDay: report.firstDay.map(ReportQuery.formatDate), lastDay: report.lastDay.map(ReportQuery.formatDate),

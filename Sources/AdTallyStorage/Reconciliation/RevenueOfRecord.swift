@@ -15,11 +15,12 @@ import PostgresKit
 /// network's zone is the hours that start in it (exact for whole-hour zones, which the
 /// networks' America/Los_Angeles and UTC are).
 ///
-/// Which import is current: per app and network, the source and zone of its newest
-/// import (as the reconciliation compares); per day, the newest import of that source
-/// that covers it (has lines for it, or states a range that holds it). The day is
-/// final when that import was taken `final_after_days` or more after it (in its zone)
-/// and carries no DATA_DELAYED warning.
+/// Which import is current: per app and network, one source and zone, whatever the
+/// report's range: the network's own report if it has one (AdMob's for admob, MAX's for
+/// applovin, LevelPlay's for ironsource), else the source of its newest import; per day,
+/// the newest import of that source and zone that covers it (has lines for it, or
+/// states a range that holds it). The day is final when that import was taken
+/// `final_after_days` or more after it (in its zone) and carries no DATA_DELAYED warning.
 extension ReportPlan {
     /// One app's network day whose revenue is the network's.
     struct RecordDay: Sendable, Equatable {
@@ -56,24 +57,57 @@ extension ReportPlan {
         }
         guard !finalAfter.isEmpty else { return [] }
 
+        // Per app and network, the source and zone its revenue of record is read from.
+        let apps = query.filters.first { $0.dimension == .app }?.values ?? query.apps
+        struct Choice: Equatable { var source, zone: String }
+        var chosen: [ReconciliationEngine.Pair: Choice] = [:]
+        for row in try connection.query("""
+            SELECT DISTINCT ON (p.app_id, p.network) p.app_id, p.network, i.source, i.zone
+            FROM network_import_pairs p JOIN network_imports i ON i.import_id = p.import_id
+            WHERE p.app_id = ANY(\(array: apps)::text[]) AND p.network = ANY(\(array: finalAfter.keys.sorted())::text[])
+            ORDER BY p.app_id, p.network,
+                     i.source = CASE p.network WHEN 'admob' THEN 'admob' WHEN 'applovin' THEN 'max' WHEN 'ironsource' THEN 'levelplay' END DESC NULLS LAST,
+                     p.import_id DESC
+            """) {
+            chosen[ReconciliationEngine.Pair(app: try row.decode(0), network: try row.decode(1))] = Choice(source: try row.decode(2), zone: try row.decode(3))
+        }
+        guard !chosen.isEmpty else { return [] }
+
         // The imports covering the networks' days that may touch the range (a network's
-        // zone is within a day of the report's), chosen as the reconciliation chooses them.
+        // zone is within a day of the report's): per day, the newest of the chosen source and zone.
         var span = query
         span.from -= 2
         span.to += 2
-        span.filters = [(.app, query.filters.first { $0.dimension == .app }?.values ?? query.apps), (.network, finalAfter.keys.sorted())]
-        let coverage = try ReconciliationEngine.decodeCoverage(try connection.query(ReconciliationEngine.coverageSQL(span)))
-        let final = ReconciliationEngine.choose(coverage).covered.filter { key, cover in !cover.isDelayed && cover.margin >= finalAfter[key.network]! }
-        guard !final.isEmpty else { return [] }
-        guard final.count <= maxRecordDays else {
-            throw ReportQueryError("from", "the range holds more than \(maxRecordDays) days of networks' final earnings (revenue of record); narrow the range or the apps, or ask for revenue_source=sdk", kind: .tooLarge)
+        span.filters = [(.app, apps), (.network, Set(chosen.keys.map(\.network)).sorted())]
+        let coverage: [ReconciliationEngine.Covered: [ReconciliationEngine.Coverage]]
+        do {
+            coverage = try ReconciliationEngine.decodeCoverage(try connection.query(ReconciliationEngine.coverageSQL(span)))
+        } catch let error as ReportQueryError where error.kind == .tooLarge {
+            throw Self.tooManyRecordDays()
         }
+        var final: [ReconciliationEngine.Covered: ReconciliationEngine.Coverage] = [:]
+        for (key, options) in coverage {
+            guard let choice = chosen[ReconciliationEngine.Pair(app: key.app, network: key.network)],
+                  let cover = options.first(where: { $0.source == choice.source && $0.zone == choice.zone }),
+                  !cover.isDelayed, cover.margin >= finalAfter[key.network]!
+            else { continue }
+            final[key] = cover
+        }
+        guard !final.isEmpty else { return [] }
+        guard final.count <= maxRecordDays else { throw Self.tooManyRecordDays() }
 
-        // Their earnings, in the report currency on each network day (a day a stated range
-        // covers without a line earned 0).
-        let groups = try ReconciliationEngine.decodeTheirs(
-            try connection.query(ReconciliationEngine.theirsSQL(span, grain: [.date, .app, .network])), width: 3, currency: query.currency
-        )
+        // Their earnings on those days, in the report currency on each network day (a day a
+        // stated range covers without a line earned 0). Only the final days are read: a
+        // missing FX rate of a day not used is no error here.
+        span.filters.append((.date, Set(final.keys.map(\.day)).sorted()))
+        let groups: [ReconciliationEngine.TheirGroup]
+        do {
+            groups = try ReconciliationEngine.decodeTheirs(
+                try connection.query(ReconciliationEngine.theirsSQL(span, grain: [.date, .app, .network])), width: 3, currency: query.currency
+            )
+        } catch let error as ReportQueryError where error.kind == .tooLarge {
+            throw Self.tooManyRecordDays()
+        }
         var earnings: [ReconciliationEngine.Covered: Int128] = [:]
         for group in groups {
             guard let day = group.key[0], let app = group.key[1], let network = group.key[2] else { continue }
@@ -95,18 +129,18 @@ extension ReportPlan {
         let instants = try connection.query(instantsSQL)
             .map { row in (from: try row.decode(1, as: String.self), to: try row.decode(2, as: String.self), fromEpoch: try row.decode(3, as: Int64.self), toEpoch: try row.decode(4, as: Int64.self)) }
         var impressions = [Int64](repeating: 0, count: days.count)
-        let apps = Array(Set(days.map(\.app))).sorted()
+        let dayApps = Array(Set(days.map(\.app))).sorted()
         var impressionsSQL = cte
         impressionsSQL.append("""
 
             SELECT x.i, sum(r.impressions)::bigint FROM rollup_1h_compacted r
             JOIN x ON x.app_id = r.app_id AND x.network = r.network AND r.hour >= x.t0 AND r.hour < x.t1
-            WHERE r.app_id = ANY(\(array: apps)::text[])
+            WHERE r.app_id = ANY(\(array: dayApps)::text[])
             GROUP BY x.i
             UNION ALL
             SELECT x.i, sum(r.impressions)::bigint FROM rollup_delta r
-            JOIN x ON x.app_id = r.app_id AND x.network = r.network AND date_trunc('hour', r.bucket) >= x.t0 AND date_trunc('hour', r.bucket) < x.t1
-            WHERE r.app_id = ANY(\(array: apps)::text[])
+            JOIN x ON x.app_id = r.app_id AND x.network = r.network AND date_trunc('hour', r.bucket, 'UTC') >= x.t0 AND date_trunc('hour', r.bucket, 'UTC') < x.t1
+            WHERE r.app_id = ANY(\(array: dayApps)::text[])
             GROUP BY x.i
             """)
         for row in try connection.query(impressionsSQL) {
@@ -122,30 +156,37 @@ extension ReportPlan {
         }
     }
 
+    static func tooManyRecordDays() -> ReportQueryError {
+        ReportQueryError(
+            "from", "the range (with a compared period) holds more app-network-days of networks' reports than a report reads for the revenue of record; "
+                + "narrow the range or the apps, or ask for revenue_source=sdk", kind: .tooLarge
+        )
+    }
+
     /// Whether the report's revenue takes some network's final earnings.
     var hasRecord: Bool { !record.isEmpty }
 
-    /// The record days as a CTE `record (id, app_id, network, t0, t1, micros, w)`.
+    /// The record days as a CTE `record (id, app_id, network, hour, micros, w)`: a row per
+    /// UTC hour of each day, so a row of the report finds its day by equality (a hash
+    /// join), however many days the range holds.
     func recordCTE() -> PostgresQuery {
         """
         record AS MATERIALIZED (
-            SELECT x.id::int AS id, x.app_id, x.network, x.t0, x.t1, x.micros, x.w
+            SELECT x.id::int AS id, x.app_id, x.network, h.hour, x.micros, x.w
             FROM unnest(\(array: record.indices.map { $0 + 1 })::int[], \(array: record.map(\.app))::text[], \(array: record.map(\.network))::text[],
                         \(array: record.map(\.from))::timestamptz[], \(array: record.map(\.to))::timestamptz[],
                         \(array: record.map(\.micros))::numeric[], \(array: record.map(\.impressions))::bigint[]) AS x (id, app_id, network, t0, t1, micros, w)
+            -- The hours that start in the day (every hour of it in a whole-hour zone).
+            CROSS JOIN LATERAL generate_series(date_trunc('hour', x.t0, 'UTC'), x.t1, interval '1 hour') AS h (hour)
+            WHERE h.hour >= x.t0 AND h.hour < x.t1
         )
         """
     }
 
-    /// The record day a priced row `s` (its app, network and hour `s.h`) lies in, as a
-    /// lateral join `rec` (NULLs when none).
+    /// The record day a priced row `s` (its app, network and UTC hour of `s.h`) lies in,
+    /// as `rec` (NULLs when none): one at most, as an app and network's days are of one zone.
     var recordJoin: String {
-        """
-        LEFT JOIN LATERAL (
-            SELECT x.id, x.micros, x.w FROM record x
-            WHERE x.app_id = s.app_id AND x.network = s.network AND date_trunc('hour', s.h) >= x.t0 AND date_trunc('hour', s.h) < x.t1
-        ) AS rec ON true
-        """
+        "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.hour = date_trunc('hour', s.h, 'UTC')"
     }
 }
 
