@@ -46,7 +46,8 @@ CREATE TABLE network_pull_runs (
 );
 CREATE INDEX network_pull_runs_due ON network_pull_runs (next_attempt_at) WHERE status IN ('pending', 'retrying');
 
--- 4. Which apps and networks each import has figures for: the revenue of record picks,
+-- 4. Which apps and networks each import has figures for (per app: distributed by
+-- app_id on Citus): the revenue of record picks,
 -- per app and network, the source whose imports it reads (the network's own, else its
 -- newest import's) from these few rows, whatever a report's range.
 CREATE TABLE network_import_pairs (

@@ -19,6 +19,8 @@
 #    the same report in EUR (conversion on) and unique_devices by date (30 days): p50;
 #    the audience (dau, dav, arpdau, impressions_per_dau by date, 30 days) and its peer,
 #    the plain date report: p50 (audience_p50_ms, date_report_p50_ms);
+#    the date x network report again with AdMob's imported earnings as its revenue of
+#    record (record_report_p50_ms; its peer report_p50_ms);
 # 5. one raw-served shape (7 days x country,placement, largest app): p50;
 # 6. a CSV export of every app's hour x app x network x format over 35 days,
 #    streamed: rows/s and the server's RSS (idle and peak), against psql \copy of
@@ -101,6 +103,20 @@ fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=unique_devices" 
 echo "== HTTP: the audience (dau, dav, arpdau, impressions per DAU) by date for the largest app, and its peer: the plain date report"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=dau,dav,arpdau,impressions_per_dau" --count "$calls" --name audience | tee "$work/audience.txt"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date" --count "$calls" --name date_report | tee "$work/date_report.txt"
+
+echo "== HTTP: the same 30-day date x network with AdMob's earnings as the revenue of record, $calls calls"
+# AdMob's own report of its Los Angeles days for the largest app (a generic CSV in its
+# zone, through the API), every day final: each admob row's revenue is AdMob's, spread
+# over the day's impressions by the UTC hour. The peer: the same report (largest_p50_ms).
+sql -c "COPY (SELECT d::date || ',bench-00,admob,' || f || ',US,' || (1000 + extract(doy FROM d)::int) || ',10,' || (12.5 + extract(doy FROM d)::int % 7) || ',USD,America/Los_Angeles'
+             FROM generate_series((now() - interval '40 days')::date, (now() - interval '1 day')::date, interval '1 day') AS d,
+                  unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f) TO STDOUT" \
+  | { echo "date,app,network,format,country,impressions,clicks,revenue,currency,timezone"; cat; } > "$work/admob.csv"
+curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: text/csv' --data-binary "@$work/admob.csv" "http://127.0.0.1:$port/v1/network-reports?source=csv" >/dev/null
+curl -fs -X PUT -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' -d '{"revenue_source": "network_when_final", "final_after_days": 0}' \
+  "http://127.0.0.1:$port/v1/network-settings/admob" >/dev/null
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name record | tee "$work/record.txt"
+curl -fs -X PUT -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' -d '{"revenue_source": "sdk"}' "http://127.0.0.1:$port/v1/network-settings/admob" >/dev/null
 
 trace_summary
 
@@ -253,6 +269,8 @@ def read(name):
 largest, median, raw, export, big = read("largest"), read("median"), read("raw"), read("export"), read("big_export")
 fx, uniques, nocard = read("fx"), read("uniques"), read("nocard")
 audience, date_report = read("audience"), read("date_report")
+record = read("record")
+print(f"ratio_record_report_to_report_p50={float(record['record_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
 print(f"ratio_audience_to_report_p50={float(audience['audience_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
 print(f"ratio_audience_to_date_report_p50={float(audience['audience_p50_ms']) / float(date_report['date_report_p50_ms']):.2f}")
 export_rate = float(export["export_lines_per_s"])
@@ -272,5 +290,6 @@ print("RESULT "
       f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']} no_card_report_p50_ms={nocard['nocard_p50_ms']} "
       f"export_fair_copy_rows_per_s={fair_rate:.0f} series_cpu_s_per_min_1000_apps={series_cpu} card_change_visible_ms={card_visible} "
       f"repriced_s={repriced} cli_report_ms={cli} big_export_rows_per_s={float(big['big_export_lines_per_s']):.0f} "
-      f"audience_p50_ms={audience['audience_p50_ms']} date_report_p50_ms={date_report['date_report_p50_ms']}")
+      f"audience_p50_ms={audience['audience_p50_ms']} date_report_p50_ms={date_report['date_report_p50_ms']} "
+      f"record_report_p50_ms={record['record_p50_ms']}")
 PY

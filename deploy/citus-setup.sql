@@ -72,7 +72,7 @@ SELECT create_distributed_table('app_networks', 'app_id', colocate_with => 'even
 -- The networks' own reports (Migrations/0015), compared per app with its rollups, and
 -- the imports they belong to (joined with them on the workers; referenced first).
 SELECT create_reference_table('network_imports') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_imports'::regclass AND citus_table_type = 'reference');
-SELECT create_reference_table('network_import_pairs') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_import_pairs'::regclass AND citus_table_type = 'reference');
+SELECT create_distributed_table('network_import_pairs', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_import_pairs'::regclass AND citus_table_type = 'distributed');
 SELECT create_distributed_table('network_report_rows', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_report_rows'::regclass AND citus_table_type = 'distributed');
 SELECT create_distributed_table('client_drops', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'client_drops'::regclass AND citus_table_type = 'distributed');
 
@@ -106,7 +106,7 @@ BEGIN
         ('mediation_changes', 'distributed'), ('app_networks', 'distributed'), ('client_drops', 'distributed'),
         ('rollup_priced_1h', 'distributed'), ('rollup_priced_day', 'distributed'), ('rollup_dirty', 'distributed'),
         ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference'),
-        ('network_import_pairs', 'reference')
+        ('network_import_pairs', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want
