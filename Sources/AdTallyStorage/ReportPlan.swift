@@ -511,7 +511,7 @@ struct ReportPlan {
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'impression' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ui,
                     \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'tap' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ut,
                     \(unsafeRaw: sketch) AS devices, NULL::numeric AS est, NULL::bigint AS unrated_adjust,
-                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros\(unsafeRaw: hasRecord ? ", e.app_id, date_trunc('hour', e.occurred_at, 'UTC') AS h" : "")
+                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros\(unsafeRaw: hasRecord ? ", e.app_id, date_bin('1 hour', e.occurred_at, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS h" : "")
                 FROM events e
                 WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
                 """

@@ -183,10 +183,11 @@ extension ReportPlan {
         """
     }
 
-    /// The record day a priced row `s` (its app, network and UTC hour of `s.h`) lies in,
+    /// The record day a priced row `s` (its app, network and the UTC hour of `s.h`) lies in,
     /// as `rec` (NULLs when none): one at most, as an app and network's days are of one zone.
     var recordJoin: String {
-        "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.hour = date_trunc('hour', s.h, 'UTC')"
+        // The UTC hour by arithmetic (date_bin): date_trunc with a zone converts every row.
+        "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.hour = date_bin('1 hour', s.h, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
     }
 }
 
