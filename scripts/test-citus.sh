@@ -266,6 +266,12 @@ for tz in UTC America/Los_Angeles; do
     same "revenue of record, $tz by $dims: Citus = one node" "$work/o-citus" "$work/o-single"
   done
 done
+# In the app's own zone, for one app: the daily rollups when the network's zone is the app's.
+for app in demo-puzzle demo-news; do
+  report "$citus" --apps "$app" --dimensions date,network --metrics impressions,revenue,network_revenue,revenue_source --currency USD >"$work/o-citus"
+  report "$single" --apps "$app" --dimensions date,network --metrics impressions,revenue,network_revenue,revenue_source --currency USD >"$work/o-single"
+  same "revenue of record, $app in its own zone: Citus = one node" "$work/o-citus" "$work/o-single"
+done
 grep -q ',network$\|,mixed$' "$work/o-citus" && ok "citus: admob's revenue is its final earnings" || fail "citus: no row takes the network's earnings: $(head -n 5 "$work/o-citus" | tr '\n' ' ')"
 for node in citus single; do
   "$bin" networks settings admob --revenue-source sdk --final-after-days 3 --database-url "${db[$node]}" >/dev/null 2>&1

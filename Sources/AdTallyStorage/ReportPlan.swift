@@ -59,8 +59,9 @@ struct ReportPlan {
         self.record = record
         if !query.isServedByRollups {
             source = .raw
-        } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour), record.isEmpty {
-            // A network's day is not the app's: its earnings are placed by the hour.
+        } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour), record.allSatisfy({ $0.zone == query.timezone }) {
+            // A network's days in another zone than the apps' are placed by the hour (the
+            // hourly source); in theirs, by the daily rows' own day.
             source = .daily
         } else {
             source = .hourly

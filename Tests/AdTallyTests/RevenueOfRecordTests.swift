@@ -118,6 +118,24 @@ struct RevenueOfRecordTests {
             #expect(httpRows == [["2026-11-01", "admob", "70", "0.50", "network"], ["2026-11-02", "admob", "40", "0.40", "network"], ["2026-11-01", "applovin", "8", "0.16", "sdk"]], "\(httpRows)")
             let notes = body["notes"] as? [String: Any] ?? [:]
             #expect((notes["revenue_of_record"] as? [String])?.first?.hasPrefix("game admob: revenue of 2 days") == true, "\(notes)")
+            // MAX's UTC days for applovin, in the UTC app's own zone: read from the daily rollups,
+            // by their own day. MAX says 10 impressions, 0.20 USD on 11-01 (our 8 at 0.02: 0.16).
+            try await store.setMappings([.init(source: .max, kind: .app, external: "com.example.game", target: "game")])
+            _ = try await store.importReport(
+                try NetworkReport.parse(try ReconciliationTests.fixture("max-report.csv"), source: .max).withLines { $0.network == "APPLOVIN_NETWORK" },
+                fileSHA256: String(repeating: "d", count: 64), via: "cli"
+            )
+            _ = try await store.setSettings(network: "applovin", tolerancePct: nil, finalAfterDays: nil, revenueSource: "network_when_final")
+            // (With AdMob's Los Angeles days beside them the report reads hourly rows; for applovin alone, daily.)
+            let mixed = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network"), ("metrics", "revenue")])
+            #expect(mixed.notes.source.hasPrefix("rollups: hourly") && Self.byKey(mixed)["2026-11-01 applovin"]?.revenueMicros == 200_000)
+            let own = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network"), ("metrics", "impressions,revenue,revenue_source"), ("network", "applovin")])
+            #expect(own.notes.source.hasPrefix("rollups: daily"), "\(own.notes.source)")
+            #expect(Self.byKey(own)["2026-11-01 applovin"]?.revenueMicros == 200_000 && Self.byKey(own)["2026-11-01 applovin"]?.revenueSource == "network", "\(own.rows)")
+            // The same day by hour (the hourly rollups) agrees.
+            let byHour = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("tz", "UTC"), ("dimensions", "hour"), ("metrics", "revenue"), ("network", "applovin")])
+            #expect(byHour.totals.revenueMicros == 200_000)
+
             // A bad value names the parameter.
             let (bad, problem) = try await Reports.get(client, keys.admin, "apps=game&days=1&revenue_source=network")
             #expect(bad == .badRequest && "\(problem)".contains("revenue_source"))

@@ -13,7 +13,8 @@ import PostgresKit
 /// A row's share is rounded half to even to micros once; a row that holds a whole
 /// network day holds its earnings exactly. The hours are UTC hours: a day of the
 /// network's zone is the hours that start in it (exact for whole-hour zones, which the
-/// networks' America/Los_Angeles and UTC are).
+/// networks' America/Los_Angeles and UTC are). Where the network's zone is the apps'
+/// and the report's (MAX's UTC for apps in UTC), the daily rollups serve, by their day.
 ///
 /// Which import is current: per app and network, one source and zone, whatever the
 /// report's range: the network's own report if it has one (AdMob's for admob, MAX's for
@@ -169,8 +170,20 @@ extension ReportPlan {
     /// The record days as a CTE `record (id, app_id, network, hour, micros, w)`: a row per
     /// UTC hour of each day, so a row of the report finds its day by equality (a hash
     /// join), however many days the range holds.
+    /// From daily rows (the network's zone is the apps' and the report's), a row per day
+    /// `(id, app_id, network, day, micros, w)` instead, found by the rows' own day.
     func recordCTE() -> PostgresQuery {
-        """
+        if source == .daily {
+            return """
+                record AS MATERIALIZED (
+                    SELECT x.id::int AS id, x.app_id, x.network, x.day, x.micros, x.w
+                    FROM unnest(\(array: record.indices.map { $0 + 1 })::int[], \(array: record.map(\.app))::text[], \(array: record.map(\.network))::text[],
+                                \(array: record.map(\.day))::date[], \(array: record.map(\.micros))::numeric[], \(array: record.map(\.impressions))::bigint[])
+                         AS x (id, app_id, network, day, micros, w)
+                )
+                """
+        }
+        return """
         record AS MATERIALIZED (
             SELECT x.id::int AS id, x.app_id, x.network, h.hour, x.micros, x.w
             FROM unnest(\(array: record.indices.map { $0 + 1 })::int[], \(array: record.map(\.app))::text[], \(array: record.map(\.network))::text[],
@@ -186,8 +199,9 @@ extension ReportPlan {
     /// The record day a priced row `s` (its app, network and the UTC hour of `s.h`) lies in,
     /// as `rec` (NULLs when none): one at most, as an app and network's days are of one zone.
     var recordJoin: String {
+        if source == .daily { return "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.day = s.d" }
         // The UTC hour by arithmetic (date_bin): date_trunc with a zone converts every row.
-        "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.hour = date_bin('1 hour', s.h, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
+        return "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.hour = date_bin('1 hour', s.h, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
     }
 }
 
