@@ -59,9 +59,11 @@ public enum NetworkPullClient {
 
     /// The bearer token for AdMob or LevelPlay: minted from the credential's JSON, or the credential itself.
     static func bearer(_ request: NetworkPullRequest) async throws -> String {
-        guard request.credential.hasPrefix("{"),
-              let object = try? JSONSerialization.jsonObject(with: Data(request.credential.utf8)) as? [String: Any]
-        else { return request.credential }
+        guard request.credential.hasPrefix("{") else { return request.credential }
+        // JSON that does not parse is a broken credential, never a token to send.
+        guard let object = try? JSONSerialization.jsonObject(with: Data(request.credential.utf8)) as? [String: Any] else {
+            throw Failure(description: "credential: starts with { but is not a JSON object (client_id, client_secret, refresh_token, or secret_key, refresh_token)")
+        }
         func field(_ name: String) throws -> String {
             guard let value = object[name] as? String, !value.isEmpty else { throw Failure(description: "credential: the JSON has no \(name)") }
             return value

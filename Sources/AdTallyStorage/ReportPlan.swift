@@ -59,9 +59,11 @@ struct ReportPlan {
         self.record = record
         if !query.isServedByRollups {
             source = .raw
-        } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour), record.allSatisfy({ $0.zone == query.timezone }) {
+        } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour),
+                  record.allSatisfy({ $0.zone == query.timezone && $0.fromEpoch % 3600 == 0 && $0.toEpoch % 3600 == 0 }) {
             // A network's days in another zone than the apps' are placed by the hour (the
-            // hourly source); in theirs, by the daily rows' own day.
+            // hourly source); in theirs, by the daily rows' own day, when the days are whole
+            // UTC hours (their impressions, counted by the hour, are then the daily rows').
             source = .daily
         } else {
             source = .hourly

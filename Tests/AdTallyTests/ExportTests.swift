@@ -352,7 +352,7 @@ struct ExportTests {
                     configuration.now = { clock.withLock { $0 } }
                     configuration.maxAttempts = 3
                 }
-                let task = Task { await runner.run() }
+                var task = Task { await runner.run() }
                 try await waitUntil { try await services.exports.run("weekly", slot: run.slot)?.status == "succeeded" }
                 let first = try #require(try await services.exports.run("weekly", slot: run.slot))
                 #expect(first.fileStatus == "provisional")
@@ -370,14 +370,22 @@ struct ExportTests {
                 #expect(earlier["status"] as? String == "provisional" && later["status"] as? String == "final")
 
                 // A run that cannot write: three attempts, backing off, then failed with the error.
+                // The folder is changed while no runner runs (a leader's tick may be in it: the
+                // removal raced it under a loaded machine's full suite).
+                task.cancel()
+                await task.value
                 try FileManager.default.removeItem(atPath: directory + "/weekly")
                 _ = FileManager.default.createFile(atPath: directory + "/weekly", contents: Data("not a folder".utf8))
+                task = Task { await runner.run() }
                 let broken = try await services.exports.requestRun("weekly", slot: nil, now: Date().addingTimeInterval(3600))
                 try await waitUntil(within: 30) { try await services.exports.run("weekly", slot: broken.slot)?.status == "failed" }
                 let failed = try #require(try await services.exports.run("weekly", slot: broken.slot))
                 #expect(failed.attempts == 3 && (failed.error ?? "").contains("Not a directory"), "\(failed)")
                 // Started again by hand once the folder is back.
+                task.cancel()
+                await task.value
                 try FileManager.default.removeItem(atPath: directory + "/weekly")
+                task = Task { await runner.run() }
                 _ = try await services.exports.requestRun("weekly", slot: broken.slot)
                 try await waitUntil { try await services.exports.run("weekly", slot: broken.slot)?.status == "succeeded" }
                 task.cancel()

@@ -136,6 +136,20 @@ struct RevenueOfRecordTests {
             let byHour = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("tz", "UTC"), ("dimensions", "hour"), ("metrics", "revenue"), ("network", "applovin")])
             #expect(byHour.totals.revenueMicros == 200_000)
 
+            // A network's days in a half-hour zone (a CSV's Asia/Kolkata) for an app in that zone:
+            // its earnings (1.00 for 11-01) are placed by the hour, as its weight counts them, so
+            // none is lost: 10 impressions at 17:30 IST on 11-01 and 10 in the hour that starts
+            // at 23:30 IST (18:00 UTC) but falls at 00:15 IST on 11-02.
+            _ = try await services.appStore.createApp(id: "kol", name: nil, timezone: "Asia/Kolkata", currency: "USD")
+            try await Reports.store(services, app: "kol", (0..<10).map { _ in Reports.event(.impression, at: Reports.micros("2026-11-01T12:00:00Z"), network: "unity") }
+                + (0..<10).map { _ in Reports.event(.impression, at: Reports.micros("2026-11-01T18:45:00Z"), network: "unity") })
+            try await services.compactor.compactOnce()
+            let csv = "date,app,network,format,country,impressions,clicks,revenue,currency,timezone\n2026-11-01,kol,unity,banner,US,20,0,1.00,USD,Asia/Kolkata\n"
+            _ = try await store.importReport(try NetworkReport.parse(Array(csv.utf8), source: .csv), fileSHA256: String(repeating: "9", count: 64), via: "cli")
+            _ = try await store.setSettings(network: "unity", tolerancePct: nil, finalAfterDays: nil, revenueSource: "network_when_final")
+            let kolkata = try await Self.report(services, [("apps", "kol"), ("from", "2026-11-01"), ("to", "2026-11-02"), ("dimensions", "date"), ("metrics", "revenue")])
+            #expect(kolkata.notes.source.hasPrefix("rollups: hourly") && kolkata.totals.revenueMicros == 1_000_000, "\(kolkata.notes.source) \(kolkata.rows)")
+
             // A bad value names the parameter.
             let (bad, problem) = try await Reports.get(client, keys.admin, "apps=game&days=1&revenue_source=network")
             #expect(bad == .badRequest && "\(problem)".contains("revenue_source"))
