@@ -8,7 +8,8 @@
 set -euo pipefail
 packages=(libpq-dev zlib1g-dev pkg-config)
 if [ "${ADTALLY_DEPS:-all}" != build ]; then
-  packages+=(postgresql curl chromium)
+  # prometheus: promtool checks /metrics (and the alert rules) in the tests.
+  packages+=(postgresql curl chromium prometheus)
 fi
 missing=()
 for package in "${packages[@]}"; do

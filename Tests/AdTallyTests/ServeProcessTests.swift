@@ -37,6 +37,13 @@ struct ServeProcessTests {
                 #expect(text.contains("adtally_ingest_flush_seconds_count"))
                 #expect(text.contains("adtally_ingest_queue_events"))
                 #expect(text.contains("adtally_rollup_delta_rows_compacted_total"))
+                // Prometheus's own linter: HELP on every metric, counters in _total, durations in _seconds.
+                let file = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-metrics-\(UUID().uuidString).txt")
+                defer { try? FileManager.default.removeItem(at: file) }
+                try Data(text.utf8).write(to: file)
+                let (status, lint) = try await runProcess(["sh", "-c", "promtool check metrics < '\(file.path)'"])
+                #expect(status == 0 && lint.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, "promtool check metrics: \(lint)")
+                #expect(text.contains("# HELP hb_requests_total ") && !text.contains("hb_requests{"))
                 // The exports root (the temporary folder) exists already: nothing to report.
                 let lines = try String(contentsOf: log, encoding: .utf8).split(separator: "\n")
                 #expect(!lines.contains { $0.contains(" error ") || $0.contains(" critical ") }, "\(lines.filter { $0.contains(" error ") })")

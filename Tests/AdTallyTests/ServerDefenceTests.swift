@@ -139,7 +139,7 @@ struct ServerDefenceTests {
             @Sendable func count499() async throws -> Int {
                 try await client.execute(uri: "/metrics", method: .get) { response in
                     let line = String(buffer: response.body).split(separator: "\n").first {
-                        $0.hasPrefix("hb_requests") && $0.contains("/v1/events") && $0.contains(#"http_response_status_code="499""#)
+                        $0.hasPrefix("hb_requests_total") && $0.contains("/v1/events") && $0.contains(#"http_response_status_code="499""#)
                     }
                     return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
                 }
