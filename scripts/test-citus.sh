@@ -258,7 +258,10 @@ same "adtally networks import (twice, restated) and adtally reconcile: Citus = o
 grep -q 'replaced: 1 ' "$work/n-citus" && ok "citus: the second import replaced the first's day" || fail "citus: no restatement: $(tr '\n' ' ' <"$work/n-citus")"
 # The revenue of record (Migrations/0016): admob's final days take its earnings, in
 # every report shape; the record days are read in the report's own transaction.
+# The network's USD earnings of $from are converted to each app's currency (the Grafana
+# series of the JPY app run meanwhile): that day needs its USD rate, as SDK amounts would.
 for node in citus single; do
+  "$bin" fx set --date "$from" --currency USD --rate 1.07 --database-url "${db[$node]}" >/dev/null 2>&1 || echo "fx failed" >"$work/o-$node"
   "$bin" networks settings admob --revenue-source network_when_final --final-after-days 0 --database-url "${db[$node]}" >/dev/null 2>&1 || echo "settings failed" >"$work/o-$node"
 done
 for tz in UTC America/Los_Angeles; do
