@@ -69,11 +69,9 @@ struct DescribedMetricsFactory: MetricsFactory {
         described[label] ?? (label, "AdTally metric \(label).")
     }
 
-    static let durationBuckets: [Duration] = [
-        .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250),
-        .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
-    ]
-    static let valueBuckets: [Double] = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000]
+    /// swift-prometheus's own default buckets.
+    static let durationBuckets = PrometheusMetricsFactory().defaultDurationHistogramBuckets
+    static let valueBuckets = PrometheusMetricsFactory().defaultValueHistogramBuckets
 
     func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
         let (name, help) = Self.describe(label)

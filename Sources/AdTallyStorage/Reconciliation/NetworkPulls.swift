@@ -189,8 +189,8 @@ public struct NetworkPulls: Sendable {
 
     // MARK: - The runner's part (ExportRunner's leader, on its connection)
 
-    /// Plans today's run of every pull not paused (once a UTC day), and marks runs left
-    /// running by a runner that is gone for retry: called by a leader as it takes over.
+    /// Marks runs left running by a runner that is gone for retry (or failed, past the
+    /// attempts): called by a leader as it takes over, as export runs are.
     static func recover(_ connection: PostgresConnection, maxAttempts: Int) throws {
         _ = try connection.query("""
             UPDATE network_pull_runs SET status = CASE WHEN attempts >= \(maxAttempts) THEN 'failed' ELSE 'retrying' END,

@@ -41,13 +41,11 @@ extension ReportPlan {
         var impressions: Int64
     }
 
-    /// Most record days a report reads (an app-network-day each): ten years of 20 apps' 5 networks.
-    static let maxRecordDays = 400_000
-
     /// The record days that may touch the report's range (the network's days around it),
     /// read in the report's snapshot on its connection; none unless the report reads
-    /// revenue, asks for the revenue of record, and a network's policy takes it (one
-    /// small query when none does).
+    /// revenue and asks for the revenue of record (ReportEngine.plan calls it only when
+    /// a network's policy takes it). At most `ReconciliationEngine.maxRows` of them: the
+    /// coverage read is capped there.
     static func recordDays(_ query: ReportQuery, on connection: PostgresConnection) throws -> [RecordDay] {
         guard query.revenueSource == .ofRecord, ReportPlan(query).needsMoney else { return [] }
         let asked = query.filters.first { $0.dimension == .network }?.values
@@ -95,7 +93,6 @@ extension ReportPlan {
             final[key] = cover
         }
         guard !final.isEmpty else { return [] }
-        guard final.count <= maxRecordDays else { throw Self.tooManyRecordDays() }
 
         // Their earnings on those days, in the report currency on each network day (a day a
         // stated range covers without a line earned 0). Only the final days are read: a
