@@ -177,6 +177,14 @@ public struct AppStore: Sendable {
         return try rows.first.map(Self.key)
     }
 
+    /// The key the secrets admins give (the networks' API credentials, the alert webhooks'
+    /// keys) are encrypted with in the database: `given` (ADTALLY_CREDENTIALS_KEY), else
+    /// the servers' shared one.
+    public func credentialsKey(_ given: String?) async throws -> String {
+        if let given, !given.isEmpty { return given }
+        return String(decoding: try await sharedSecret(named: "network_pull_credentials"), as: UTF8.self)
+    }
+
     /// A secret every server of this database shares (`server_secrets`: 32 random
     /// bytes as hex, made from this machine's random source by the first server that asks).
     public func sharedSecret(named name: String) async throws -> [UInt8] {

@@ -83,32 +83,10 @@ public final class ExportRunner: Sendable {
 
     /// Runs until cancelled: waits for leadership, then runs slots while it leads.
     public func run() async {
-        while !Task.isCancelled {
-            do {
-                try await leaderPool.withLease { lease in
-                    guard try await lease.run({ connection in try Self.takeLead(connection, self.configuration) }) else { return }
-                    self.setLeading(true)
-                    defer { self.setLeading(false) }
-                    self.logger.info("this server runs the scheduled exports", metadata: ["runner": "\(self.configuration.identity)"])
-                    let ended: Result<Void, any Error>
-                    do {
-                        try await self.lead(lease)
-                        ended = .success(())
-                    } catch {
-                        ended = .failure(error)
-                    }
-                    // Whatever ended the lead (shutdown or an error), hand it over now, not when the
-                    // pool closes; a lock taken again on this same session would only raise its count.
-                    _ = try? await lease.run { try $0.query("SELECT pg_advisory_unlock_all()") }
-                    try ended.get()
-                }
-            } catch where Task.isCancelled {
-                break
-            } catch {
-                logger.error("export runner lost the database; trying again", metadata: ["error": "\(error)"])
-            }
-            try? await Task.sleep(for: configuration.tick)
-        }
+        let configuration = configuration
+        await Leadership(lockKey: Self.lockKey, role: "export runner", identity: configuration.identity, tick: configuration.tick, logger: logger).run(
+            pool: leaderPool, leading: { self.setLeading($0) }, take: { try Self.takeLead($0, configuration) }, lead: { try await self.lead($0) }
+        )
     }
 
     private func setLeading(_ value: Bool) {
@@ -116,12 +94,8 @@ public final class ExportRunner: Sendable {
         leaderGauge.record(value ? 1 : 0)
     }
 
-    static func takeLead(_ connection: PostgresConnection, _ configuration: Configuration) throws -> Bool {
-        _ = try connection.query("SELECT set_config('application_name', \("adtally export runner " + configuration.identity), false)")
-        // Over TCP, let PostgreSQL notice a leader that vanished (and free its lock) within
-        // about a minute, not the system's two hours.
-        _ = try connection.execute(unsafeSQL: "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3; SET tcp_user_timeout = 60000")
-        guard try connection.query("SELECT pg_try_advisory_lock(\(lockKey))")[0].decode(0, as: Bool.self) else { return false }
+    /// What a new leader does first, on the lock's connection.
+    static func takeLead(_ connection: PostgresConnection, _ configuration: Configuration) throws {
         // Rows left running belong to a runner that is gone (its lock was free). They count
         // as failed attempts, with the same backoff and limit: a run that kills the server
         // must not be run again at once by every server that takes over.
@@ -138,7 +112,6 @@ public final class ExportRunner: Sendable {
             INSERT INTO export_leader (runner, since) VALUES (\(configuration.identity), now())
             ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, since = excluded.since
             """)
-        return true
     }
 
     static func seconds(_ duration: Duration) -> Double {

@@ -99,8 +99,7 @@ public struct NetworkPulls: Sendable {
     }
 
     func encryptionKey() async throws -> String {
-        if let key { return key }
-        return String(decoding: try await AppStore(pool: pool).sharedSecret(named: "network_pull_credentials"), as: UTF8.self)
+        try await AppStore(pool: pool).credentialsKey(key)
     }
 
     static let columns = "name, source, endpoint, restatement_days, paused"

@@ -1,0 +1,392 @@
+import AdTallyCore
+import Foundation
+import Logging
+import Metrics
+import PostgresKit
+import Synchronization
+
+/// A POST to a webhook: the body and the headers that sign and name it.
+public struct WebhookRequest: Sendable {
+    public var url: String
+    public var body: [UInt8]
+    public var headers: [(String, String)]
+}
+
+/// Evaluates the alert rules (DESIGN §12): one server at a time, elected as the export
+/// runner is (`Leadership`, a lock of its own), on a connection of its own.
+///
+/// Each due rule (every `every_seconds`, a minute by default) is read for each of its
+/// apps through the report engine: a report in the app's zone by the hour, with the
+/// rule's filters, summed over the window (the last `window_minutes` of whole hours)
+/// and, for a change, over the same hours of each of the 4 same weekdays before. The
+/// metric's value comes from the metric itself (`ReportMetric.value`), as every report's
+/// does. The state (ok → firing → resolved → firing …) changes, and a transition is
+/// recorded with its numbers, in one transaction on the leader's connection, together
+/// with one delivery per webhook: a row whose id and body every retry sends again.
+/// Deliveries are sent after the evaluations, retried after 30 s, 1, 2, 4 … minutes (at
+/// most an hour) up to `maxAttempts`, then `failed`; a delivery left `sending` by a
+/// server that stopped is sent again (same id) after 5 minutes.
+public final class AlertEvaluator: Sendable {
+    /// Sends a webhook request; returns the HTTP status, throws when there was none.
+    public typealias Send = @Sendable (WebhookRequest) async throws -> Int
+
+    public struct Configuration: Sendable {
+        /// This server, as the history names it.
+        public var identity: String
+        /// How often the leader looks for due rules and deliveries, and a follower for the lock.
+        public var tick: Duration = .seconds(5)
+        /// Attempts before a delivery is `failed`.
+        public var maxAttempts = 8
+        /// Wait after the first failed attempt; doubles each time, to `retryCap`.
+        public var retryBase: Duration = .seconds(30)
+        public var retryCap: Duration = .seconds(3600)
+        /// The time (tests run their own clock).
+        public var now: @Sendable () -> Date = { Date() }
+        /// Where the server's dashboard is, for the link in each notification (ADTALLY_PUBLIC_URL).
+        public var dashboardBase: String?
+        /// The key webhook secrets are encrypted with (nil: the servers' shared one).
+        public var credentialsKey: String?
+        /// How webhooks are sent; nil: nothing is sent (deliveries wait).
+        public var send: Send?
+
+        public init(identity: String) { self.identity = identity }
+    }
+
+    /// The advisory lock key ("AdTally alert evaluator").
+    public static let lockKey: Int64 = 0x4164_5461_6C6C_7906
+
+    let configuration: Configuration
+    let leaderPool: PostgresPool
+    let engine: ReportEngine
+    let logger: Logger
+    private let leading = Mutex(false)
+    private let leaderGauge = Gauge(label: "adtally_alert_evaluator_leader")
+    private let evaluationFailures = Counter(label: "adtally_alert_evaluation_failures_total")
+    private let deliveredCounter = Counter(label: "adtally_alert_deliveries_total", dimensions: [("outcome", "delivered")])
+    private let retryingCounter = Counter(label: "adtally_alert_deliveries_total", dimensions: [("outcome", "retrying")])
+    private let failedCounter = Counter(label: "adtally_alert_deliveries_total", dimensions: [("outcome", "failed")])
+
+    /// An evaluator; `leaderPool` should be a pool of one connection of its own.
+    public init(configuration: Configuration, leaderPool: PostgresPool, engine: ReportEngine, logger: Logger = Logger(label: "adtally.alerts")) {
+        self.configuration = configuration
+        self.leaderPool = leaderPool
+        self.engine = engine
+        self.logger = logger
+    }
+
+    /// Whether this server evaluates now.
+    public var isLeader: Bool { leading.withLock { $0 } }
+
+    /// Runs until cancelled: waits for the lead, then evaluates and delivers while it leads.
+    public func run() async {
+        let identity = configuration.identity
+        await Leadership(lockKey: Self.lockKey, role: "alert evaluator", identity: identity, tick: configuration.tick, logger: logger).run(
+            pool: leaderPool,
+            leading: { value in
+                self.leading.withLock { $0 = value }
+                self.leaderGauge.record(value ? 1 : 0)
+            },
+            take: { connection in
+                _ = try connection.query("""
+                    INSERT INTO alert_leader (runner, since) VALUES (\(identity), now())
+                    ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, since = excluded.since
+                    """)
+            },
+            lead: { lease in
+                while !Task.isCancelled {
+                    do {
+                        try await self.pass(lease)
+                    } catch where Task.isCancelled {
+                        break
+                    }
+                    try? await Task.sleep(for: self.configuration.tick)
+                }
+            }
+        )
+    }
+
+    /// One pass of the leader: evaluates the due rules, then sends the due deliveries.
+    func pass(_ lease: PostgresLease) async throws {
+        let now = configuration.now()
+        let due = try await lease.run { connection in
+            try connection.query("""
+                SELECT \(unsafeRaw: AlertStore.columns) FROM alert_rules WHERE NOT paused AND next_evaluation_at <= \(now) ORDER BY next_evaluation_at, name
+                """).map(AlertStore.rule)
+        }
+        if !due.isEmpty {
+            let apps = Dictionary(try await engine.readableApps(only: nil).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            for rule in due {
+                for name in rule.apps where !Task.isCancelled {
+                    try await evaluate(rule, app: apps[name], name: name, now: now, lease: lease)
+                }
+                try await lease.run { connection in
+                    _ = try connection.query("""
+                        UPDATE alert_rules SET next_evaluation_at = \(now) + make_interval(secs => every_seconds) WHERE name = \(rule.name)
+                        """)
+                }
+            }
+        }
+        try await deliver(lease)
+    }
+
+    /// Reads a rule for one app and records what it finds (a transition with its delivery, or only the numbers).
+    func evaluate(_ rule: AlertRule, app: ReportApp?, name: String, now: Date, lease: PostgresLease) async throws {
+        var reading: AlertReading
+        var currency: String?
+        if let app {
+            currency = app.currency
+            do {
+                reading = try await self.reading(rule, app: app, now: now)
+            } catch let error as PostgresError where error.isUnreachable {
+                throw error
+            } catch {
+                // A missing FX rate, a statement timeout: nothing decided, and said why.
+                evaluationFailures.increment()
+                logger.warning("alert rule could not be read", metadata: ["rule": "\(rule.name)", "app": "\(name)", "error": "\(error)"])
+                let window = Self.window(rule, zone: app.timezone, now: now)
+                reading = AlertReading(windowFrom: window.from, windowTo: window.to, requests: 0, value: nil, note: "the report could not be read: \(error)")
+            }
+        } else {
+            let window = Self.window(rule, zone: "UTC", now: now)
+            reading = AlertReading(windowFrom: window.from, windowTo: window.to, requests: 0, value: nil, note: "there is no app \(name)")
+        }
+        let (identity, base) = (configuration.identity, configuration.dashboardBase)
+        let observed = reading, zone = app?.timezone, money = currency
+        let fired = try await lease.run { connection in
+            try connection.withTransaction { connection -> AlertTransition? in
+                // The rule may have been deleted or paused meanwhile: then nothing is recorded.
+                guard try !connection.query("SELECT 1 FROM alert_rules WHERE name = \(rule.name) AND NOT paused FOR SHARE").isEmpty else { return nil }
+                try connection.query("INSERT INTO alert_states (rule, app_id) VALUES (\(rule.name), \(name)) ON CONFLICT DO NOTHING")
+                let row = try connection.query("SELECT state, notified_at FROM alert_states WHERE rule = \(rule.name) AND app_id = \(name) FOR UPDATE")[0]
+                let state = AlertState(rawValue: try row.decode(0)) ?? .ok
+                let transition = AlertTransition.next(rule: rule, state: state, notifiedAt: try row.decode(1), reading: observed, now: now)
+                let nextState: AlertState = switch transition {
+                case .firing, .renotify: .firing
+                case .resolved: .resolved
+                case nil: state
+                }
+                try connection.query("""
+                    UPDATE alert_states SET evaluated_at = \(now), value = \(observed.value), baseline = \(observed.baseline), requests = \(observed.requests),
+                           window_from = \(observed.windowFrom), window_to = \(observed.windowTo), note = \(observed.note),
+                           state = \(nextState.rawValue),
+                           since = CASE WHEN state = \(nextState.rawValue) THEN since ELSE \(now) END,
+                           notified_at = CASE WHEN \(transition != nil) THEN \(now) ELSE notified_at END
+                    WHERE rule = \(rule.name) AND app_id = \(name)
+                    """)
+                guard let transition else { return nil }
+                let event = try connection.query("""
+                    INSERT INTO alert_events (rule, app_id, kind, at, value, baseline, requests, window_from, window_to, evaluator)
+                    VALUES (\(rule.name), \(name), \(transition.rawValue), \(now), \(observed.value), \(observed.baseline), \(observed.requests),
+                            \(observed.windowFrom), \(observed.windowTo), \(identity))
+                    RETURNING event_id
+                    """)[0]
+                let delivery = UUID()
+                let notification = AlertNotification(
+                    deliveryID: delivery.uuidString.lowercased(), eventID: try event.decode(0), kind: transition.rawValue, rule: rule, app: name, reading: observed,
+                    timezone: zone, currency: money, at: now, dashboard: base.map { Self.dashboardLink($0, app: name, reading: observed, zone: zone) }
+                )
+                try connection.query("""
+                    INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, next_attempt_at)
+                    VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: notification.json(), as: UTF8.self)), 'pending', now())
+                    """)
+                return transition
+            }
+        }
+        if let fired {
+            Counter(label: "adtally_alert_transitions_total", dimensions: [("kind", fired.rawValue)]).increment()
+            logger.notice("alert \(fired.rawValue)", metadata: [
+                "rule": "\(rule.name)", "app": "\(name)", "value": "\(observed.value.map { AlertRule.text($0) } ?? "none")",
+                "baseline": "\(observed.baseline.map { AlertRule.text($0) } ?? "none")", "requests": "\(observed.requests)",
+            ])
+        }
+    }
+
+    // MARK: - Reading a rule through the report engine
+
+    /// A rule's window at `now` in a zone: the last `window_minutes` of whole hours, ending where the current hour starts.
+    static func window(_ rule: AlertRule, zone: String, now: Date) -> (from: Date, to: Date) {
+        let calendar = Self.calendar(zone)
+        let to = calendar.dateInterval(of: .hour, for: now)?.start ?? now
+        return (to.addingTimeInterval(-TimeInterval(rule.windowMinutes * 60)), to)
+    }
+
+    static func calendar(_ zone: String) -> Calendar {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: zone) ?? TimeZone(identifier: "UTC")!
+        return calendar
+    }
+
+    /// The local day (days since 1970-01-01) an instant falls in.
+    static func localDay(_ date: Date, _ zone: TimeZone) -> Int {
+        Int(((date.timeIntervalSince1970 + Double(zone.secondsFromGMT(for: date))) / 86_400).rounded(.down))
+    }
+
+    /// The report a rule reads for an app over `days` (its zone's): by the hour, requests
+    /// and the rule's metric, with its filters.
+    static func query(_ rule: AlertRule, app: ReportApp, days: ClosedRange<Int>) throws(ReportQueryError) -> ReportQuery {
+        var parameters = [
+            ("apps", app.id), ("tz", app.timezone), ("from", ReportQuery.formatDate(days.lowerBound)), ("to", ReportQuery.formatDate(days.upperBound)),
+            ("dimensions", "hour"), ("metrics", rule.metric == .requests ? "requests" : "requests," + rule.metric.rawValue),
+            ("limit", String(ReportQuery.maxLimit)),
+        ]
+        for (dimension, values) in rule.filters.sorted(by: { $0.key < $1.key }) {
+            guard !ReportQuery.parameterNames.contains(dimension) else { throw ReportQueryError(dimension, "is not a filter") }
+            parameters.append((dimension, values))
+        }
+        return try ReportQuery.parse(parameters, readable: [app], isAdmin: true)
+    }
+
+    /// What a rule finds for an app at `now`: the window's requests and value, and for a
+    /// change the baseline — the mean of the metric over the same local hours of each of
+    /// the 4 same weekdays before that had at least the minimum volume (at least one request).
+    public func reading(_ rule: AlertRule, app: ReportApp, now: Date) async throws -> AlertReading {
+        let window = Self.window(rule, zone: app.timezone, now: now)
+        let calendar = Self.calendar(app.timezone)
+        var windows = [window]
+        if rule.condition.isChange {
+            for week in 1...4 {
+                guard let from = calendar.date(byAdding: .day, value: -7 * week, to: window.from),
+                      let to = calendar.date(byAdding: .day, value: -7 * week, to: window.to) else { continue }
+                windows.append((from, to))
+            }
+        }
+        let zone = calendar.timeZone
+        let days = Self.localDay(windows.map(\.from).min()!, zone)...Self.localDay(window.to.addingTimeInterval(-1), zone)
+        let page = try await engine.page(try Self.query(rule, app: app, days: days))
+        guard page.nextCursor == nil else { throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) hours in the window of \(rule.name)") }
+        var sums = [ReportCounts](repeating: ReportCounts(), count: windows.count)
+        for row in page.rows {
+            guard let text = row.dimensions.first ?? nil, let micros = RFC3339.parseMicros(text) else { continue }
+            let hour = Date(timeIntervalSince1970: Double(micros) / 1_000_000)
+            for (index, span) in windows.enumerated() where hour >= span.from && hour < span.to {
+                sums[index].add(row.counts)
+            }
+        }
+        var reading = AlertReading(windowFrom: window.from, windowTo: window.to, requests: sums[0].requests, value: rule.value(sums[0]))
+        if rule.condition.isChange {
+            let weeks = sums.dropFirst().filter { $0.requests >= max(rule.minRequests, 1) }.compactMap(rule.value)
+            reading.baseline = weeks.isEmpty ? nil : weeks.reduce(0, +) / Double(weeks.count)
+            if weeks.isEmpty {
+                reading.note = "no baseline: none of the 4 weeks before had \(max(rule.minRequests, 1)) requests in these hours"
+            } else if reading.baseline == 0 {
+                reading.note = "the baseline is 0: no change can be measured against it"
+            }
+        }
+        if reading.requests < rule.minRequests {
+            reading.note = "\(reading.requests) requests in the window, under the rule's minimum of \(rule.minRequests): nothing decided"
+        } else if reading.value == nil {
+            reading.note = "\(rule.metric.rawValue) has no value in the window (nothing to divide by)"
+        }
+        return reading
+    }
+
+    /// The dashboard's view of an app over the window's days.
+    static func dashboardLink(_ base: String, app: String, reading: AlertReading, zone: String?) -> String {
+        let timeZone = TimeZone(identifier: zone ?? "UTC") ?? TimeZone(identifier: "UTC")!
+        let from = ReportQuery.formatDate(localDay(reading.windowFrom, timeZone))
+        let to = ReportQuery.formatDate(localDay(reading.windowTo.addingTimeInterval(-1), timeZone))
+        let encoded = app.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? app
+        return "\(base)/dashboard?app=\(encoded)&from=\(from)&to=\(to)"
+    }
+
+    // MARK: - Deliveries
+
+    /// The request of a delivery: its body, signed with the webhook's secret.
+    static func request(url: String, body: [UInt8], secret: String, delivery: UUID, kind: String) -> WebhookRequest {
+        WebhookRequest(url: url, body: body, headers: [
+            ("Content-Type", "application/json"), ("User-Agent", "AdTally-Webhook/1"),
+            ("X-AdTally-Signature", AlertNotification.signature(body: body, secret: secret)),
+            ("X-AdTally-Delivery", delivery.uuidString.lowercased()), ("X-AdTally-Event", kind),
+        ])
+    }
+
+    /// How one attempt ended.
+    enum Outcome: Sendable {
+        case delivered(status: Int)
+        case failed(status: Int?, error: String)
+    }
+
+    /// Sends a request once: delivered on a 2xx answer.
+    static func attempt(_ request: WebhookRequest, send: Send) async -> Outcome {
+        do {
+            let status = try await send(request)
+            return (200..<300).contains(status) ? .delivered(status: status) : .failed(status: status, error: "the webhook answered HTTP \(status)")
+        } catch {
+            return .failed(status: nil, error: String("\(error)".prefix(2000)))
+        }
+    }
+
+    /// Records an attempt's outcome, unless the delivery was claimed again meanwhile.
+    static func record(_ connection: PostgresConnection, delivery: UUID, attempt: Int, outcome: Outcome, maxAttempts: Int, retry: Duration) throws {
+        switch outcome {
+        case .delivered(let status):
+            try connection.query("""
+                UPDATE alert_deliveries SET status = 'delivered', last_status = \(status), delivered_at = now(), error = NULL
+                WHERE delivery_id = \(delivery) AND attempts = \(attempt) AND status = 'sending'
+                """)
+        case .failed(let status, let error):
+            try connection.query("""
+                UPDATE alert_deliveries SET status = \(attempt >= maxAttempts ? "failed" : "retrying"), last_status = \(status), error = \(error),
+                       next_attempt_at = now() + make_interval(secs => \(ExportRunner.seconds(retry)))
+                WHERE delivery_id = \(delivery) AND attempts = \(attempt) AND status = 'sending'
+                """)
+        }
+    }
+
+    /// Sends every due delivery, oldest first.
+    func deliver(_ lease: PostgresLease) async throws {
+        guard let send = configuration.send else { return }
+        let key = try await AppStore(pool: leaderPool).credentialsKey(configuration.credentialsKey)
+        let now = configuration.now()
+        // Left sending by a server (or an `alerts test`) that stopped mid-attempt.
+        try await lease.run { connection in
+            _ = try connection.query("""
+                UPDATE alert_deliveries SET status = 'retrying', error = 'the sender stopped during this attempt'
+                WHERE status = 'sending' AND next_attempt_at < now() - interval '5 minutes'
+                """)
+        }
+        while !Task.isCancelled {
+            let claimed = try await lease.run { connection -> (WebhookRequest, UUID, Int)? in
+                let rows = try connection.query("""
+                    WITH next AS (
+                        SELECT delivery_id FROM alert_deliveries
+                        WHERE status IN ('pending', 'retrying') AND next_attempt_at <= \(now)
+                        ORDER BY next_attempt_at, delivery_id LIMIT 1 FOR UPDATE SKIP LOCKED
+                    )
+                    UPDATE alert_deliveries d SET status = 'sending', attempts = attempts + 1, next_attempt_at = now()
+                    FROM next WHERE d.delivery_id = next.delivery_id
+                    RETURNING d.delivery_id, d.webhook_url, d.body, d.attempts,
+                              (SELECT rule FROM alert_events e WHERE e.event_id = d.event_id), (SELECT kind FROM alert_events e WHERE e.event_id = d.event_id)
+                    """)
+                guard let row = rows.first else { return nil }
+                let id = try row.decode(0, as: UUID.self)
+                let secret = try connection.query("""
+                    SELECT pgp_sym_decrypt(webhook_secret, \(key)) FROM alert_rules WHERE name = \(try row.decode(4, as: String.self))
+                    """).first?.decode(0, as: String.self) ?? ""
+                let request = Self.request(url: try row.decode(1), body: Array(try row.decode(2, as: String.self).utf8), secret: secret, delivery: id, kind: try row.decode(5))
+                return (request, id, try row.decode(3))
+            }
+            guard let claimed else { return }
+            let (request, id, attempt) = claimed
+            let outcome = await Self.attempt(request, send: send)
+            let retry = Self.backoff(attempt: attempt, configuration)
+            let maxAttempts = configuration.maxAttempts
+            try await lease.run { connection in
+                try Self.record(connection, delivery: id, attempt: attempt, outcome: outcome, maxAttempts: maxAttempts, retry: retry)
+            }
+            switch outcome {
+            case .delivered: deliveredCounter.increment()
+            case .failed(_, let error):
+                (attempt >= maxAttempts ? failedCounter : retryingCounter).increment()
+                logger.warning("alert webhook delivery failed", metadata: [
+                    "delivery": "\(id.uuidString.lowercased())", "attempt": "\(attempt)", "error": "\(error)", "gave_up": "\(attempt >= maxAttempts)",
+                ])
+            }
+        }
+    }
+
+    static func backoff(attempt: Int, _ configuration: Configuration) -> Duration {
+        let factor = 1 << min(max(attempt - 1, 0), 20)
+        return min(configuration.retryBase * factor, configuration.retryCap)
+    }
+}
