@@ -37,11 +37,17 @@ public struct AppServices: Sendable {
     public let mediation: MediationStore
     /// Keeps the mediation decisions fresh and in memory.
     public let mediationRefresher: MediationRefresher
+    /// Alert rules, states and history.
+    public let alerts: AlertStore
+    /// Evaluates the alert rules and sends their webhooks while this server leads.
+    public let alertEvaluator: AlertEvaluator
+    /// Where users reach the service (alert links).
+    public let publicURL: String
 
     /// Wires the stores and the ingest batcher over a database.
     public init(
         settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil,
-        exportRunner: ExportRunner.Configuration? = nil
+        exportRunner: ExportRunner.Configuration? = nil, alertEvaluator: AlertEvaluator.Configuration? = nil
     ) {
         // Before the batcher and compactor create their metrics.
         MetricsRoutes.bootstrapOnce()
@@ -77,6 +83,15 @@ public struct AppServices: Sendable {
             engine: ReportEngine(pool: database.backgroundReads.primary, logger: logger), pool: database.pool, configuration: .init(maxEventAgeDays: settings.maxEventAgeDays)
         )
         self.mediation = MediationStore(pool: database.pool)
+        self.alerts = AlertStore(pool: database.adminPool, key: settings.credentialsKey)
+        self.publicURL = settings.publicURL
+        var evaluator = AlertEvaluator.Configuration(identity: Self.identity(settings))
+        evaluator.dashboardBase = settings.publicURL
+        evaluator.credentialsKey = settings.credentialsKey
+        evaluator.send = WebhookClient.send
+        self.alertEvaluator = AlertEvaluator(
+            configuration: alertEvaluator ?? evaluator, leaderPool: database.alertLeaderPool, engine: background, logger: Logger(label: "adtally.alerts")
+        )
         self.mediationRefresher = MediationRefresher(
             store: mediation, engine: background,
             configuration: .init(interval: .seconds(settings.mediationRefreshSeconds), identity: Self.identity(settings))
@@ -92,7 +107,7 @@ public struct AppServices: Sendable {
     public var backgroundServices: [any Service] {
         [
             MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher),
-            ExportService(runner: exportRunner), ReportSeriesService(writer: reportSeries), MediationService(refresher: mediationRefresher),
+            ExportService(runner: exportRunner), AlertService(evaluator: alertEvaluator), ReportSeriesService(writer: reportSeries), MediationService(refresher: mediationRefresher),
             MemoryTrimService(),
         ]
     }
@@ -183,6 +198,17 @@ struct ExportService: Service {
     func run() async throws {
         await cancelWhenGracefulShutdown {
             await runner.run()
+        }
+    }
+}
+
+/// The alert evaluator: leads when it holds its lock, else waits for it.
+struct AlertService: Service {
+    let evaluator: AlertEvaluator
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await evaluator.run()
         }
     }
 }

@@ -34,6 +34,8 @@ public final class Database: Sendable {
     /// One connection of its own for the export runner: it holds the runner lock while
     /// this process leads, and every claim and finish goes through it.
     public let leaderPool: PostgresPool
+    /// The alert evaluator's lock and writes: one connection of its own.
+    public let alertLeaderPool: PostgresPool
     /// The schema migrations.
     public let migrator: Migrator
     /// The embedded cluster, when no URL was given.
@@ -43,7 +45,7 @@ public final class Database: Sendable {
 
     private init(
         pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, readPool: PostgresPool?, reads: ReportReads, backgroundReads: ReportReads,
-        adminPool: PostgresPool, leaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
+        adminPool: PostgresPool, leaderPool: PostgresPool, alertLeaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
     ) {
         self.pool = pool
         self.authPool = authPool
@@ -53,6 +55,7 @@ public final class Database: Sendable {
         self.backgroundReads = backgroundReads
         self.adminPool = adminPool
         self.leaderPool = leaderPool
+        self.alertLeaderPool = alertLeaderPool
         self.migrator = migrator
         self.embedded = embedded
         self.startedEmbedded = startedEmbedded
@@ -93,6 +96,7 @@ public final class Database: Sendable {
             logger: logger
         )
         let leaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
+        let alertLeaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
         // Reports only: nothing that writes is ever given this pool. A replica whose lag
         // probe has not answered within 2 s is skipped for the primary meanwhile.
         let readPool = settings.databaseReadURL.map { url in
@@ -123,7 +127,7 @@ public final class Database: Sendable {
         )
         return Database(
             pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, backgroundReads: backgroundReads,
-            adminPool: adminPool, leaderPool: leaderPool,
+            adminPool: adminPool, leaderPool: leaderPool, alertLeaderPool: alertLeaderPool,
             migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger
         )
     }
@@ -155,6 +159,7 @@ public final class Database: Sendable {
         await backgroundReads.replica?.shutdown()
         await adminPool.shutdown()
         await leaderPool.shutdown()
+        await alertLeaderPool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }
         do {

@@ -61,6 +61,9 @@ public struct Settings: Sendable {
     /// from the environment only, never a flag a process list shows). Without it, a key kept
     /// in the database (server_secrets) is used, and a dump of the database holds both.
     public var credentialsKey: String?
+    /// Where users reach this service (`ADTALLY_PUBLIC_URL`, e.g. `https://adtally.example.com`;
+    /// default `http://HOST:PORT`): the dashboard links in alert notifications start with it.
+    public var publicURL: String = ""
     /// A folder whose files are served as they are under `/static/` (`--static-dir`): a
     /// hand-written switch file, say, served beside the computed one.
     public var staticDirectory: String?
@@ -227,6 +230,15 @@ public struct Settings: Sendable {
             .standardizedFileURL.path
         settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
         settings.credentialsKey = text(nil, "ADTALLY_CREDENTIALS_KEY")
+        if let url = text(nil, "ADTALLY_PUBLIC_URL") {
+            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme ?? ""), parsed.host?.isEmpty == false, parsed.query == nil,
+                  parsed.fragment == nil, parsed.user == nil
+            else { throw SettingsError.invalid("ADTALLY_PUBLIC_URL", url, "an http or https URL with a host, without a query, fragment or credentials") }
+            settings.publicURL = url.hasSuffix("/") ? String(url.dropLast()) : url
+        } else {
+            let host = ["0.0.0.0", "::", ""].contains(settings.host) ? "localhost" : settings.host.contains(":") ? "[\(settings.host)]" : settings.host
+            settings.publicURL = "http://\(host):\(settings.port)"
+        }
         if let folder = settings.staticDirectory {
             var isFolder: ObjCBool = false
             guard FileManager.default.fileExists(atPath: folder, isDirectory: &isFolder), isFolder.boolValue else {

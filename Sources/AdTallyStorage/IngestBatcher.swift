@@ -139,6 +139,8 @@ public final class IngestBatcher: Sendable {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        // What the queue gauge is measured against (the operators' rule AdTallyIngestQueueNearlyFull).
+        Gauge(label: "adtally_ingest_queue_limit_events").record(configuration.maxQueuedEvents)
     }
 
     /// Queues events and returns once they are committed.
