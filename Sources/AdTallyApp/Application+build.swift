@@ -151,6 +151,10 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
         store: NetworkReportStore(pool: services.database.adminPool),
         pulls: NetworkPulls(pool: services.database.adminPool, key: services.credentialsKey), authenticator: authenticator, shares: shares
     ).register(on: routes)
+    AlertRoutes(
+        store: services.alerts, engine: services.reports, authenticator: authenticator, publicURL: services.publicURL,
+        send: services.alertEvaluator.configuration.send ?? WebhookClient.send
+    ).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(
         router: router,

@@ -55,7 +55,7 @@ public final class AlertEvaluator: Sendable {
     /// The advisory lock key ("AdTally alert evaluator").
     public static let lockKey: Int64 = 0x4164_5461_6C6C_7906
 
-    let configuration: Configuration
+    public let configuration: Configuration
     let leaderPool: PostgresPool
     let engine: ReportEngine
     let logger: Logger
