@@ -141,6 +141,6 @@ public struct AlertNotification: Sendable, Encodable {
 
     /// `X-AdTally-Signature`: `sha256=` and the hex HMAC-SHA256 of the body under the webhook's secret.
     public static func signature(body: [UInt8], secret: String) -> String {
-        "sha256=" + SHA256.hex(SHA256.hmac(key: Array(secret.utf8), message: body))
+        "sha256=" + SHA256.hmac(key: Array(secret.utf8), message: body).hexString
     }
 }

@@ -187,7 +187,7 @@ public final class AlertEvaluator: Sendable {
                 )
                 try connection.query("""
                     INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, next_attempt_at)
-                    VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: notification.json(), as: UTF8.self)), 'pending', now())
+                    VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: notification.json(), as: UTF8.self)), 'pending', \(now))
                     """)
                 return transition
             }
@@ -317,7 +317,7 @@ public final class AlertEvaluator: Sendable {
     }
 
     /// Records an attempt's outcome, unless the delivery was claimed again meanwhile.
-    static func record(_ connection: PostgresConnection, delivery: UUID, attempt: Int, outcome: Outcome, maxAttempts: Int, retry: Duration) throws {
+    static func record(_ connection: PostgresConnection, delivery: UUID, attempt: Int, outcome: Outcome, maxAttempts: Int, retryAt: Date) throws {
         switch outcome {
         case .delivered(let status):
             try connection.query("""
@@ -327,7 +327,7 @@ public final class AlertEvaluator: Sendable {
         case .failed(let status, let error):
             try connection.query("""
                 UPDATE alert_deliveries SET status = \(attempt >= maxAttempts ? "failed" : "retrying"), last_status = \(status), error = \(error),
-                       next_attempt_at = now() + make_interval(secs => \(ExportRunner.seconds(retry)))
+                       next_attempt_at = \(retryAt)
                 WHERE delivery_id = \(delivery) AND attempts = \(attempt) AND status = 'sending'
                 """)
         }
@@ -342,10 +342,11 @@ public final class AlertEvaluator: Sendable {
         try await lease.run { connection in
             _ = try connection.query("""
                 UPDATE alert_deliveries SET status = 'retrying', error = 'the sender stopped during this attempt'
-                WHERE status = 'sending' AND next_attempt_at < now() - interval '5 minutes'
+                WHERE status = 'sending' AND next_attempt_at < \(now.addingTimeInterval(-300))
                 """)
         }
         while !Task.isCancelled {
+            let now = configuration.now()
             let claimed = try await lease.run { connection -> (WebhookRequest, UUID, Int)? in
                 let rows = try connection.query("""
                     WITH next AS (
@@ -353,7 +354,7 @@ public final class AlertEvaluator: Sendable {
                         WHERE status IN ('pending', 'retrying') AND next_attempt_at <= \(now)
                         ORDER BY next_attempt_at, delivery_id LIMIT 1 FOR UPDATE SKIP LOCKED
                     )
-                    UPDATE alert_deliveries d SET status = 'sending', attempts = attempts + 1, next_attempt_at = now()
+                    UPDATE alert_deliveries d SET status = 'sending', attempts = attempts + 1, next_attempt_at = \(now)
                     FROM next WHERE d.delivery_id = next.delivery_id
                     RETURNING d.delivery_id, d.webhook_url, d.body, d.attempts,
                               (SELECT rule FROM alert_events e WHERE e.event_id = d.event_id), (SELECT kind FROM alert_events e WHERE e.event_id = d.event_id)
@@ -369,10 +370,10 @@ public final class AlertEvaluator: Sendable {
             guard let claimed else { return }
             let (request, id, attempt) = claimed
             let outcome = await Self.attempt(request, send: send)
-            let retry = Self.backoff(attempt: attempt, configuration)
+            let retryAt = configuration.now().addingTimeInterval(ExportRunner.seconds(Self.backoff(attempt: attempt, configuration)))
             let maxAttempts = configuration.maxAttempts
             try await lease.run { connection in
-                try Self.record(connection, delivery: id, attempt: attempt, outcome: outcome, maxAttempts: maxAttempts, retry: retry)
+                try Self.record(connection, delivery: id, attempt: attempt, outcome: outcome, maxAttempts: maxAttempts, retryAt: retryAt)
             }
             switch outcome {
             case .delivered: deliveredCounter.increment()

@@ -261,15 +261,15 @@ public struct AlertStore: Sendable {
             )
             let body = notification.json()
             try connection.query("""
-                INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, attempts)
-                VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: body, as: UTF8.self)), 'sending', 1)
+                INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, attempts, next_attempt_at)
+                VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: body, as: UTF8.self)), 'sending', 1, \(Date()))
                 """)
             guard let secret = try secret(connection, rule: rule.name, key: key) else { throw AlertStoreError.unknown(name) }
             return (AlertEvaluator.request(url: rule.webhook, body: body, secret: secret, delivery: delivery, kind: "test"), delivery)
         }
         let outcome = await AlertEvaluator.attempt(request, send: send)
         return try await pool.withTransaction { connection in
-            try AlertEvaluator.record(connection, delivery: id, attempt: 1, outcome: outcome, maxAttempts: 8, retry: .seconds(30))
+            try AlertEvaluator.record(connection, delivery: id, attempt: 1, outcome: outcome, maxAttempts: 8, retryAt: Date().addingTimeInterval(30))
             return try AlertDelivery(connection.query("SELECT \(unsafeRaw: AlertDelivery.columns) FROM alert_deliveries WHERE delivery_id = \(id)")[0])
         }
     }

@@ -1,0 +1,286 @@
+import AdTallyApp
+import AdTallyCore
+@testable import AdTallyStorage
+import AdTallyTestSupport
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import PostgresKit
+import Synchronization
+import Testing
+
+/// Alerts (issue 28): rules read through the report engine by one elected evaluator,
+/// notifying a local webhook receiver (a real HTTP server) with signed JSON.
+@Suite("Alerts: a dead network's fill fires once, signed; resolves; thin data decides nothing; one server notifies, retries keep the delivery id", .serialized)
+struct AlertTests {
+    /// A webhook receiver: every request it got, and how many it answers 500 first.
+    final class Receiver: Sendable {
+        struct Received: Sendable {
+            var headers: [String: String]
+            var body: [UInt8]
+            var json: [String: Any] { (try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any]) ?? [:] }
+        }
+
+        let received = Mutex<[Received]>([])
+        let failuresLeft = Mutex(0)
+
+        func handle(_ request: Request) async throws -> Response {
+            let body = try await request.body.collect(upTo: 1 << 20)
+            var headers: [String: String] = [:]
+            for field in request.headers { headers[field.name.canonicalName.lowercased()] = field.value }
+            received.withLock { $0.append(Received(headers: headers, body: Array(body.readableBytesView))) }
+            let fail = failuresLeft.withLock { left in
+                defer { left = max(0, left - 1) }
+                return left > 0
+            }
+            return Response(status: fail ? .internalServerError : .ok)
+        }
+
+        var all: [Received] { received.withLock { $0 } }
+    }
+
+    /// Runs `body` with a receiver listening on 127.0.0.1 (its URL given).
+    static func withReceiver(_ body: @escaping @Sendable (Receiver, String) async throws -> Void) async throws {
+        let receiver = Receiver()
+        let router = Router()
+        router.post("hook") { request, _ in try await receiver.handle(request) }
+        let fixture = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await fixture.test(.live) { client in
+            try await body(receiver, "http://127.0.0.1:\(try #require(client.port))/hook")
+        }
+    }
+
+    /// An evaluator on a connection of its own, with a fast tick and retries.
+    static func evaluator(_ services: AppServices, _ conninfo: String, identity: String, now: (@Sendable () -> Date)? = nil) -> (AlertEvaluator, PostgresPool) {
+        let pool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1))
+        var configuration = AlertEvaluator.Configuration(identity: identity)
+        configuration.tick = .milliseconds(20)
+        configuration.retryBase = .milliseconds(50)
+        configuration.dashboardBase = "http://adtally.test"
+        configuration.credentialsKey = "test-key"
+        configuration.send = WebhookClient.send
+        if let now { configuration.now = now }
+        var logger = Logger(label: "adtally.alerts")
+        logger.logLevel = .critical
+        return (AlertEvaluator(configuration: configuration, leaderPool: pool, engine: services.reports, logger: logger), pool)
+    }
+
+    /// `count` requests of a network at `hour` (seconds), `filled` of them with an impression.
+    static func traffic(hour: Int, network: String, requests: Int, filled: Int) -> [AdEvent] {
+        (0..<requests).flatMap { index -> [AdEvent] in
+            let at = Int64(hour + 60 + index) * 1_000_000
+            let request = Reports.event(.request, at: at, network: network)
+            return index < filled ? [request, Reports.event(.impression, at: at + 1, network: network)] : [request]
+        }
+    }
+
+    /// Checks `X-AdTally-Signature` with openssl (an outside judge), not with AdTally's own HMAC.
+    static func signatureIsValid(_ received: Receiver.Received, secret: String) async throws -> Bool {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-hook-\(UUID().uuidString)").path
+        FileManager.default.createFile(atPath: file, contents: Data(received.body))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let (status, output) = try await runProcess(["openssl", "dgst", "-sha256", "-hmac", secret, file])
+        guard status == 0, let hex = output.split(separator: "=").last?.trimmingCharacters(in: .whitespacesAndNewlines) else { return false }
+        let valid = received.headers["x-adtally-signature"] == "sha256=" + hex
+        if !valid { Issue.record("openssl says \(output); the header says \(received.headers["x-adtally-signature"] ?? "nothing")") }
+        return valid
+    }
+
+    @Test("fill collapse: fires one evaluation after its window closes, notifies once, resolves, thin volume decides nothing")
+    func fillCollapse() async throws {
+        try await Self.withReceiver { receiver, url in
+            try await TestDatabase.withDatabase { conninfo in
+                try await ExportTests.withServices(conninfo) { services in
+                    _ = try await services.appStore.createApp(id: "alert-app", name: nil, timezone: "UTC", currency: "USD")
+                    // Five hours, the first six hours ago: admob fills 90 %, 10 %, 95 %, then too little
+                    // traffic to judge; unity never fills (outside the rule's filter).
+                    let base = (Int(Date().timeIntervalSince1970) / 3600 - 6) * 3600
+                    var events: [AdEvent] = []
+                    for (index, (requests, filled)) in [(200, 180), (200, 20), (200, 190), (50, 0)].enumerated() {
+                        events += Self.traffic(hour: base + index * 3600, network: "admob", requests: requests, filled: filled)
+                        events += Self.traffic(hour: base + index * 3600, network: "unity", requests: 100, filled: 0)
+                    }
+                    try await Reports.store(services, app: "alert-app", events)
+                    let store = AlertStore(pool: services.database.pool, key: "test-key")
+                    let readable = try await services.reports.readableApps(only: nil)
+                    var rule = AlertRule(
+                        name: "admob-fill", apps: ["alert-app"], metric: .fillRate, filters: ["network": "admob"], condition: .below, threshold: 0.5,
+                        windowMinutes: 60, minRequests: 100, webhook: url
+                    )
+                    let secret = "0123456789abcdef-secret"
+                    _ = try await store.create(rule, secret: secret, readable: readable)
+                    // The same rule with a minimum the window never reaches: never fires.
+                    rule.name = "admob-fill-thin"
+                    rule.minRequests = 1000
+                    let thin = try await store.create(rule, secret: nil, readable: readable)
+                    #expect(thin.madeSecret?.count == 64)
+                    // Refused, naming the field: a filter that is no dimension; a metric hours do not add up to.
+                    await #expect(throws: FieldError("filters", "colour is not a dimension a rule can filter on (network, format, placement, country, …)")) {
+                        var bad = rule
+                        bad.name = "bad"
+                        bad.filters = ["colour": "red"]
+                        _ = try await store.create(bad, secret: nil, readable: readable)
+                    }
+                    await #expect(throws: FieldError.self) {
+                        var bad = rule
+                        bad.name = "bad"
+                        bad.metric = .dau
+                        _ = try await store.create(bad, secret: nil, readable: readable)
+                    }
+                    await #expect(throws: AlertStoreError.exists("admob-fill")) { _ = try await store.create(rule.renamed("admob-fill"), secret: nil, readable: readable) }
+
+                    let clock = Mutex(Date(timeIntervalSince1970: Double(base + 3600 + 30)))
+                    let (evaluator, pool) = Self.evaluator(services, conninfo, identity: "evaluator-1") { clock.withLock { $0 } }
+                    defer { Task { await pool.shutdown() } }
+                    /// One evaluation at `time` (rules made due: the test's clock is hours behind the database's).
+                    func evaluate(at time: Int) async throws {
+                        clock.withLock { $0 = Date(timeIntervalSince1970: Double(time)) }
+                        try await pool.query("UPDATE alert_rules SET next_evaluation_at = '-infinity'")
+                        try await pool.withLease { lease in try await evaluator.pass(lease) }
+                    }
+                    func state(_ name: String) async throws -> AlertStatus? { try await store.states(name).first }
+
+                    // The first hour's window (90 %): ok, nothing sent.
+                    try await evaluate(at: base + 3600 + 30)
+                    #expect(try await state("admob-fill")?.state == .ok)
+                    #expect(try await state("admob-fill")?.value == 0.9)
+                    #expect(receiver.all.isEmpty)
+
+                    // The collapse's hour closed 30 s ago: this one evaluation fires, and sends once.
+                    try await evaluate(at: base + 2 * 3600 + 30)
+                    let firing = try #require(try await state("admob-fill"))
+                    #expect(firing.state == .firing && firing.value == 0.1 && firing.requests == 200, "\(firing)")
+                    #expect(firing.windowFrom == Date(timeIntervalSince1970: Double(base + 3600)) && firing.windowTo == Date(timeIntervalSince1970: Double(base + 2 * 3600)))
+                    let thinState = try #require(try await state("admob-fill-thin"))
+                    #expect(thinState.state == .ok && thinState.note?.contains("under the rule's minimum of 1000") == true, "\(thinState)")
+                    #expect(receiver.all.count == 1)
+                    let first = try #require(receiver.all.first)
+                    #expect(try await Self.signatureIsValid(first, secret: secret), "\(first.headers)")
+                    #expect(first.json["kind"] as? String == "firing" && first.json["app"] as? String == "alert-app" && first.json["value"] as? Double == 0.1)
+                    #expect(first.json["delivery_id"] as? String == first.headers["x-adtally-delivery"] && first.headers["x-adtally-event"] == "firing")
+                    #expect((first.json["rule"] as? [String: Any])?["name"] as? String == "admob-fill")
+                    let window = try #require(first.json["window"] as? [String: Any])
+                    #expect(window["minutes"] as? Int == 60 && window["timezone"] as? String == "UTC")
+                    let day = ReportQuery.formatDate((base + 3600) / 86_400)
+                    #expect(first.json["dashboard"] as? String == "http://adtally.test/dashboard?app=alert-app&from=\(day)&to=\(day)")
+                    let text = try #require(first.json["text"] as? String)
+                    #expect(text.hasPrefix("[FIRING] admob-fill: fill_rate of alert-app (network=admob) is 0.1; rule: < 0.5") && text.contains("200 requests"), "\(text)")
+
+                    // Evaluated again while still broken: no second notification (re-notify is 12 h away).
+                    try await evaluate(at: base + 2 * 3600 + 90)
+                    #expect(receiver.all.count == 1)
+                    #expect(try await store.history("admob-fill").count == 1)
+
+                    // Fill is back: resolved, sent once more.
+                    try await evaluate(at: base + 3 * 3600 + 30)
+                    #expect(try await state("admob-fill")?.state == .resolved)
+                    #expect(receiver.all.count == 2 && receiver.all.last?.json["kind"] as? String == "resolved")
+                    #expect(try await Self.signatureIsValid(try #require(receiver.all.last), secret: secret))
+
+                    // 50 requests, none filled, but under the minimum: neither fires nor resolves.
+                    try await evaluate(at: base + 4 * 3600 + 30)
+                    let quiet = try #require(try await state("admob-fill"))
+                    #expect(quiet.state == .resolved && quiet.value == 0 && quiet.note?.contains("50 requests in the window") == true, "\(quiet)")
+                    #expect(receiver.all.count == 2)
+
+                    // The history: the two transitions with their numbers, each delivered on the first attempt.
+                    let history = try await store.history("admob-fill")
+                    #expect(history.map(\.kind) == ["resolved", "firing"])
+                    #expect(history.last?.value == 0.1 && history.last?.requests == 200 && history.last?.evaluator == "evaluator-1")
+                    #expect(history.allSatisfy { $0.deliveries.count == 1 && $0.deliveries[0].status == "delivered" && $0.deliveries[0].attempts == 1 })
+                    #expect(try await store.history("admob-fill-thin").isEmpty)
+                }
+            }
+        }
+    }
+
+    @Test("a change against the same hours of the weeks before, in the app's zone")
+    func changeAgainstBaseline() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            try await ExportTests.withServices(conninfo) { services in
+                // Kathmandu (+05:45): its whole hours are not UTC's.
+                _ = try await services.appStore.createApp(id: "ktm", name: nil, timezone: "Asia/Kathmandu", currency: "USD")
+                let offset = 5 * 3600 + 45 * 60
+                let localHour = ((Int(Date().timeIntervalSince1970) + offset) / 3600 - 3) * 3600 - offset
+                // The window's hour: 100 requests; the same hour a week before: 400; two weeks
+                // before: 10 (under the minimum: not part of the baseline).
+                var events = Self.traffic(hour: localHour, network: "admob", requests: 100, filled: 100)
+                events += Self.traffic(hour: localHour - 7 * 86_400, network: "admob", requests: 400, filled: 400)
+                events += Self.traffic(hour: localHour - 14 * 86_400, network: "admob", requests: 10, filled: 10)
+                try await Reports.store(services, app: "ktm", events)
+                let rule = AlertRule(
+                    name: "requests-drop", apps: ["ktm"], metric: .requests, condition: .changeBelow, threshold: -0.5, windowMinutes: 60, minRequests: 50,
+                    webhook: "http://127.0.0.1:9/none"
+                )
+                let (evaluator, pool) = Self.evaluator(services, conninfo, identity: "e")
+                defer { Task { await pool.shutdown() } }
+                let reading = try await evaluator.reading(rule, app: ReportApp(id: "ktm", timezone: "Asia/Kathmandu", currency: "USD"), now: Date(timeIntervalSince1970: Double(localHour + 3600 + 10)))
+                #expect(reading.windowFrom == Date(timeIntervalSince1970: Double(localHour)) && reading.requests == 100 && reading.value == 100)
+                #expect(reading.baseline == 400 && reading.note == nil, "\(reading)")
+                #expect(AlertTransition.next(rule: rule, state: .ok, notifiedAt: nil, reading: reading, now: Date()) == .firing)
+                // A window with no week before it of the minimum volume: no baseline, nothing decided.
+                let earlier = try await evaluator.reading(rule, app: ReportApp(id: "ktm", timezone: "Asia/Kathmandu", currency: "USD"), now: Date(timeIntervalSince1970: Double(localHour - 7 * 86_400 + 3600 + 10)))
+                #expect(earlier.requests == 400 && earlier.baseline == nil && earlier.note?.hasPrefix("no baseline") == true, "\(earlier)")
+            }
+        }
+    }
+
+    @Test("two servers evaluate, one notifies; a receiver that fails three times gets the same delivery id the fourth time")
+    func oneNotifierAndRetries() async throws {
+        try await Self.withReceiver { receiver, url in
+            receiver.failuresLeft.withLock { $0 = 3 }
+            try await TestDatabase.withDatabase { conninfo in
+                try await ExportTests.withServices(conninfo) { services in
+                    _ = try await services.appStore.createApp(id: "alert-app", name: nil, timezone: "UTC", currency: "USD")
+                    // The last two whole hours (so an hour turning mid-test changes nothing): admob fills nothing.
+                    let hour = (Int(Date().timeIntervalSince1970) / 3600 - 1) * 3600
+                    try await Reports.store(services, app: "alert-app", Self.traffic(hour: hour, network: "admob", requests: 120, filled: 0)
+                        + Self.traffic(hour: hour - 3600, network: "admob", requests: 120, filled: 0))
+                    let store = AlertStore(pool: services.database.pool, key: "test-key")
+                    let rule = AlertRule(
+                        name: "admob-dead", apps: ["alert-app"], metric: .fillRate, filters: ["network": "admob"], condition: .below, threshold: 0.5,
+                        windowMinutes: 60, minRequests: 100, webhook: url
+                    )
+                    _ = try await store.create(rule, secret: "0123456789abcdef-secret", readable: try await services.reports.readableApps(only: nil))
+                    let (first, firstPool) = Self.evaluator(services, conninfo, identity: "server-a")
+                    let (second, secondPool) = Self.evaluator(services, conninfo, identity: "server-b")
+                    let tasks = [Task { await first.run() }, Task { await second.run() }]
+                    try await waitUntil("the webhook got its delivery after three 500s", within: 60) { receiver.all.count >= 4 }
+                    // Both keep running a while: nothing more is sent.
+                    try await Task.sleep(for: .milliseconds(500))
+                    #expect([first.isLeader, second.isLeader].filter { $0 }.count == 1)
+                    let all = receiver.all
+                    #expect(all.count == 4)
+                    #expect(Set(all.map { $0.headers["x-adtally-delivery"] ?? "" }).count == 1 && Set(all.map(\.body)).count == 1)
+                    let history = try await store.history("admob-dead")
+                    #expect(history.count == 1 && history.first?.kind == "firing")
+                    let delivery = try #require(history.first?.deliveries.first)
+                    #expect(delivery.status == "delivered" && delivery.attempts == 4 && delivery.lastStatus == 200 && delivery.id == all[0].headers["x-adtally-delivery"], "\(delivery)")
+                    #expect(history.first?.evaluator == (first.isLeader ? "server-a" : "server-b"))
+                    for task in tasks { task.cancel() }
+                    for task in tasks { await task.value }
+                    await firstPool.shutdown()
+                    await secondPool.shutdown()
+
+                    // A test notification: sent now, signed, recorded as a test.
+                    let test = try await store.test("admob-dead", dashboardBase: "http://adtally.test", send: WebhookClient.send)
+                    #expect(test.status == "delivered" && test.attempts == 1)
+                    let sent = try #require(receiver.all.last)
+                    #expect(sent.json["kind"] as? String == "test" && (sent.json["text"] as? String)?.hasPrefix("[TEST] admob-dead") == true)
+                    #expect(try await Self.signatureIsValid(sent, secret: "0123456789abcdef-secret"))
+                    #expect(try await store.history("admob-dead").first?.kind == "test")
+                }
+            }
+        }
+    }
+}
+
+extension AlertRule {
+    func renamed(_ name: String) -> AlertRule {
+        var copy = self
+        copy.name = name
+        return copy
+    }
+}
