@@ -152,6 +152,29 @@ call("DELETE", "/v1/fx?date=2026-01-02&currency=GBP", admin, 404)
 folder = tempfile.mkdtemp(prefix="adtally-openapi-")
 schedule = {"name": "openapi", "cron": "0 6 * * *", "tz": "Asia/Tokyo", "format": "csv", "dir": folder,
             "query": {"apps": app, "days": "1", "dimensions": "date,network"}}
+# Alert rules: created (the secret made and shown once), listed, tested against a
+# closed local port (a failed delivery, 200), paused and resumed, deleted.
+rule = {"name": "fill-drop", "apps": [app], "metric": "fill_rate", "filters": {"network": "admob"}, "condition": "below",
+        "threshold": 0.5, "window_minutes": 120, "min_requests": 100, "webhook": "http://127.0.0.1:1/hook"}
+created = call("POST", "/v1/alerts", admin, 201, json=rule).json()
+assert len(created.get("secret", "")) == 64, created
+call("POST", "/v1/alerts", admin, 409, json=rule)
+call("POST", "/v1/alerts", admin, 400, json={**rule, "name": "other", "window_minutes": 90})
+call("POST", "/v1/alerts", admin, 400, json={**rule, "name": "other", "metric": "dau"})
+call("POST", "/v1/alerts", read["secret"], 403, json=rule)
+call("GET", "/v1/alerts", admin, 200)
+call("GET", "/v1/alerts/fill-drop", admin, 200)
+call("GET", "/v1/alerts/nope", admin, 404)
+test = call("POST", "/v1/alerts/fill-drop/test", admin, 200).json()
+assert test["delivery"]["status"] == "retrying" and test["delivery"]["attempts"] == 1, test
+call("POST", "/v1/alerts/fill-drop/pause", admin, 200)
+call("POST", "/v1/alerts/fill-drop/resume", admin, 200)
+call("GET", "/v1/alerts/fill-drop/history?limit=5", admin, 200)
+call("GET", "/v1/alerts/history", admin, 200)
+call("GET", "/v1/alerts/history?limit=0", admin, 400)
+call("DELETE", "/v1/alerts/fill-drop", admin, 204)
+call("DELETE", "/v1/alerts/fill-drop", admin, 404)
+
 call("POST", "/v1/exports", admin, 201, json=schedule)
 call("POST", "/v1/exports", admin, 409, json=schedule)
 call("POST", "/v1/exports", admin, 400, json={**schedule, "name": "other", "cron": "0 6 * *"})

@@ -672,6 +672,134 @@ paths:
         "403": {$ref: "#/components/responses/Problem"}
         "404": {$ref: "#/components/responses/Problem"}
         "409": {$ref: "#/components/responses/Problem"}
+  /v1/alerts:
+    get:
+      summary: "Alert rules (an admin key), each with its apps' states: ok, firing or resolved, and the last evaluation's numbers."
+      responses:
+        "200":
+          description: Rules by name.
+          content:
+            application/json:
+              schema: {type: object, required: [alerts], properties: {alerts: {type: array, items: {$ref: "#/components/schemas/AlertRuleWithStates"}}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+    post:
+      summary: "Create a rule (an admin key): a report metric of each app, with any report filter, watched over the last whole hours against a threshold or against the same hours of the 4 same weekdays before (a change). The elected server evaluates it every every_seconds and POSTs each transition to the webhook, signed with X-AdTally-Signature (sha256=HMAC-SHA256 of the body, hex)."
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [name, apps, metric, condition, threshold, window_minutes, webhook]
+              properties:
+                name: {type: string, pattern: "^[a-z0-9][a-z0-9_-]{0,63}$"}
+                apps: {type: array, items: {type: string}, minItems: 1, maxItems: 100}
+                metric: {type: string, description: "A metric of GET /v1/reports that hours add up to (not the audience's device counts)."}
+                filters: {type: object, additionalProperties: {type: string}, description: "Report filters, as GET /v1/reports takes them: {\"network\": \"admob\"}."}
+                condition: {type: string, enum: [below, above, change_below, change_above]}
+                threshold: {type: number, description: "The metric's value (money in the app's currency), or for a change a fraction: -0.3 is -30 %."}
+                window_minutes: {type: integer, minimum: 60, maximum: 10080, multipleOf: 60}
+                min_requests: {type: integer, minimum: 0, description: "Below this many requests in the window the rule neither fires nor resolves."}
+                every_seconds: {type: integer, minimum: 60, maximum: 86400}
+                renotify_minutes: {type: integer, minimum: 0, maximum: 43200, description: "While firing, notified again this often (0 never; default 720)."}
+                webhook: {type: string, description: "http or https URL notifications are POSTed to."}
+                secret: {type: string, minLength: 16, maxLength: 256, description: "The signing secret; without it one is made and returned once."}
+                paused: {type: boolean}
+      responses:
+        "201":
+          description: Created; `secret` only when AdTally made it (shown this once).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [rule]
+                properties:
+                  rule: {$ref: "#/components/schemas/AlertRule"}
+                  secret: {type: string}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "409": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+  /v1/alerts/history:
+    get:
+      summary: "Every rule's transitions and tests, newest first, with the numbers that caused them and their deliveries (an admin key)."
+      parameters:
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+      responses:
+        "200": {$ref: "#/components/responses/AlertHistory"}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+  /v1/alerts/{name}:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    get:
+      summary: One rule and its apps' states (an admin key).
+      responses:
+        "200":
+          description: The rule.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/AlertRuleWithStates"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+    delete:
+      summary: Delete a rule with its states and history (an admin key).
+      responses:
+        "204": {description: Deleted.}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/alerts/{name}/pause:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    post:
+      summary: Pause a rule; nothing is evaluated or sent while it is paused (an admin key).
+      responses:
+        "200": {description: The rule., content: {application/json: {schema: {$ref: "#/components/schemas/AlertRule"}}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/alerts/{name}/resume:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    post:
+      summary: Resume a rule, evaluated at once (an admin key).
+      responses:
+        "200": {description: The rule., content: {application/json: {schema: {$ref: "#/components/schemas/AlertRule"}}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/alerts/{name}/test:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    post:
+      summary: "Send a test notification to the rule's webhook now, signed as every notification is (an admin key): the delivery after this attempt. One that failed is retried by the evaluator with the same delivery id."
+      responses:
+        "200":
+          description: The delivery.
+          content:
+            application/json:
+              schema: {type: object, required: [delivery], properties: {delivery: {$ref: "#/components/schemas/AlertDelivery"}}}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
+  /v1/alerts/{name}/history:
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    get:
+      summary: "A rule's transitions and tests, newest first, with their numbers and deliveries (an admin key)."
+      parameters:
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+      responses:
+        "200": {$ref: "#/components/responses/AlertHistory"}
+        "400": {$ref: "#/components/responses/Problem"}
+        "401": {$ref: "#/components/responses/Problem"}
+        "403": {$ref: "#/components/responses/Problem"}
+        "404": {$ref: "#/components/responses/Problem"}
   /v1/exports:
     get:
       summary: Export schedules (an admin key), with their next slots.
@@ -1008,6 +1136,11 @@ components:
       description: An HTML page.
       content:
         text/html: {schema: {type: string}}
+    AlertHistory:
+      description: Events, newest first.
+      content:
+        application/json:
+          schema: {type: object, required: [events], properties: {events: {type: array, items: {$ref: "#/components/schemas/AlertEvent"}}}}
     ExportRuns:
       description: Runs.
       content:
@@ -1223,6 +1356,75 @@ components:
         kind: {type: string, enum: [app, network]}
         external: {type: string, minLength: 1, maxLength: 200}
         target: {type: string, minLength: 1, maxLength: 64}
+    AlertRule:
+      type: object
+      required: [name, apps, metric, filters, condition, threshold, window_minutes, min_requests, every_seconds, renotify_minutes, webhook, paused]
+      properties:
+        name: {type: string}
+        apps: {type: array, items: {type: string}}
+        metric: {type: string}
+        filters: {type: object, additionalProperties: {type: string}}
+        condition: {type: string, enum: [below, above, change_below, change_above]}
+        threshold: {type: number}
+        window_minutes: {type: integer}
+        min_requests: {type: integer}
+        every_seconds: {type: integer}
+        renotify_minutes: {type: integer}
+        webhook: {type: string}
+        paused: {type: boolean}
+        created_at: {type: string, format: date-time}
+        updated_at: {type: string, format: date-time}
+    AlertRuleWithStates:
+      allOf:
+        - {$ref: "#/components/schemas/AlertRule"}
+        - type: object
+          required: [states]
+          properties:
+            states: {type: array, items: {$ref: "#/components/schemas/AlertState"}}
+    AlertState:
+      type: object
+      required: [rule, app, state, since]
+      properties:
+        rule: {type: string}
+        app: {type: string}
+        state: {type: string, enum: [ok, firing, resolved]}
+        since: {type: string, format: date-time}
+        notified_at: {type: [string, "null"], format: date-time}
+        evaluated_at: {type: [string, "null"], format: date-time}
+        value: {type: [number, "null"]}
+        baseline: {type: [number, "null"]}
+        requests: {type: [integer, "null"]}
+        window_from: {type: [string, "null"], format: date-time}
+        window_to: {type: [string, "null"], format: date-time}
+        note: {type: [string, "null"], description: "Why the last evaluation decided nothing (thin volume, no baseline, an unreadable report)."}
+    AlertDelivery:
+      type: object
+      required: [id, webhook, status, attempts]
+      properties:
+        id: {type: string, format: uuid, description: "Sent as X-AdTally-Delivery and delivery_id; the same on every attempt."}
+        webhook: {type: string}
+        status: {type: string, enum: [pending, sending, retrying, delivered, failed]}
+        attempts: {type: integer}
+        last_status: {type: [integer, "null"]}
+        error: {type: [string, "null"]}
+        next_attempt_at: {type: [string, "null"], format: date-time}
+        delivered_at: {type: [string, "null"], format: date-time}
+    AlertEvent:
+      type: object
+      required: [id, rule, kind, at, deliveries]
+      properties:
+        id: {type: integer}
+        rule: {type: string}
+        app: {type: [string, "null"]}
+        kind: {type: string, enum: [firing, resolved, renotify, test]}
+        at: {type: string, format: date-time}
+        value: {type: [number, "null"]}
+        baseline: {type: [number, "null"]}
+        requests: {type: [integer, "null"]}
+        window_from: {type: [string, "null"], format: date-time}
+        window_to: {type: [string, "null"], format: date-time}
+        evaluator: {type: [string, "null"]}
+        deliveries: {type: array, items: {$ref: "#/components/schemas/AlertDelivery"}}
     NetworkPull:
       type: object
       required: [name, source, endpoint, restatement_days, paused]

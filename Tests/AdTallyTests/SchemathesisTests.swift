@@ -40,6 +40,15 @@ struct SchemathesisTests {
                     _ = try await pulls.save(NetworkPull(name: name, source: .max, endpoint: "http://127.0.0.1:1/maxReport"), credential: "fuzz-key")
                     _ = try await pulls.setPaused(name, true)
                 }
+                // Alert rules the path parameters name; their webhook is a closed local port.
+                let alerts = AlertStore(pool: database.pool)
+                for name in ["fuzz-alert", "fuzz-alert-doomed"] {
+                    _ = try await alerts.create(
+                        AlertRule(name: name, apps: ["fuzz"], metric: .fillRate, filters: ["network": "admob"], condition: .below, threshold: 0.5, windowMinutes: 120,
+                                  minRequests: 10, webhook: "http://127.0.0.1:1/hook"),
+                        secret: nil, readable: try await ReportEngine(pool: database.pool).readableApps(only: nil)
+                    )
+                }
                 // A policy, so that the switch file answers 200 (the fuzzer may delete or replace it).
                 _ = try await MediationStore(pool: database.pool).set(
                     MediationPolicy(scope: MediationScope(app: "fuzz"), rule: .pinned, network: "admob"), actor: "test"
@@ -51,6 +60,7 @@ struct SchemathesisTests {
                     "ADTALLY_ST_APP_READ": try await apps.createKey(app: "fuzz", scope: .read).secret,
                     "ADTALLY_ST_APP": "fuzz", "ADTALLY_ST_EXPORT": "fuzz-daily", "ADTALLY_ST_EXPORT_DELETE": "fuzz-doomed",
                     "ADTALLY_ST_PULL": "fuzz-pull", "ADTALLY_ST_PULL_DELETE": "fuzz-pull-doomed",
+                    "ADTALLY_ST_ALERT": "fuzz-alert", "ADTALLY_ST_ALERT_DELETE": "fuzz-alert-doomed",
                 ]
                 await database.close()
             } catch {
