@@ -24,7 +24,10 @@ run: build-release
 ## PostgreSQL that is started and stopped around it: the app-side kit's own tests
 ## (Clients/AdTallyKit), then the server's, which drive the kit's executables too,
 ## then test-citus where the Citus extension is installed (it says so when it skips).
+## First, Prometheus's own tools on the operators' alert rules.
 test: deps
+	promtool check rules Dashboards/alerts.yml
+	promtool test rules Dashboards/alerts.test.yml
 	$(SWIFT) build --build-tests
 	$(SWIFT) build --build-tests --package-path Clients/AdTallyKit
 	$(SWIFT) test --skip-build --package-path Clients/AdTallyKit

@@ -113,6 +113,19 @@ for job in prometheus["scrape_configs"]:
             if host not in services or port != server_port:
                 problem(f"prometheus scrapes {target}: not a compose service on port {server_port}")
 checked.append("prometheus targets")
+# Each rule file Prometheus loads is mounted beside its configuration in the container.
+prometheus_mounts = {}
+for mount in services["prometheus"].get("volumes") or []:
+    source, _, rest = mount.partition(":")
+    prometheus_mounts[rest.split(":")[0]] = source
+config_folder = os.path.dirname(next((target for target, source in prometheus_mounts.items() if source.endswith("Dashboards/prometheus.yml")), "/etc/prometheus/prometheus.yml"))
+for rule_file in prometheus.get("rule_files") or []:
+    target = os.path.join(config_folder, rule_file)
+    if target not in prometheus_mounts:
+        problem(f"prometheus loads {rule_file}, but nothing is mounted at {target}")
+    elif not os.path.isfile(path(prometheus_mounts[target])):
+        problem(f"prometheus's {target} is mounted from {prometheus_mounts[target]}, which does not exist")
+checked.append("prometheus rule files")
 
 # --- Grafana --------------------------------------------------------------------
 grafana_environment = services["grafana"].get("environment") or {}

@@ -61,6 +61,7 @@ struct DescribedMetricsFactory: MetricsFactory {
         "adtally_export_runner_leader": ("adtally_export_runner_leader", "1 while this server leads the export runner (exports and network pulls), else 0."),
         "adtally_ingest_queue_limit_events": ("adtally_ingest_queue_limit_events", "Events this server's ingest queue holds at most; past it, ingest answers 503."),
         "adtally_ingest_queue_events": ("adtally_ingest_queue_events", "Events waiting in this server's ingest queue."),
+        "adtally_replica_max_lag_seconds": ("adtally_replica_max_lag_seconds", "The replay lag past which reports skip the replica for the primary (ADTALLY_READ_MAX_LAG_SECONDS); only with a replica."),
         "adtally_replica_lag_seconds": ("adtally_replica_lag_seconds", "The report replica's replay lag at the last probe, in seconds."),
         "adtally_rollup_lag_seconds": ("adtally_rollup_lag_seconds", "Age of the oldest rollup delta not yet compacted, in seconds."),
         "adtally_ingest_flush_seconds": ("adtally_ingest_flush_seconds", "Time to commit one ingest batch."),

@@ -66,6 +66,8 @@ public final class ReportReads: Sendable {
         self.replica = replica
         self.maxLag = maxLag
         self.logger = logger
+        // The bound the lag is held to (the operators' rule AdTallyReplicaLagging compares them).
+        if replica != nil { Gauge(label: "adtally_replica_max_lag_seconds").record(Self.seconds(maxLag)) }
     }
 
     /// The server a report reads from, and what its notes say about it.

@@ -54,4 +54,61 @@ struct ServeProcessTests {
             try await client.shutdown()
         }
     }
+
+    @Test("a real Prometheus scrapes a live server with Dashboards/prometheus.yml's job, loads Dashboards/alerts.yml, and answers adtally_ingest_events_total")
+    func prometheusScrapes() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            try await withReadyServer(conninfo) { server, _ in
+                // The compose stack's configuration, its target this server and its interval a second.
+                let folder = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-prometheus-\(UUID().uuidString)")
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                defer { try? FileManager.default.removeItem(at: folder) }
+                let dashboards = DashboardTests.repository.appendingPathComponent("Dashboards")
+                let configuration = try String(contentsOf: dashboards.appendingPathComponent("prometheus.yml"), encoding: .utf8)
+                #expect(configuration.contains("\"adtally:8080\"") && configuration.contains("alerts.yml"))
+                try configuration.replacingOccurrences(of: "\"adtally:8080\"", with: "\"127.0.0.1:\(server.port)\"")
+                    .replacingOccurrences(of: "scrape_interval: 15s", with: "scrape_interval: 1s")
+                    .replacingOccurrences(of: "evaluation_interval: 15s", with: "evaluation_interval: 1s")
+                    .write(to: folder.appendingPathComponent("prometheus.yml"), atomically: true, encoding: .utf8)
+                try FileManager.default.copyItem(at: dashboards.appendingPathComponent("alerts.yml"), to: folder.appendingPathComponent("alerts.yml"))
+                let port = try freePort()
+                let prometheus = Process()
+                prometheus.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                prometheus.arguments = [
+                    "prometheus", "--config.file=\(folder.path)/prometheus.yml", "--storage.tsdb.path=\(folder.path)/data",
+                    "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn",
+                ]
+                let log = folder.appendingPathComponent("prometheus.log")
+                FileManager.default.createFile(atPath: log.path, contents: nil)
+                let handle = try FileHandle(forWritingTo: log)
+                prometheus.standardOutput = handle
+                prometheus.standardError = handle
+                try prometheus.run()
+                defer {
+                    prometheus.terminate()
+                    prometheus.waitUntilExit()
+                }
+                let client = HTTPClient(eventLoopGroupProvider: .singleton)
+                defer { _ = client.shutdown() }
+                func get(_ path: String) async -> [String: Any]? {
+                    guard let response = try? await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)"), timeout: .seconds(5)),
+                          response.status == .ok, let body = try? await response.body.collect(upTo: 1 << 22) else { return nil }
+                    return (try? JSONSerialization.jsonObject(with: Data(buffer: body))) as? [String: Any]
+                }
+                var series: [[String: Any]] = []
+                let scraped = try await eventually(within: 60) {
+                    let answer = await get("/api/v1/query?query=adtally_ingest_events_total")
+                    series = ((answer?["data"] as? [String: Any])?["result"] as? [[String: Any]]) ?? []
+                    return !series.isEmpty
+                }
+                #expect(scraped, "Prometheus never answered adtally_ingest_events_total: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
+                let labels = series.compactMap { $0["metric"] as? [String: String] }
+                #expect(labels.contains { $0["job"] == "adtally" && $0["instance"] == "127.0.0.1:\(server.port)" && $0["outcome"] == "accepted" }, "\(labels)")
+                // Every operators' rule loaded and evaluated without error.
+                let groups = (((await get("/api/v1/rules"))?["data"] as? [String: Any])?["groups"] as? [[String: Any]]) ?? []
+                let rules = groups.flatMap { ($0["rules"] as? [[String: Any]]) ?? [] }
+                #expect(rules.count == 11 && rules.allSatisfy { $0["health"] as? String != "err" }, "\(rules.map { ($0["name"] ?? "", $0["health"] ?? "", $0["lastError"] ?? "") })")
+            }
+        }
+    }
 }
