@@ -71,6 +71,11 @@ public struct ServiceStatus: Sendable, Encodable {
     public var exportRunsFailed: Int
     /// The last runs.
     public var lastRuns: [RecentRun]
+    /// The server evaluating the alert rules (nil: none).
+    public var alertEvaluator: String?
+    /// Alert rules, and how many rule-and-app pairs fire now.
+    public var alertRules = 0
+    public var alertsFiring = 0
     /// Events apps' queues dropped unsent over the last 7 days (AdTallyKit's reports), per app and reason.
     public var clientDrops: [ClientDrops] = []
 
@@ -91,6 +96,7 @@ public struct ServiceStatus: Sendable, Encodable {
         case pendingDeltaRows = "pending_delta_rows", rollupLagSeconds = "rollup_lag_seconds", lastCompaction = "last_compaction"
         case exportRunner = "export_runner", exportRunnerSince = "export_runner_since", exportSchedules = "export_schedules"
         case exportRunsFailed = "export_runs_failed", lastRuns = "last_runs", clientDrops = "client_drops_7d"
+        case alertEvaluator = "alert_evaluator", alertRules = "alert_rules", alertsFiring = "alerts_firing"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -113,6 +119,9 @@ public struct ServiceStatus: Sendable, Encodable {
         try container.encode(exportRunsFailed, forKey: .exportRunsFailed)
         try container.encode(lastRuns, forKey: .lastRuns)
         try container.encode(clientDrops, forKey: .clientDrops)
+        try container.encode(alertEvaluator, forKey: .alertEvaluator)
+        try container.encode(alertRules, forKey: .alertRules)
+        try container.encode(alertsFiring, forKey: .alertsFiring)
     }
 
     /// Reads the status in one transaction.
@@ -173,6 +182,17 @@ public struct ServiceStatus: Sendable, Encodable {
                 status.exportRunnerSince = try leader.decode(1, as: Date?.self)
             }
             status.exportSchedules = try exports.decode(0)
+            // The alert evaluator's lock holder, named by alert_leader.
+            let alerts = try connection.query("""
+                SELECT (SELECT runner FROM alert_leader WHERE EXISTS (
+                            SELECT 1 FROM pg_locks l
+                            WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                              AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = \(AlertEvaluator.lockKey))),
+                       (SELECT count(*)::int FROM alert_rules), (SELECT count(*)::int FROM alert_states WHERE state = 'firing')
+                """)[0]
+            status.alertEvaluator = try alerts.decode(0)
+            status.alertRules = try alerts.decode(1)
+            status.alertsFiring = try alerts.decode(2)
             status.exportRunsFailed = try exports.decode(1)
             status.lastRuns = runs
             status.clientDrops = try connection.query("""

@@ -11,7 +11,7 @@ import FoundationNetworking
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Database, migrations, table sizes, ingest rate, queue depth, rollup lag and the export runner."
+        abstract: "Database, migrations, table sizes, ingest rate, queue depth, rollup lag, the export runner and the alerts."
     )
 
     @OptionGroup var database: DatabaseOptions
@@ -125,6 +125,7 @@ struct StatusCommand: AsyncParsableCommand {
         for run in status.lastRuns {
             lines.append("             \(run.schedule) \(run.slot)\(run.pass == 2 ? " final" : "") \(run.status)\(run.finishedAt.map { " at \(isoText($0))" } ?? "")\(run.error.map { ": \($0)" } ?? "")")
         }
+        lines.append("alerts:      \(status.alertRules) rules, \(status.alertsFiring) firing, " + (status.alertEvaluator.map { "evaluated by \($0)" } ?? "no evaluator (no adtally serve is running)"))
         if status.clientDrops.isEmpty {
             lines.append("app queues:  no events dropped unsent in the last 7 days")
         } else {

@@ -196,6 +196,32 @@ struct AlertTests {
         }
     }
 
+    @Test("the state machine: fires, re-notifies only after its interval (never at 0), resolves; a reading that decides nothing changes nothing")
+    func transitions() {
+        var rule = AlertRule(name: "r", apps: ["a"], metric: .fillRate, condition: .below, threshold: 0.5, windowMinutes: 60, webhook: "http://h/")
+        let at = Date(timeIntervalSince1970: 1_800_000_000)
+        let low = AlertReading(windowFrom: at, windowTo: at, requests: 10, value: 0.1)
+        let high = AlertReading(windowFrom: at, windowTo: at, requests: 10, value: 0.9)
+        var thin = low
+        thin.note = "thin"
+        #expect(AlertTransition.next(rule: rule, state: .ok, notifiedAt: nil, reading: low, now: at) == .firing)
+        #expect(AlertTransition.next(rule: rule, state: .resolved, notifiedAt: at, reading: low, now: at) == .firing)
+        #expect(AlertTransition.next(rule: rule, state: .ok, notifiedAt: nil, reading: high, now: at) == nil)
+        #expect(AlertTransition.next(rule: rule, state: .firing, notifiedAt: at, reading: high, now: at) == .resolved)
+        #expect(AlertTransition.next(rule: rule, state: .firing, notifiedAt: at, reading: thin, now: at) == nil)
+        #expect(AlertTransition.next(rule: rule, state: .ok, notifiedAt: nil, reading: thin, now: at) == nil)
+        // Re-notified 12 h (the default) after the last notification, not a second sooner.
+        #expect(AlertTransition.next(rule: rule, state: .firing, notifiedAt: at, reading: low, now: at.addingTimeInterval(12 * 3600 - 1)) == nil)
+        #expect(AlertTransition.next(rule: rule, state: .firing, notifiedAt: at, reading: low, now: at.addingTimeInterval(12 * 3600)) == .renotify)
+        rule.renotifyMinutes = 0
+        #expect(AlertTransition.next(rule: rule, state: .firing, notifiedAt: at, reading: low, now: at.addingTimeInterval(86_400 * 30)) == nil)
+        // A change: against the baseline, nothing without one.
+        rule.condition = .changeBelow
+        rule.threshold = -0.3
+        #expect(rule.isBroken(value: 0.6, baseline: 1.0) == true && rule.isBroken(value: 0.8, baseline: 1.0) == false && rule.isBroken(value: 0.6, baseline: nil) == nil)
+        #expect(AlertRule.parseChange("-30%") == -0.3 && AlertRule.parseChange("50 %") == 0.5 && AlertRule.parseChange("-0.3") == -0.3 && AlertRule.parseChange("x%") == nil)
+    }
+
     @Test("a change against the same hours of the weeks before, in the app's zone")
     func changeAgainstBaseline() async throws {
         try await TestDatabase.withDatabase { conninfo in
@@ -272,6 +298,50 @@ struct AlertTests {
                     #expect(try await Self.signatureIsValid(sent, secret: "0123456789abcdef-secret"))
                     #expect(try await store.history("admob-dead").first?.kind == "test")
                 }
+            }
+        }
+    }
+
+    @Test("adtally alerts create, list, show, test, history, pause and delete; bad options refused by name; status names the evaluator")
+    func commandLine() async throws {
+        try await Self.withReceiver { receiver, url in
+            try await TestDatabase.withDatabase { conninfo in
+                let (database, _) = try await openWithApp(conninfo, app: "cli-app")
+                await database.close()
+                func adtally(_ arguments: String...) async throws -> (status: Int32, output: String) {
+                    try await runProcess([adtallyBinary()] + arguments + ["--database-url", conninfo])
+                }
+                let both = try await adtally("alerts", "create", "x", "--apps", "cli-app", "--metric", "fill_rate", "--below", "0.5", "--above", "0.9", "--window-minutes", "60", "--webhook", url)
+                #expect(both.status != 0 && both.output.contains("give exactly one of --below"), "\(both.output)")
+                let odd = try await adtally("alerts", "create", "x", "--apps", "cli-app", "--metric", "fill_rate", "--below", "0.5", "--window-minutes", "90", "--webhook", url)
+                #expect(odd.status != 0 && odd.output.contains("--window-minutes: must be whole hours"), "\(odd.output)")
+                let ghost = try await adtally("alerts", "create", "x", "--apps", "ghost", "--metric", "fill_rate", "--below", "0.5", "--window-minutes", "60", "--webhook", url)
+                #expect(ghost.status != 0 && ghost.output.contains("--apps: there is no app ghost"), "\(ghost.output)")
+                let created = try await adtally(
+                    "alerts", "create", "rev-drop", "--apps", "cli-app", "--metric", "revenue", "--filter", "network=admob", "--change-below", "-30%",
+                    "--window-minutes", "180", "--min-requests", "500", "--webhook", url
+                )
+                #expect(created.status == 0 && created.output.contains("revenue change < -30 % over 3 h") && created.output.contains("shown this once"), "\(created.output)")
+                let secret = try #require(created.output.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+                let list = try await adtally("alerts", "list")
+                #expect(list.status == 0 && list.output.contains("rev-drop") && list.output.contains("revenue{network=admob} change < -30 %"), "\(list.output)")
+                let show = try await adtally("alerts", "show", "rev-drop")
+                #expect(show.status == 0 && show.output.contains("against the same hours of the 4 same weekdays before") && show.output.contains("not evaluated yet"), "\(show.output)")
+                let test = try await adtally("alerts", "test", "rev-drop")
+                #expect(test.status == 0 && test.output.contains("test notification delivered"), "\(test.output)")
+                let sent = try #require(receiver.all.last)
+                #expect(sent.json["kind"] as? String == "test" && (sent.json["dashboard"] as? String)?.hasSuffix("/dashboard") == true)
+                #expect(try await Self.signatureIsValid(sent, secret: secret))
+                let history = try await adtally("alerts", "history", "rev-drop")
+                #expect(history.status == 0 && history.output.contains("test") && history.output.contains("delivered after 1 attempt (HTTP 200)"), "\(history.output)")
+                #expect(try await adtally("alerts", "pause", "rev-drop").status == 0)
+                let paused = try await adtally("alerts", "list", "--format", "json")
+                #expect(paused.output.contains(#""paused" : true"#) || paused.output.contains(#""paused":true"#), "\(paused.output)")
+                let status = try await adtally("status")
+                #expect(status.output.contains("alerts:      1 rules, 0 firing, no evaluator"), "\(status.output)")
+                #expect(try await adtally("alerts", "delete", "rev-drop").status == 0)
+                let gone = try await adtally("alerts", "show", "rev-drop")
+                #expect(gone.status != 0 && gone.output.contains("there is no alert rule named rev-drop"), "\(gone.output)")
             }
         }
     }

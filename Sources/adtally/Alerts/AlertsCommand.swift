@@ -52,10 +52,10 @@ struct AlertsCommand: AsyncParsableCommand {
         @Option(help: "The apps, comma-separated; each is watched on its own.") var apps: String
         @Option(help: "A report metric: fill_rate, requests, impressions, ecpm, revenue, error_rate, ctr, …") var metric: String
         @Option(name: .customLong("filter"), help: "A report filter DIMENSION=VALUE[,VALUE…] (repeatable): network=admob, country=US,CA.") var filters: [String] = []
-        @Option(help: "Fires when the metric is below this (money in the app's currency).") var below: Double?
-        @Option(help: "Fires when the metric is above this.") var above: Double?
-        @Option(name: .customLong("change-below"), help: "Fires when the change against the baseline is below this: -30% (or -0.3).") var changeBelow: String?
-        @Option(name: .customLong("change-above"), help: "Fires when the change against the baseline is above this: 50%.") var changeAbove: String?
+        @Option(parsing: .unconditional, help: "Fires when the metric is below this (money in the app's currency).") var below: Double?
+        @Option(parsing: .unconditional, help: "Fires when the metric is above this.") var above: Double?
+        @Option(name: .customLong("change-below"), parsing: .unconditional, help: "Fires when the change against the baseline is below this: -30% (or -0.3).") var changeBelow: String?
+        @Option(name: .customLong("change-above"), parsing: .unconditional, help: "Fires when the change against the baseline is above this: 50%.") var changeAbove: String?
         @Option(name: .customLong("window-minutes"), help: "The window: this many minutes of whole hours (a multiple of 60).") var windowMinutes: Int
         @Option(name: .customLong("min-requests"), help: "Below this many requests in the window the rule neither fires nor resolves (default 0).") var minRequests: Int64 = 0
         @Option(name: .customLong("every-seconds"), help: "How often it is evaluated (default 60).") var everySeconds = 60
