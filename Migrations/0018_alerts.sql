@@ -7,6 +7,8 @@
 -- resolves. The elected evaluator (AlertEvaluator) keeps a state per rule and app,
 -- records each transition with the numbers that caused it, and delivers it to the
 -- rule's webhook: one delivery per transition and webhook, its id kept across retries.
+-- A rule spans apps: these are small tables local to the coordinator on Citus, and
+-- name the app `app`, not `app_id` (the per-app tables' distribution column).
 CREATE TABLE alert_rules (
     name             text COLLATE "C" PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,63}$'),
     apps             text[] COLLATE "C" NOT NULL CHECK (cardinality(apps) BETWEEN 1 AND 100),
@@ -35,7 +37,7 @@ CREATE INDEX alert_rules_due ON alert_rules (next_evaluation_at) WHERE NOT pause
 -- Per rule and app: firing or not, and the last evaluation's numbers.
 CREATE TABLE alert_states (
     rule             text COLLATE "C" NOT NULL REFERENCES alert_rules (name) ON DELETE CASCADE,
-    app_id           text COLLATE "C" NOT NULL,
+    app              text COLLATE "C" NOT NULL,
     state            text COLLATE "C" NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'firing', 'resolved')),
     since            timestamptz NOT NULL DEFAULT now(),
     notified_at      timestamptz,
@@ -47,7 +49,7 @@ CREATE TABLE alert_states (
     window_to        timestamptz,
     -- Why the last evaluation decided nothing (thin volume, no baseline), or null.
     note             text,
-    PRIMARY KEY (rule, app_id)
+    PRIMARY KEY (rule, app)
 );
 
 -- Every transition (firing, resolved, a re-notification while firing) and every test
@@ -55,7 +57,7 @@ CREATE TABLE alert_states (
 CREATE TABLE alert_events (
     event_id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     rule             text COLLATE "C" NOT NULL REFERENCES alert_rules (name) ON DELETE CASCADE,
-    app_id           text COLLATE "C",
+    app              text COLLATE "C",
     kind             text COLLATE "C" NOT NULL CHECK (kind IN ('firing', 'resolved', 'renotify', 'test')),
     at               timestamptz NOT NULL DEFAULT now(),
     value            double precision,

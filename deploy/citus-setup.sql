@@ -83,7 +83,7 @@ SELECT create_reference_table('fx_rates') WHERE NOT EXISTS (SELECT 1 FROM citus_
 SELECT create_reference_table('id_horizon') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'id_horizon'::regclass AND citus_table_type = 'reference');
 
 -- Stay local on the coordinator: never joined with a per-app table.
--- local: schema_migrations, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings, network_pulls, network_pull_runs
+-- local: schema_migrations, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings, network_pulls, network_pull_runs, alert_rules, alert_states, alert_events, alert_deliveries, alert_leader
 
 -- Fail loudly when a table is not where this script puts it.
 DO $$

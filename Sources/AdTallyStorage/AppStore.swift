@@ -182,17 +182,27 @@ public struct AppStore: Sendable {
     /// the servers' shared one.
     public func credentialsKey(_ given: String?) async throws -> String {
         if let given, !given.isEmpty { return given }
-        return String(decoding: try await sharedSecret(named: "network_pull_credentials"), as: UTF8.self)
+        return try await pool.withConnection { try Self.credentialsKey(given, on: $0) }
+    }
+
+    /// The same, on a connection the caller holds (a leader's only one).
+    static func credentialsKey(_ given: String?, on connection: PostgresConnection) throws -> String {
+        if let given, !given.isEmpty { return given }
+        return String(decoding: try sharedSecret(named: "network_pull_credentials", on: connection), as: UTF8.self)
     }
 
     /// A secret every server of this database shares (`server_secrets`: 32 random
     /// bytes as hex, made from this machine's random source by the first server that asks).
     public func sharedSecret(named name: String) async throws -> [UInt8] {
+        try await pool.withConnection { try Self.sharedSecret(named: name, on: $0) }
+    }
+
+    static func sharedSecret(named name: String, on connection: PostgresConnection) throws -> [UInt8] {
         var found: String?
         // A server making it at the same moment wins the insert; this statement's
         // snapshot may predate its commit, and the next statement sees it.
         for _ in 0..<3 where found == nil {
-            let rows = try await pool.query("""
+            let rows = try connection.query("""
                 WITH made AS (
                     INSERT INTO server_secrets (name, secret) VALUES (\(name), \(Self.randomHex(bytes: 32))) ON CONFLICT (name) DO NOTHING RETURNING secret
                 )

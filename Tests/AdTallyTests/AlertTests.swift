@@ -53,13 +53,15 @@ struct AlertTests {
     }
 
     /// An evaluator on a connection of its own, with a fast tick and retries.
-    static func evaluator(_ services: AppServices, _ conninfo: String, identity: String, now: (@Sendable () -> Date)? = nil) -> (AlertEvaluator, PostgresPool) {
+    static func evaluator(
+        _ services: AppServices, _ conninfo: String, identity: String, key: String? = "test-key", now: (@Sendable () -> Date)? = nil
+    ) -> (AlertEvaluator, PostgresPool) {
         let pool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1))
         var configuration = AlertEvaluator.Configuration(identity: identity)
         configuration.tick = .milliseconds(20)
         configuration.retryBase = .milliseconds(50)
         configuration.dashboardBase = "http://adtally.test"
-        configuration.credentialsKey = "test-key"
+        configuration.credentialsKey = key
         configuration.send = WebhookClient.send
         if let now { configuration.now = now }
         var logger = Logger(label: "adtally.alerts")
@@ -249,6 +251,24 @@ struct AlertTests {
                 // A window with no week before it of the minimum volume: no baseline, nothing decided.
                 let earlier = try await evaluator.reading(rule, app: ReportApp(id: "ktm", timezone: "Asia/Kathmandu", currency: "USD"), now: Date(timeIntervalSince1970: Double(localHour - 7 * 86_400 + 3600 + 10)))
                 #expect(earlier.requests == 400 && earlier.baseline == nil && earlier.note?.hasPrefix("no baseline") == true, "\(earlier)")
+
+                // New York, midnight to 03:00 on Sunday 8 November (3 hours); a week before, the
+                // same wall-clock hours held 4 (the clocks went back at 02:00). 100 requests an
+                // hour throughout: the baseline is scaled to the window's 3 hours, no change.
+                _ = try await services.appStore.createApp(id: "nyc", name: nil, timezone: "America/New_York", currency: "USD")
+                let first = try #require(ReportQuery.parseDate("2026-11-01")) * 86_400
+                var dst: [AdEvent] = []
+                for hour in [4, 5, 6, 7] { dst += Self.traffic(hour: first + hour * 3600, network: "admob", requests: 100, filled: 100) }
+                for hour in [5, 6, 7] { dst += Self.traffic(hour: first + 7 * 86_400 + hour * 3600, network: "admob", requests: 100, filled: 100) }
+                try await Reports.store(services, app: "nyc", dst)
+                var nycRule = rule
+                nycRule.apps = ["nyc"]
+                nycRule.windowMinutes = 180
+                nycRule.threshold = -0.2
+                let nyc = try await evaluator.reading(nycRule, app: ReportApp(id: "nyc", timezone: "America/New_York", currency: "USD"), now: Date(timeIntervalSince1970: Double(first + 7 * 86_400 + 8 * 3600 + 1800)))
+                #expect(nyc.windowFrom == Date(timeIntervalSince1970: Double(first + 7 * 86_400 + 5 * 3600)))
+                #expect(nyc.requests == 300 && nyc.baseline == 300 && nyc.note == nil, "\(nyc)")
+                #expect(AlertTransition.next(rule: nycRule, state: .ok, notifiedAt: nil, reading: nyc, now: Date()) == nil)
             }
         }
     }
@@ -264,14 +284,15 @@ struct AlertTests {
                     let hour = (Int(Date().timeIntervalSince1970) / 3600 - 1) * 3600
                     try await Reports.store(services, app: "alert-app", Self.traffic(hour: hour, network: "admob", requests: 120, filled: 0)
                         + Self.traffic(hour: hour - 3600, network: "admob", requests: 120, filled: 0))
-                    let store = AlertStore(pool: services.database.pool, key: "test-key")
+                    // The servers' own key (no ADTALLY_CREDENTIALS_KEY), as a default install has.
+                    let store = AlertStore(pool: services.database.pool)
                     let rule = AlertRule(
                         name: "admob-dead", apps: ["alert-app"], metric: .fillRate, filters: ["network": "admob"], condition: .below, threshold: 0.5,
                         windowMinutes: 60, minRequests: 100, webhook: url
                     )
                     _ = try await store.create(rule, secret: "0123456789abcdef-secret", readable: try await services.reports.readableApps(only: nil))
-                    let (first, firstPool) = Self.evaluator(services, conninfo, identity: "server-a")
-                    let (second, secondPool) = Self.evaluator(services, conninfo, identity: "server-b")
+                    let (first, firstPool) = Self.evaluator(services, conninfo, identity: "server-a", key: nil)
+                    let (second, secondPool) = Self.evaluator(services, conninfo, identity: "server-b", key: nil)
                     let tasks = [Task { await first.run() }, Task { await second.run() }]
                     try await waitUntil("the webhook got its delivery after three 500s", within: 60) { receiver.all.count >= 4 }
                     // Both keep running a while: nothing more is sent.

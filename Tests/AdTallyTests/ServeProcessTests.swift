@@ -104,10 +104,14 @@ struct ServeProcessTests {
                 #expect(scraped, "Prometheus never answered adtally_ingest_events_total: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
                 let labels = series.compactMap { $0["metric"] as? [String: String] }
                 #expect(labels.contains { $0["job"] == "adtally" && $0["instance"] == "127.0.0.1:\(server.port)" && $0["outcome"] == "accepted" }, "\(labels)")
-                // Every operators' rule loaded and evaluated without error.
-                let groups = (((await get("/api/v1/rules"))?["data"] as? [String: Any])?["groups"] as? [[String: Any]]) ?? []
-                let rules = groups.flatMap { ($0["rules"] as? [[String: Any]]) ?? [] }
-                #expect(rules.count == 11 && rules.allSatisfy { $0["health"] as? String != "err" }, "\(rules.map { ($0["name"] ?? "", $0["health"] ?? "", $0["lastError"] ?? "") })")
+                // Every operators' rule loaded, and evaluated without error.
+                var rules: [[String: Any]] = []
+                let evaluated = try await eventually(within: 30) {
+                    let groups = (((await get("/api/v1/rules"))?["data"] as? [String: Any])?["groups"] as? [[String: Any]]) ?? []
+                    rules = groups.flatMap { ($0["rules"] as? [[String: Any]]) ?? [] }
+                    return rules.count == 11 && rules.allSatisfy { $0["health"] as? String == "ok" }
+                }
+                #expect(evaluated, "\(rules.map { ($0["name"] ?? "", $0["health"] ?? "", $0["lastError"] ?? "") })")
             }
         }
     }

@@ -106,6 +106,8 @@ public struct AlertRule: Sendable, Equatable, Encodable {
     /// Checks what an admin gives (a 400 naming the field otherwise). The filters are
     /// checked by the report engine's own parser when the rule is saved.
     public func validate() throws(FieldError) {
+        // `history` is the path of every rule's history (GET /v1/alerts/history).
+        guard name != "history" else { throw FieldError("name", "history is taken by GET /v1/alerts/history; choose another name") }
         guard name.utf8.count <= 64, let first = name.utf8.first, (0x61...0x7A).contains(first) || (0x30...0x39).contains(first),
               name.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D || $0 == 0x5F })
         else { throw FieldError("name", "must be 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit") }
@@ -137,6 +139,15 @@ public struct AlertRule: Sendable, Equatable, Encodable {
     public func value(_ counts: ReportCounts) -> Double? {
         guard let number = metric.value(counts).number, number.isFinite else { return nil }
         return metric.isMoney ? number / 1_000_000 : number
+    }
+
+    /// Whether the metric is a sum (a count or an amount), which grows with the window's
+    /// length, rather than a rate.
+    public var isAdditive: Bool {
+        switch metric.formula {
+        case .count, .money: true
+        default: false
+        }
     }
 
     /// Whether `value` (and for a change, `baseline`) breaks the rule; nil when it cannot be told.

@@ -48,6 +48,10 @@ public final class AlertEvaluator: Sendable {
         public var credentialsKey: String?
         /// How webhooks are sent; nil: nothing is sent (deliveries wait).
         public var send: Send?
+        /// The longest a pass spends sending, before it evaluates again.
+        public var deliveryBudget: Duration = .seconds(20)
+        /// A closed window already read is read again (for late events) after this long.
+        public var reread: Duration = .seconds(600)
 
         public init(identity: String) { self.identity = identity }
     }
@@ -116,7 +120,16 @@ public final class AlertEvaluator: Sendable {
         if !due.isEmpty {
             let apps = Dictionary(try await engine.readableApps(only: nil).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
             for rule in due {
+                let read = try await lease.run { connection in
+                    try connection.query("SELECT app, window_to, evaluated_at, note FROM alert_states WHERE rule = \(rule.name)").map {
+                        (app: try $0.decode(0, as: String.self), read: LastRead(windowTo: try $0.decode(1), evaluatedAt: try $0.decode(2), note: try $0.decode(3)))
+                    }
+                }
+                let last = Dictionary(read.map { ($0.app, $0.read) }, uniquingKeysWith: { a, _ in a })
                 for name in rule.apps where !Task.isCancelled {
+                    if let app = apps[name], let previous = last[name], previous.isFresh(for: Self.window(rule, zone: app.timezone, now: now).to, now: now, reread: configuration.reread) {
+                        continue
+                    }
                     try await evaluate(rule, app: apps[name], name: name, now: now, lease: lease)
                 }
                 try await lease.run { connection in
@@ -128,6 +141,23 @@ public final class AlertEvaluator: Sendable {
         }
         try await deliver(lease)
     }
+
+    /// What the last evaluation of a rule for an app read.
+    struct LastRead {
+        var windowTo: Date?
+        var evaluatedAt: Date?
+        var note: String?
+
+        /// Whether the window ending at `windowTo` was read less than `reread` ago (and
+        /// could be: a report that could not be read is tried again at once).
+        func isFresh(for windowTo: Date, now: Date, reread: Duration) -> Bool {
+            guard self.windowTo == windowTo, let evaluatedAt, note?.hasPrefix(AlertEvaluator.unreadable) != true else { return false }
+            return now.timeIntervalSince(evaluatedAt) < ExportRunner.seconds(reread)
+        }
+    }
+
+    /// How the note of an evaluation whose report could not be read starts.
+    static let unreadable = "the report could not be read"
 
     /// Reads a rule for one app and records what it finds (a transition with its delivery, or only the numbers).
     func evaluate(_ rule: AlertRule, app: ReportApp?, name: String, now: Date, lease: PostgresLease) async throws {
@@ -144,7 +174,7 @@ public final class AlertEvaluator: Sendable {
                 evaluationFailures.increment()
                 logger.warning("alert rule could not be read", metadata: ["rule": "\(rule.name)", "app": "\(name)", "error": "\(error)"])
                 let window = Self.window(rule, zone: app.timezone, now: now)
-                reading = AlertReading(windowFrom: window.from, windowTo: window.to, requests: 0, value: nil, note: "the report could not be read: \(error)")
+                reading = AlertReading(windowFrom: window.from, windowTo: window.to, requests: 0, value: nil, note: "\(Self.unreadable): \(error)")
             }
         } else {
             let window = Self.window(rule, zone: "UTC", now: now)
@@ -156,8 +186,8 @@ public final class AlertEvaluator: Sendable {
             try connection.withTransaction { connection -> AlertTransition? in
                 // The rule may have been deleted or paused meanwhile: then nothing is recorded.
                 guard try !connection.query("SELECT 1 FROM alert_rules WHERE name = \(rule.name) AND NOT paused FOR SHARE").isEmpty else { return nil }
-                try connection.query("INSERT INTO alert_states (rule, app_id) VALUES (\(rule.name), \(name)) ON CONFLICT DO NOTHING")
-                let row = try connection.query("SELECT state, notified_at FROM alert_states WHERE rule = \(rule.name) AND app_id = \(name) FOR UPDATE")[0]
+                try connection.query("INSERT INTO alert_states (rule, app) VALUES (\(rule.name), \(name)) ON CONFLICT DO NOTHING")
+                let row = try connection.query("SELECT state, notified_at FROM alert_states WHERE rule = \(rule.name) AND app = \(name) FOR UPDATE")[0]
                 let state = AlertState(rawValue: try row.decode(0)) ?? .ok
                 let transition = AlertTransition.next(rule: rule, state: state, notifiedAt: try row.decode(1), reading: observed, now: now)
                 let nextState: AlertState = switch transition {
@@ -171,11 +201,11 @@ public final class AlertEvaluator: Sendable {
                            state = \(nextState.rawValue),
                            since = CASE WHEN state = \(nextState.rawValue) THEN since ELSE \(now) END,
                            notified_at = CASE WHEN \(transition != nil) THEN \(now) ELSE notified_at END
-                    WHERE rule = \(rule.name) AND app_id = \(name)
+                    WHERE rule = \(rule.name) AND app = \(name)
                     """)
                 guard let transition else { return nil }
                 let event = try connection.query("""
-                    INSERT INTO alert_events (rule, app_id, kind, at, value, baseline, requests, window_from, window_to, evaluator)
+                    INSERT INTO alert_events (rule, app, kind, at, value, baseline, requests, window_from, window_to, evaluator)
                     VALUES (\(rule.name), \(name), \(transition.rawValue), \(now), \(observed.value), \(observed.baseline), \(observed.requests),
                             \(observed.windowFrom), \(observed.windowTo), \(identity))
                     RETURNING event_id
@@ -264,7 +294,12 @@ public final class AlertEvaluator: Sendable {
         }
         var reading = AlertReading(windowFrom: window.from, windowTo: window.to, requests: sums[0].requests, value: rule.value(sums[0]))
         if rule.condition.isChange {
-            let weeks = sums.dropFirst().filter { $0.requests >= max(rule.minRequests, 1) }.compactMap(rule.value)
+            // A week whose same wall-clock hours span a DST change has an hour more or less
+            // than the window: its counts and money are scaled to the window's length.
+            let length = window.to.timeIntervalSince(window.from)
+            let weeks = zip(windows, sums).dropFirst().filter { $0.1.requests >= max(rule.minRequests, 1) }.compactMap { span, counts in
+                rule.value(counts).map { value in rule.isAdditive ? value * length / span.to.timeIntervalSince(span.from) : value }
+            }
             reading.baseline = weeks.isEmpty ? nil : weeks.reduce(0, +) / Double(weeks.count)
             if weeks.isEmpty {
                 reading.note = "no baseline: none of the 4 weeks before had \(max(rule.minRequests, 1)) requests in these hours"
@@ -333,54 +368,67 @@ public final class AlertEvaluator: Sendable {
         }
     }
 
-    /// Sends every due delivery, oldest first.
+    /// Sends due deliveries, oldest first, for at most `deliveryBudget` a pass (a
+    /// receiver that never answers must not hold up the rules' evaluations). Those of
+    /// a paused rule wait.
     func deliver(_ lease: PostgresLease) async throws {
         guard let send = configuration.send else { return }
-        let key = try await AppStore(pool: leaderPool).credentialsKey(configuration.credentialsKey)
+        let given = configuration.credentialsKey
+        // On the lease's own connection: it is this pool's only one.
+        let key = try await lease.run { connection in try AppStore.credentialsKey(given, on: connection) }
         let now = configuration.now()
+        let maxAttempts = configuration.maxAttempts
         // Left sending by a server (or an `alerts test`) that stopped mid-attempt.
         try await lease.run { connection in
             _ = try connection.query("""
-                UPDATE alert_deliveries SET status = 'retrying', error = 'the sender stopped during this attempt'
+                UPDATE alert_deliveries SET status = CASE WHEN attempts >= \(maxAttempts) THEN 'failed' ELSE 'retrying' END,
+                       error = 'the sender stopped during this attempt'
                 WHERE status = 'sending' AND next_attempt_at < \(now.addingTimeInterval(-300))
                 """)
         }
-        while !Task.isCancelled {
+        let started = ContinuousClock.now
+        while !Task.isCancelled, ContinuousClock.now - started < configuration.deliveryBudget {
             let now = configuration.now()
-            let claimed = try await lease.run { connection -> (WebhookRequest, UUID, Int)? in
+            let claimed = try await lease.run { connection -> (id: UUID, url: String, body: [UInt8], attempt: Int, rule: String, kind: String)? in
                 let rows = try connection.query("""
                     WITH next AS (
-                        SELECT delivery_id FROM alert_deliveries
-                        WHERE status IN ('pending', 'retrying') AND next_attempt_at <= \(now)
-                        ORDER BY next_attempt_at, delivery_id LIMIT 1 FOR UPDATE SKIP LOCKED
+                        SELECT d.delivery_id FROM alert_deliveries d
+                        JOIN alert_events e ON e.event_id = d.event_id JOIN alert_rules r ON r.name = e.rule AND NOT r.paused
+                        WHERE d.status IN ('pending', 'retrying') AND d.next_attempt_at <= \(now)
+                        ORDER BY d.next_attempt_at, d.delivery_id LIMIT 1 FOR UPDATE OF d SKIP LOCKED
                     )
                     UPDATE alert_deliveries d SET status = 'sending', attempts = attempts + 1, next_attempt_at = \(now)
-                    FROM next WHERE d.delivery_id = next.delivery_id
-                    RETURNING d.delivery_id, d.webhook_url, d.body, d.attempts,
-                              (SELECT rule FROM alert_events e WHERE e.event_id = d.event_id), (SELECT kind FROM alert_events e WHERE e.event_id = d.event_id)
+                    FROM next, alert_events e WHERE d.delivery_id = next.delivery_id AND e.event_id = d.event_id
+                    RETURNING d.delivery_id, d.webhook_url, d.body, d.attempts, e.rule, e.kind
                     """)
                 guard let row = rows.first else { return nil }
-                let id = try row.decode(0, as: UUID.self)
-                let secret = try connection.query("""
-                    SELECT pgp_sym_decrypt(webhook_secret, \(key)) FROM alert_rules WHERE name = \(try row.decode(4, as: String.self))
-                    """).first?.decode(0, as: String.self) ?? ""
-                let request = Self.request(url: try row.decode(1), body: Array(try row.decode(2, as: String.self).utf8), secret: secret, delivery: id, kind: try row.decode(5))
-                return (request, id, try row.decode(3))
+                return (try row.decode(0), try row.decode(1), Array(try row.decode(2, as: String.self).utf8), try row.decode(3), try row.decode(4), try row.decode(5))
             }
             guard let claimed else { return }
-            let (request, id, attempt) = claimed
-            let outcome = await Self.attempt(request, send: send)
-            let retryAt = configuration.now().addingTimeInterval(ExportRunner.seconds(Self.backoff(attempt: attempt, configuration)))
-            let maxAttempts = configuration.maxAttempts
+            let outcome: Outcome
+            do {
+                let secret = try await lease.run { connection in
+                    try connection.query("SELECT pgp_sym_decrypt(webhook_secret, \(key)) FROM alert_rules WHERE name = \(claimed.rule)").first?.decode(0, as: String.self)
+                }
+                guard let secret else { throw FieldError("rule", "the rule \(claimed.rule) was deleted") }
+                outcome = await Self.attempt(Self.request(url: claimed.url, body: claimed.body, secret: secret, delivery: claimed.id, kind: claimed.kind), send: send)
+            } catch let error as PostgresError where error.isUnreachable {
+                throw error
+            } catch {
+                // A secret that no longer decrypts (ADTALLY_CREDENTIALS_KEY changed): a failed attempt like any other.
+                outcome = .failed(status: nil, error: "the webhook's secret could not be read: \(error)")
+            }
+            let retryAt = configuration.now().addingTimeInterval(ExportRunner.seconds(Self.backoff(attempt: claimed.attempt, configuration)))
             try await lease.run { connection in
-                try Self.record(connection, delivery: id, attempt: attempt, outcome: outcome, maxAttempts: maxAttempts, retryAt: retryAt)
+                try Self.record(connection, delivery: claimed.id, attempt: claimed.attempt, outcome: outcome, maxAttempts: maxAttempts, retryAt: retryAt)
             }
             switch outcome {
             case .delivered: deliveredCounter.increment()
             case .failed(_, let error):
-                (attempt >= maxAttempts ? failedCounter : retryingCounter).increment()
+                (claimed.attempt >= maxAttempts ? failedCounter : retryingCounter).increment()
                 logger.warning("alert webhook delivery failed", metadata: [
-                    "delivery": "\(id.uuidString.lowercased())", "attempt": "\(attempt)", "error": "\(error)", "gave_up": "\(attempt >= maxAttempts)",
+                    "rule": "\(claimed.rule)", "delivery": "\(claimed.id.uuidString.lowercased())", "attempt": "\(claimed.attempt)", "error": "\(error)",
+                    "gave_up": "\(claimed.attempt >= maxAttempts)",
                 ])
             }
         }

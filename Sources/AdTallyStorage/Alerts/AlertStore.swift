@@ -23,7 +23,7 @@ public struct AlertStatus: Sendable, Equatable, Encodable {
         case notifiedAt = "notified_at", evaluatedAt = "evaluated_at", windowFrom = "window_from", windowTo = "window_to"
     }
 
-    static let columns = "rule, app_id, state, since, notified_at, evaluated_at, value, baseline, requests, window_from, window_to, note"
+    static let columns = "rule, app, state, since, notified_at, evaluated_at, value, baseline, requests, window_from, window_to, note"
 
     init(_ row: PostgresRow) throws {
         rule = try row.decode(0)
@@ -196,7 +196,7 @@ public struct AlertStore: Sendable {
     public func states(_ name: String? = nil) async throws -> [AlertStatus] {
         try await pool.query("""
             SELECT \(unsafeRaw: AlertStatus.columns) FROM alert_states WHERE \(name)::text IS NULL OR rule = \(name)
-            ORDER BY state <> 'firing', rule, app_id
+            ORDER BY state <> 'firing', rule, app
             """).map(AlertStatus.init)
     }
 
@@ -218,7 +218,7 @@ public struct AlertStore: Sendable {
     public func history(_ name: String? = nil, limit: Int = 50) async throws -> [AlertEvent] {
         if let name { _ = try await rule(name) }
         let rows = try await pool.query("""
-            SELECT e.event_id, e.rule, e.app_id, e.kind, e.at, e.value, e.baseline, e.requests, e.window_from, e.window_to, e.evaluator,
+            SELECT e.event_id, e.rule, e.app, e.kind, e.at, e.value, e.baseline, e.requests, e.window_from, e.window_to, e.evaluator,
                    \(unsafeRaw: AlertDelivery.columns.split(separator: ",").map { "d." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
             FROM (SELECT * FROM alert_events WHERE \(name)::text IS NULL OR rule = \(name) ORDER BY event_id DESC LIMIT \(min(max(limit, 1), 10_000))) e
             LEFT JOIN alert_deliveries d ON d.event_id = e.event_id
@@ -262,7 +262,7 @@ public struct AlertStore: Sendable {
             let body = notification.json()
             try connection.query("""
                 INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, attempts, next_attempt_at)
-                VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: body, as: UTF8.self)), 'sending', 1, \(Date()))
+                VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: body, as: UTF8.self)), 'sending', 1, now())
                 """)
             guard let secret = try secret(connection, rule: rule.name, key: key) else { throw AlertStoreError.unknown(name) }
             return (AlertEvaluator.request(url: rule.webhook, body: body, secret: secret, delivery: delivery, kind: "test"), delivery)

@@ -61,7 +61,8 @@ struct AlertsCommand: AsyncParsableCommand {
         @Option(name: .customLong("every-seconds"), help: "How often it is evaluated (default 60).") var everySeconds = 60
         @Option(name: .customLong("renotify-minutes"), help: "While firing, notify again this often; 0: never (default 720).") var renotifyMinutes = 720
         @Option(help: "The webhook URL notifications are POSTed to (Slack and Mattermost incoming webhooks show their text).") var webhook: String
-        @Option(help: "The webhook's signing secret (16 to 256 bytes; default: one is made and shown once).") var secret: String?
+        @Option(help: "The webhook's signing secret (16 to 256 bytes; default: one is made and shown once). A process list shows it: prefer --secret-file.") var secret: String?
+        @Option(name: .customLong("secret-file"), help: "A file holding the signing secret (its trailing newline dropped).") var secretFile: String?
 
         func run() async throws {
             let conditions: [(AlertCondition, Double?)] = [
@@ -89,10 +90,16 @@ struct AlertsCommand: AsyncParsableCommand {
             )
             rule.everySeconds = everySeconds
             rule.renotifyMinutes = renotifyMinutes
-            let secret = secret
+            guard secret == nil || secretFile == nil else { throw ValidationError("give --secret or --secret-file, not both") }
+            var secret = secret
+            if let secretFile {
+                guard let text = try? String(contentsOfFile: secretFile, encoding: .utf8) else { throw ValidationError("--secret-file: cannot read \(secretFile)") }
+                secret = text.trimmingCharacters(in: .newlines)
+            }
+            let signing = secret
             let (saved, made) = try await database.withDatabase { database, _ in
                 try await AlertsCommand.refusing {
-                    try await AlertsCommand.store(database).create(rule, secret: secret, readable: try await database.reportEngine().readableApps(only: nil))
+                    try await AlertsCommand.store(database).create(rule, secret: signing, readable: try await database.reportEngine().readableApps(only: nil))
                 }
             }
             print("alert rule \(saved.name) created: \(saved.metric.rawValue) \(saved.condition.describe(saved.threshold)) over \(saved.windowMinutes / 60) h, for \(saved.apps.joined(separator: ", "))")
