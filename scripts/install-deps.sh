@@ -8,8 +8,9 @@
 set -euo pipefail
 packages=(libpq-dev zlib1g-dev pkg-config)
 if [ "${ADTALLY_DEPS:-all}" != build ]; then
-  # prometheus: promtool checks /metrics (and the alert rules) in the tests.
-  packages+=(postgresql curl chromium prometheus)
+  # prometheus: promtool checks /metrics (and the alert rules) in the tests;
+  # openssl: the alert tests check webhook signatures with it.
+  packages+=(postgresql curl chromium prometheus openssl)
 fi
 missing=()
 for package in "${packages[@]}"; do

@@ -63,3 +63,9 @@ struct Leadership: Sendable {
         return true
     }
 }
+
+/// The wait before attempt `attempt + 1` of a run or a delivery that failed: `base`,
+/// doubled for each attempt after the first, at most `cap`.
+func retryDelay(attempt: Int, base: Duration, cap: Duration) -> Duration {
+    min(base * (1 << min(max(attempt - 1, 0), 20)), cap)
+}

@@ -105,9 +105,13 @@ func withServeProcess(
             try await body(server, secret, client)
         } catch {
             try? await client.shutdown()
+            await server.stop()
             throw error
         }
         try? await client.shutdown()  // the body may have shut it down already
+        // Its graceful shutdown waited for off the cooperative threads (the defer's
+        // terminate then finds it stopped).
+        await server.stop()
     }
 }
 

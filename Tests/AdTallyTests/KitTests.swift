@@ -50,9 +50,11 @@ struct KitTests {
             try await body(server, URL(string: "http://127.0.0.1:\(server.port)")!, client, log)
         } catch {
             try? await client.shutdown()
+            await server.stop()
             throw error
         }
         try? await client.shutdown()
+        await server.stop()  // off the cooperative threads; the defer's terminate finds it stopped
     }
 
     /// Today's report over the app (UTC), as rows of cells.

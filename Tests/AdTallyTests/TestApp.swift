@@ -111,5 +111,14 @@ func withReadyServer<T>(_ conninfo: String, _ body: (ServerProcess, URL) async t
         throw error
     }
     try await client.shutdown()
-    return try await body(server, log)
+    // The graceful shutdown is waited for off the cooperative threads (the defer's
+    // terminate then finds the process stopped).
+    do {
+        let result = try await body(server, log)
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
+    }
 }

@@ -108,9 +108,7 @@ public struct AlertRule: Sendable, Equatable, Encodable {
     public func validate() throws(FieldError) {
         // `history` is the path of every rule's history (GET /v1/alerts/history).
         guard name != "history" else { throw FieldError("name", "history is taken by GET /v1/alerts/history; choose another name") }
-        guard name.utf8.count <= 64, let first = name.utf8.first, (0x61...0x7A).contains(first) || (0x30...0x39).contains(first),
-              name.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D || $0 == 0x5F })
-        else { throw FieldError("name", "must be 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit") }
+        guard FieldError.isName(name) else { throw FieldError("name", FieldError.nameRule) }
         guard (1...100).contains(apps.count), Set(apps).count == apps.count else { throw FieldError("apps", "must name 1 to 100 different apps") }
         if let why = Self.unwatchable(metric) { throw FieldError("metric", why) }
         guard threshold.isFinite, abs(threshold) < 1e15 else { throw FieldError("threshold", "must be a finite number") }
@@ -125,9 +123,7 @@ public struct AlertRule: Sendable, Equatable, Encodable {
         guard minRequests >= 0 else { throw FieldError("min_requests", "must be 0 or more") }
         guard (60...86_400).contains(everySeconds) else { throw FieldError("every_seconds", "must be from 60 to 86400") }
         guard (0...43_200).contains(renotifyMinutes) else { throw FieldError("renotify_minutes", "must be from 0 (never) to 43200 (30 days)") }
-        guard webhook.utf8.count <= 2000, let url = URL(string: webhook), ["http", "https"].contains(url.scheme ?? ""), let host = url.host, !host.isEmpty,
-              url.user == nil, url.fragment == nil
-        else { throw FieldError("webhook", "must be an http or https URL with a host, without credentials or a fragment, of at most 2,000 bytes") }
+        try FieldError.checkURL(webhook, field: "webhook")
         for key in filters.keys {
             guard let dimension = ReportDimension(rawValue: key), !dimension.isTime else {
                 throw FieldError("filters", "\(key) is not a dimension a rule can filter on (network, format, placement, country, …)")

@@ -77,12 +77,7 @@ public struct ExportSchedule: Sendable, Equatable {
     /// Checks everything but the directory and the apps: name, cron, zone, and that the
     /// query parses (against `readable`, every app) for a slot at `now`.
     public func validate(readable: [ReportApp], now: Date = Date()) throws(ExportScheduleError) {
-        guard name.utf8.count <= 64, let first = name.utf8.first,
-              (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first),
-              name.utf8.allSatisfy({ (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
-        else {
-            throw ExportScheduleError("name", "must be 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit (it names the files)")
-        }
+        guard FieldError.isName(name) else { throw ExportScheduleError("name", FieldError.nameRule + " (it names the files)") }
         // `runs` is the path of every schedule's run history in the API.
         guard name != "runs" else { throw ExportScheduleError("name", "\"runs\" is taken by the API's run history; choose another") }
         _ = try cronSchedule

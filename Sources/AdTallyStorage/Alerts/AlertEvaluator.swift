@@ -435,7 +435,6 @@ public final class AlertEvaluator: Sendable {
     }
 
     static func backoff(attempt: Int, _ configuration: Configuration) -> Duration {
-        let factor = 1 << min(max(attempt - 1, 0), 20)
-        return min(configuration.retryBase * factor, configuration.retryCap)
+        retryDelay(attempt: attempt, base: configuration.retryBase, cap: configuration.retryCap)
     }
 }

@@ -426,8 +426,7 @@ public final class ExportRunner: Sendable {
     }
 
     static func backoff(attempt: Int, _ configuration: Configuration) -> Duration {
-        let factor = 1 << min(max(attempt - 1, 0), 20)
-        return min(configuration.retryBase * factor, configuration.retryCap)
+        retryDelay(attempt: attempt, base: configuration.retryBase, cap: configuration.retryCap)
     }
 
     static func milliseconds(_ duration: Duration) -> Int64 {

@@ -36,13 +36,9 @@ public struct NetworkPull: Sendable, Equatable, Encodable {
 
     /// Checks the fields an admin gives (a 400 naming the field otherwise).
     public func validate() throws(FieldError) {
-        guard name.utf8.count <= 64, let first = name.utf8.first, (0x61...0x7A).contains(first) || (0x30...0x39).contains(first),
-              name.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D || $0 == 0x5F })
-        else { throw FieldError("name", "must be 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit") }
+        guard FieldError.isName(name) else { throw FieldError("name", FieldError.nameRule) }
         guard Self.sources.contains(source) else { throw FieldError("source", "must be admob, max or levelplay (a generic CSV has no API to pull from)") }
-        guard endpoint.utf8.count <= 2000, let url = URL(string: endpoint), ["http", "https"].contains(url.scheme ?? ""), let host = url.host, !host.isEmpty,
-              url.user == nil, url.fragment == nil
-        else { throw FieldError("endpoint", "must be an http or https URL with a host, without credentials or a fragment, of at most 2,000 bytes") }
+        try FieldError.checkURL(endpoint, field: "endpoint")
         guard (0...30).contains(restatementDays) else { throw FieldError("restatement_days", "must be a whole number of days from 0 to 30") }
     }
 }
