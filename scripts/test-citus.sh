@@ -278,6 +278,24 @@ for app in demo-puzzle demo-news; do
   same "revenue of record, $app in its own zone: Citus = one node" "$work/o-citus" "$work/o-single"
 done
 grep -q ',network$\|,mixed$' "$work/o-citus" && ok "citus: admob's revenue is its final earnings" || fail "citus: no row takes the network's earnings: $(head -n 5 "$work/o-citus" | tr '\n' ' ')"
+# Alert rules read through the report engine: the same readings on both (a threshold
+# on one network's fill, a change in revenue against the 4 weeks before), not the time taken.
+for node in citus single; do
+  "$bin" alerts create citus-fill --apps demo-puzzle,demo-news,demo-runner --metric fill_rate --filter network=admob --below 0.5 \
+    --window-minutes 180 --webhook http://127.0.0.1:1/hook --database-url "${db[$node]}" >/dev/null 2>&1 || echo "create failed" >"$work/a-$node"
+  "$bin" alerts create citus-revenue --apps demo-puzzle,demo-news --metric revenue --change-below -30% --window-minutes 120 --min-requests 10 \
+    --webhook http://127.0.0.1:1/hook --database-url "${db[$node]}" >/dev/null 2>&1 || echo "create failed" >"$work/a-$node"
+done
+for rule in citus-fill citus-revenue; do
+  for node in citus single; do
+    { "$bin" alerts check "$rule" --format json --database-url "${db[$node]}" 2>/dev/null | python3 -c '
+import json, sys
+for row in json.load(sys.stdin)["app_readings"]:
+    row.pop("read_ms", None)
+    print(json.dumps(row, sort_keys=True))' >"$work/a-$node" 2>/dev/null; } || echo "report failed" >"$work/a-$node"
+  done
+  same "adtally alerts check $rule: Citus = one node" "$work/a-citus" "$work/a-single"
+done
 for node in citus single; do
   "$bin" networks settings admob --revenue-source sdk --final-after-days 3 --database-url "${db[$node]}" >/dev/null 2>&1
 done
@@ -301,6 +319,12 @@ if python3 -c 'import schemathesis' 2>/dev/null; then
   done
   export ADTALLY_ST_ADMIN=${admin[citus]} ADTALLY_ST_APP=fuzz ADTALLY_ST_EXPORT=fuzz-daily ADTALLY_ST_EXPORT_DELETE=fuzz-doomed
   export ADTALLY_ST_PULL=fuzz-pull ADTALLY_ST_PULL_DELETE=fuzz-pull-doomed
+  # Alert rules the fuzzer names; their webhook is a closed local port.
+  for name in fuzz-alert fuzz-alert-doomed; do
+    "$bin" alerts create "$name" --apps fuzz --metric fill_rate --filter network=admob --below 0.5 --window-minutes 120 \
+      --webhook http://127.0.0.1:1/hook --database-url "$citus" >/dev/null
+  done
+  export ADTALLY_ST_ALERT=fuzz-alert ADTALLY_ST_ALERT_DELETE=fuzz-alert-doomed
   ADTALLY_ST_INGEST=$("$bin" keys create --app fuzz-keys --scope ingest --database-url "$citus" | tail -n 1)
   ADTALLY_ST_SPARE_KEY=$("$bin" keys create --app fuzz --scope read --database-url "$citus" | sed -n 's/^created read key \([a-z0-9_]*\) .*/\1/p')
   ADTALLY_ST_APP_READ=$("$bin" keys create --app fuzz --scope read --database-url "$citus" | tail -n 1)

@@ -10,19 +10,20 @@ import Foundation
 struct AlertsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "alerts",
-        abstract: "Alert rules: create, list, show, pause, resume, delete, test, history.",
+        abstract: "Alert rules: create, list, show, check, pause, resume, delete, test, history.",
         discussion: """
             Examples:
               adtally alerts create admob-fill --apps my-app --metric fill_rate --filter network=admob --below 0.5 \\
                   --window-minutes 120 --min-requests 1000 --webhook https://hooks.slack.com/services/T0/B0/XYZ
               adtally alerts create revenue-drop --apps my-app,my-other-app --metric revenue --change-below -30% \\
                   --window-minutes 180 --min-requests 5000 --webhook https://ops.example.com/adtally --secret "$SECRET"
+              adtally alerts check admob-fill      # what it reads now, recording and sending nothing
               adtally alerts test admob-fill
               adtally alerts history admob-fill
             A change compares the window with the same hours of the 4 same weekdays before, in each app's zone.
             Each notification is signed: X-AdTally-Signature: sha256=HMAC-SHA256(secret, body), hex.
             """,
-        subcommands: [Create.self, List.self, Show.self, Pause.self, Resume.self, Delete.self, Test.self, History.self]
+        subcommands: [Create.self, List.self, Show.self, Check.self, Pause.self, Resume.self, Delete.self, Test.self, History.self]
     )
 
     /// The store, with the servers' credentials key (ADTALLY_CREDENTIALS_KEY).
@@ -223,6 +224,79 @@ struct AlertsCommand: AsyncParsableCommand {
             } else {
                 throw ValidationError("test notification not delivered to \(delivery.webhook): \(delivery.error ?? delivery.status) (delivery \(delivery.id), retried by the server)")
             }
+        }
+    }
+
+    struct Check: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Read a rule now as the evaluator would, recording and sending nothing: each app's window, numbers and what would happen.",
+            discussion: "For choosing a threshold: the numbers are the report engine's, from the same report the evaluator reads."
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "The rule.") var name: String
+        @Option(help: "table or json.") var format = OutputFormat.table
+
+        /// One app's reading.
+        struct Checked: Encodable {
+            var app: String
+            var windowFrom: Date?
+            var windowTo: Date?
+            var requests: Int64?
+            var value: Double?
+            var baseline: Double?
+            var change: Double?
+            var state: String
+            var wouldBe: String
+            var note: String?
+            var readMs: Int64?
+
+            enum CodingKeys: String, CodingKey {
+                case app, requests, value, baseline, change, state, note
+                case windowFrom = "window_from", windowTo = "window_to", wouldBe = "would_be", readMs = "read_ms"
+            }
+        }
+
+        func run() async throws {
+            let name = name
+            let (rule, rows) = try await database.withDatabase { database, _ in
+                try await AlertsCommand.refusing {
+                    let store = AlertsCommand.store(database)
+                    let rule = try await store.rule(name)
+                    let states = Dictionary(try await store.states(name).map { ($0.app, $0) }, uniquingKeysWith: { a, _ in a })
+                    let engine = database.reportEngine()
+                    let apps = Dictionary(try await engine.readableApps(only: nil).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+                    let evaluator = AlertEvaluator(configuration: .init(identity: "adtally alerts check"), leaderPool: database.pool, engine: engine)
+                    var rows: [Checked] = []
+                    for app in rule.apps {
+                        let state = states[app]?.state ?? .ok
+                        guard let reportApp = apps[app] else {
+                            rows.append(Checked(app: app, state: state.rawValue, wouldBe: "nothing", note: "there is no app \(app)"))
+                            continue
+                        }
+                        let now = Date()
+                        let started = ContinuousClock.now
+                        let reading = try await evaluator.reading(rule, app: reportApp, now: now)
+                        let elapsed = ContinuousClock.now - started
+                        let transition = AlertTransition.next(rule: rule, state: state, notifiedAt: states[app]?.notifiedAt, reading: reading, now: now)
+                        rows.append(Checked(
+                            app: app, windowFrom: reading.windowFrom, windowTo: reading.windowTo, requests: reading.requests, value: reading.value,
+                            baseline: reading.baseline, change: reading.value.flatMap { AlertRule.change(value: $0, baseline: reading.baseline) },
+                            state: state.rawValue, wouldBe: transition.map { "\($0.rawValue) (notified)" } ?? "\(state.rawValue) (nothing sent)", note: reading.note,
+                            readMs: elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+                        ))
+                    }
+                    return (rule, rows)
+                }
+            }
+            if format == .json { return try printJSON(["app_readings": rows]) }
+            print("rule: \(rule.metric.rawValue) \(rule.condition.describe(rule.threshold)), the last \(rule.windowMinutes / 60) whole hours, at least \(rule.minRequests) requests")
+            printTable(["APP", "WINDOW FROM", "REQUESTS", "VALUE", "BASELINE", "CHANGE", "STATE", "WOULD BE", "READ MS", "NOTE"], rows.map { row in
+                [
+                    row.app, row.windowFrom.map(isoText) ?? "-", row.requests.map { "\($0)" } ?? "-", row.value.map(AlertRule.text) ?? "-",
+                    row.baseline.map(AlertRule.text) ?? "-", row.change.map(AlertRule.percent) ?? "-", row.state, row.wouldBe,
+                    row.readMs.map { "\($0)" } ?? "-", row.note ?? "",
+                ]
+            })
         }
     }
 
