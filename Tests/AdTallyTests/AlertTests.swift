@@ -131,6 +131,9 @@ struct AlertTests {
                         bad.metric = .dau
                         _ = try await store.create(bad, secret: nil, readable: readable)
                     }
+                    await #expect(throws: FieldError("name", "history is taken by GET /v1/alerts/history; choose another name")) {
+                        _ = try await store.create(rule.renamed("history"), secret: nil, readable: readable)
+                    }
                     await #expect(throws: AlertStoreError.exists("admob-fill")) { _ = try await store.create(rule.renamed("admob-fill"), secret: nil, readable: readable) }
 
                     let clock = Mutex(Date(timeIntervalSince1970: Double(base + 3600 + 30)))
@@ -170,8 +173,14 @@ struct AlertTests {
                     let text = try #require(first.json["text"] as? String)
                     #expect(text.hasPrefix("[FIRING] admob-fill: fill_rate of alert-app (network=admob) is 0.1; rule: < 0.5") && text.contains("200 requests"), "\(text)")
 
-                    // Evaluated again while still broken: no second notification (re-notify is 12 h away).
+                    // A minute on, the same closed window is not read again (for 10 minutes) …
+                    let read = firing.evaluatedAt
                     try await evaluate(at: base + 2 * 3600 + 90)
+                    #expect(try await state("admob-fill")?.evaluatedAt == read)
+                    // … then it is (late events count), still broken: no second notification (re-notify is 12 h away).
+                    try await evaluate(at: base + 2 * 3600 + 30 + 660)
+                    let again = try #require(try await state("admob-fill"))
+                    #expect(again.evaluatedAt == Date(timeIntervalSince1970: Double(base + 2 * 3600 + 30 + 660)) && again.state == .firing && again.since == firing.since)
                     #expect(receiver.all.count == 1)
                     #expect(try await store.history("admob-fill").count == 1)
 

@@ -169,7 +169,7 @@ struct ServerDefenceTests {
             // Timeouts of answers expected are generous: they only bound a failure.
             let first = try RawConnection(port: port)
             let second = try RawConnection(port: port)
-            // Each read ends as soon as an answer's body (healthz's "ok") is in, so they may be
+            // Each read ends as soon as an answer's head is in, so they may be
             // generous: on a loaded machine the 15 s each read once waited in full ran out.
             first.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             second.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")

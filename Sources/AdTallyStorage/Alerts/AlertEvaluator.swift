@@ -379,12 +379,19 @@ public final class AlertEvaluator: Sendable {
         let now = configuration.now()
         let maxAttempts = configuration.maxAttempts
         // Left sending by a server (or an `alerts test`) that stopped mid-attempt.
-        try await lease.run { connection in
-            _ = try connection.query("""
+        let gaveUp = try await lease.run { connection in
+            try connection.query("""
                 UPDATE alert_deliveries SET status = CASE WHEN attempts >= \(maxAttempts) THEN 'failed' ELSE 'retrying' END,
                        error = 'the sender stopped during this attempt'
                 WHERE status = 'sending' AND next_attempt_at < \(now.addingTimeInterval(-300))
-                """)
+                RETURNING delivery_id, status
+                """).filter { try $0.decode(1, as: String.self) == "failed" }.map { try $0.decode(0, as: UUID.self) }
+        }
+        for id in gaveUp {
+            failedCounter.increment()
+            logger.warning("alert webhook delivery failed", metadata: [
+                "delivery": "\(id.uuidString.lowercased())", "error": "the sender stopped during its last attempt", "gave_up": "true",
+            ])
         }
         let started = ContinuousClock.now
         while !Task.isCancelled, ContinuousClock.now - started < configuration.deliveryBudget {

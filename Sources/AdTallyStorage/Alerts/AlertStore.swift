@@ -205,12 +205,18 @@ public struct AlertStore: Sendable {
         guard try await !pool.query("DELETE FROM alert_rules WHERE name = \(name) RETURNING name").isEmpty else { throw AlertStoreError.unknown(name) }
     }
 
-    /// Pauses (nothing evaluated, nothing sent) or resumes a rule.
+    /// Pauses (nothing evaluated, nothing sent) or resumes a rule; a resumed rule reads
+    /// its window again at once.
     public func setPaused(_ name: String, _ paused: Bool) async throws -> AlertRule {
-        guard let row = try await pool.query("""
-            UPDATE alert_rules SET paused = \(paused), updated_at = now(), next_evaluation_at = now() WHERE name = \(name)
-            RETURNING \(unsafeRaw: Self.columns)
-            """).first else { throw AlertStoreError.unknown(name) }
+        let row = try await pool.withTransaction { connection in
+            let rows = try connection.query("""
+                UPDATE alert_rules SET paused = \(paused), updated_at = now(), next_evaluation_at = now() WHERE name = \(name)
+                RETURNING \(unsafeRaw: Self.columns)
+                """)
+            if !paused { try connection.query("UPDATE alert_states SET evaluated_at = NULL WHERE rule = \(name)") }
+            return rows.first
+        }
+        guard let row else { throw AlertStoreError.unknown(name) }
         return try Self.rule(row)
     }
 

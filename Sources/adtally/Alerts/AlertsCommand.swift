@@ -3,6 +3,7 @@ import AdTallyCore
 import AdTallyStorage
 import ArgumentParser
 import Foundation
+import PostgresKit
 
 /// `adtally alerts`: rules on report metrics that notify a webhook when they break and
 /// when they recover (DESIGN §12). A running `adtally serve` (one of them: the elected
@@ -63,7 +64,7 @@ struct AlertsCommand: AsyncParsableCommand {
         @Option(name: .customLong("renotify-minutes"), help: "While firing, notify again this often; 0: never (default 720).") var renotifyMinutes = 720
         @Option(help: "The webhook URL notifications are POSTed to (Slack and Mattermost incoming webhooks show their text).") var webhook: String
         @Option(help: "The webhook's signing secret (16 to 256 bytes; default: one is made and shown once). A process list shows it: prefer --secret-file.") var secret: String?
-        @Option(name: .customLong("secret-file"), help: "A file holding the signing secret (its trailing newline dropped).") var secretFile: String?
+        @Option(name: .customLong("secret-file"), help: "A file holding the signing secret, or - for standard input (its trailing newline dropped).") var secretFile: String?
 
         func run() async throws {
             let conditions: [(AlertCondition, Double?)] = [
@@ -94,8 +95,14 @@ struct AlertsCommand: AsyncParsableCommand {
             guard secret == nil || secretFile == nil else { throw ValidationError("give --secret or --secret-file, not both") }
             var secret = secret
             if let secretFile {
-                guard let text = try? String(contentsOfFile: secretFile, encoding: .utf8) else { throw ValidationError("--secret-file: cannot read \(secretFile)") }
-                secret = text.trimmingCharacters(in: .newlines)
+                // `-`: standard input.
+                let data: Data
+                do {
+                    data = secretFile == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: secretFile))
+                } catch {
+                    throw ValidationError("--secret-file: cannot read \(secretFile): \(error.localizedDescription)")
+                }
+                secret = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines)
             }
             let signing = secret
             let (saved, made) = try await database.withDatabase { database, _ in
@@ -275,7 +282,16 @@ struct AlertsCommand: AsyncParsableCommand {
                         }
                         let now = Date()
                         let started = ContinuousClock.now
-                        let reading = try await evaluator.reading(rule, app: reportApp, now: now)
+                        let reading: AlertReading
+                        do {
+                            reading = try await evaluator.reading(rule, app: reportApp, now: now)
+                        } catch let error as PostgresError where error.isUnreachable {
+                            throw error
+                        } catch {
+                            // What the evaluator records for it: nothing decided, and why.
+                            rows.append(Checked(app: app, state: state.rawValue, wouldBe: "\(state.rawValue) (nothing sent)", note: "the report could not be read: \(error)"))
+                            continue
+                        }
                         let elapsed = ContinuousClock.now - started
                         let transition = AlertTransition.next(rule: rule, state: state, notifiedAt: states[app]?.notifiedAt, reading: reading, now: now)
                         rows.append(Checked(
