@@ -101,10 +101,17 @@ public struct Migrator: Sendable {
     /// source tree this binary was built from, else `./Migrations`.
     public static func defaultDirectory(explicit: String?) -> URL {
         if let explicit, !explicit.isEmpty { return URL(fileURLWithPath: explicit) }
-        let sourceTree = URL(fileURLWithPath: #filePath)
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Migrations")
-        if FileManager.default.fileExists(atPath: sourceTree.path) { return sourceTree }
+        // The source tree: the nearest folder above this file with Package.swift (however
+        // deep the file sits among the module's folders).
+        var folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        for _ in 0..<8 {
+            let migrations = folder.appendingPathComponent("Migrations")
+            if FileManager.default.fileExists(atPath: folder.appendingPathComponent("Package.swift").path),
+               FileManager.default.fileExists(atPath: migrations.path) {
+                return migrations
+            }
+            folder = folder.deletingLastPathComponent()
+        }
         return URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent("Migrations")
     }
 
