@@ -84,6 +84,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
+            // The API's document, compiled into the binary (no bundle to ship beside it).
+            resources: [.embedInCode("Resources/openapi.yaml")],
             swiftSettings: strict
         ),
         // The composition root: configuration, wiring, services.

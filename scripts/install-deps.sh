@@ -21,11 +21,11 @@ done
 # Chromium over the DevTools protocol.
 python_ok() {
   [ "${ADTALLY_DEPS:-all}" = build ] || python3 -c '
-import importlib.metadata as m, sys, openapi_core, requests, yaml, websocket
+import importlib.metadata as m, sys, openapi_core, openapi_spec_validator, requests, yaml, websocket
 sys.exit(int(m.version("schemathesis").split(".")[0]) != 4)' 2>/dev/null
 }
 if ! python_ok; then
-  echo "installing Python packages: openapi-core requests pyyaml websocket-client schemathesis"
+  echo "installing Python packages: openapi-core openapi-spec-validator requests pyyaml websocket-client schemathesis"
   if ! python3 -m pip --version >/dev/null 2>&1; then
     # Debian's own Python comes without pip.
     export DEBIAN_FRONTEND=noninteractive
@@ -37,7 +37,7 @@ if ! python_ok; then
   if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)'; then
     pip_flags+=(--break-system-packages)
   fi
-  python3 -m pip install "${pip_flags[@]}" openapi-core requests pyyaml websocket-client 'schemathesis>=4,<5'
+  python3 -m pip install "${pip_flags[@]}" openapi-core openapi-spec-validator requests pyyaml websocket-client 'schemathesis>=4,<5'
 fi
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo

@@ -3,6 +3,7 @@ import AdTallyStorage
 import AdTallyTestSupport
 import AsyncHTTPClient
 import Foundation
+import NIOCore
 import Testing
 
 @Suite("/openapi.yaml")
@@ -20,6 +21,22 @@ struct OpenAPITests {
                 #expect(status == 0, "\(text)")
                 #expect(text.contains("self-check: the validator rejects"), "\(text)")
                 #expect(text.contains("checked GET /v1/reports -> 200"), "\(text)")
+                // The file is the document: served byte for byte, and valid OpenAPI 3.1 to an
+                // independent validator, which must also be able to refuse a broken copy.
+                let file = DashboardTests.repository.appendingPathComponent("Sources/AdTallyHTTP/Resources/openapi.yaml")
+                let client = HTTPClient(eventLoopGroupProvider: .singleton)
+                let served = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/openapi.yaml"), timeout: .seconds(10))
+                let body = try await served.body.collect(upTo: 1 << 22)
+                try await client.shutdown()
+                #expect(Data(buffer: body) == (try Data(contentsOf: file)), "/openapi.yaml is not the file byte for byte")
+                let (valid, validation) = try await runProcess(["python3", "-m", "openapi_spec_validator", file.path])
+                #expect(valid == 0, "openapi-spec-validator: \(validation)")
+                let broken = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-openapi-\(UUID().uuidString).yaml")
+                defer { try? FileManager.default.removeItem(at: broken) }
+                try (try String(contentsOf: file, encoding: .utf8)).replacingOccurrences(of: "\n        \"200\":", with: "\n        200x:", options: [], range: nil)
+                    .write(to: broken, atomically: true, encoding: .utf8)
+                let (refused, _) = try await runProcess(["python3", "-m", "openapi_spec_validator", broken.path])
+                #expect(refused != 0, "openapi-spec-validator accepted a document with a malformed response code")
             }
         }
     }
