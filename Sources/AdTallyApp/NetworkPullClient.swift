@@ -51,10 +51,11 @@ public enum NetworkPullClient {
         }
     }
 
-    /// The endpoint without its query (where MAX's key is).
-    static func shown(_ endpoint: String) -> String {
+    /// The endpoint without its query (where MAX's key is); without its path too when
+    /// `path` is false (a chat's incoming-webhook URL holds its token there).
+    static func shown(_ endpoint: String, path: Bool = true) -> String {
         guard let components = URLComponents(string: endpoint), let host = components.host else { return "the endpoint" }
-        return "\(components.scheme ?? "http")://\(host)\(components.port.map { ":\($0)" } ?? "")\(components.path)"
+        return "\(components.scheme ?? "http")://\(host)\(components.port.map { ":\($0)" } ?? "")\(path ? components.path : "/…")"
     }
 
     /// The bearer token for AdMob or LevelPlay: minted from the credential's JSON, or the credential itself.

@@ -19,13 +19,6 @@ public enum WebhookClient {
     /// The longest one attempt may take.
     static let deadline: TimeAmount = .seconds(10)
 
-    /// The webhook's scheme, host and port only: a chat's incoming-webhook URL holds its
-    /// token in the path, and errors are logged and kept in the history.
-    static func shown(_ url: String) -> String {
-        guard let components = URLComponents(string: url), let host = components.host else { return "the webhook" }
-        return "\(components.scheme ?? "http")://\(host)\(components.port.map { ":\($0)" } ?? "")/…"
-    }
-
     public static func send(_ request: WebhookRequest) async throws -> Int {
         var http = HTTPClientRequest(url: request.url)
         http.method = .POST
@@ -35,7 +28,7 @@ public enum WebhookClient {
         do {
             response = try await client.execute(http, timeout: deadline)
         } catch {
-            throw Failure(description: "\(shown(request.url)) could not be reached: \(error)")
+            throw Failure(description: "\(NetworkPullClient.shown(request.url, path: false)) could not be reached: \(error)")
         }
         _ = try? await response.body.collect(upTo: 1 << 16)
         return Int(response.status.code)

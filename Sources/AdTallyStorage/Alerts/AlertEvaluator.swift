@@ -246,11 +246,6 @@ public final class AlertEvaluator: Sendable {
         return calendar
     }
 
-    /// The local day (days since 1970-01-01) an instant falls in.
-    static func localDay(_ date: Date, _ zone: TimeZone) -> Int {
-        Int(((date.timeIntervalSince1970 + Double(zone.secondsFromGMT(for: date))) / 86_400).rounded(.down))
-    }
-
     /// The report a rule reads for an app over `days` (its zone's): by the hour, requests
     /// and the rule's metric, with its filters.
     static func query(_ rule: AlertRule, app: ReportApp, days: ClosedRange<Int>) throws(ReportQueryError) -> ReportQuery {
@@ -280,8 +275,7 @@ public final class AlertEvaluator: Sendable {
                 windows.append((from, to))
             }
         }
-        let zone = calendar.timeZone
-        let days = Self.localDay(windows.map(\.from).min()!, zone)...Self.localDay(window.to.addingTimeInterval(-1), zone)
+        let days = try ReportQuery.today(in: app.timezone, now: windows.map(\.from).min()!)...ReportQuery.today(in: app.timezone, now: window.to.addingTimeInterval(-1))
         let page = try await engine.page(try Self.query(rule, app: app, days: days))
         guard page.nextCursor == nil else { throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) hours in the window of \(rule.name)") }
         var sums = [ReportCounts](repeating: ReportCounts(), count: windows.count)
@@ -317,9 +311,11 @@ public final class AlertEvaluator: Sendable {
 
     /// The dashboard's view of an app over the window's days.
     static func dashboardLink(_ base: String, app: String, reading: AlertReading, zone: String?) -> String {
-        let timeZone = TimeZone(identifier: zone ?? "UTC") ?? TimeZone(identifier: "UTC")!
-        let from = ReportQuery.formatDate(localDay(reading.windowFrom, timeZone))
-        let to = ReportQuery.formatDate(localDay(reading.windowTo.addingTimeInterval(-1), timeZone))
+        // The day an instant falls in, in the app's zone (UTC for an app that is gone).
+        func day(_ date: Date) -> String {
+            ReportQuery.formatDate((try? ReportQuery.today(in: zone ?? "UTC", now: date)) ?? Int((date.timeIntervalSince1970 / 86_400).rounded(.down)))
+        }
+        let (from, to) = (day(reading.windowFrom), day(reading.windowTo.addingTimeInterval(-1)))
         let encoded = app.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? app
         return "\(base)/dashboard?app=\(encoded)&from=\(from)&to=\(to)"
     }
@@ -374,8 +370,9 @@ public final class AlertEvaluator: Sendable {
     func deliver(_ lease: PostgresLease) async throws {
         guard let send = configuration.send else { return }
         let given = configuration.credentialsKey
-        // On the lease's own connection: it is this pool's only one.
-        let key = try await lease.run { connection in try AppStore.credentialsKey(given, on: connection) }
+        // Read once a pass, and only when there is something to sign (without
+        // ADTALLY_CREDENTIALS_KEY it is an upsert of server_secrets).
+        var key: String?
         let now = configuration.now()
         let maxAttempts = configuration.maxAttempts
         // Left sending by a server (or an `alerts test`) that stopped mid-attempt.
@@ -414,8 +411,11 @@ public final class AlertEvaluator: Sendable {
             guard let claimed else { return }
             let outcome: Outcome
             do {
+                // On the lease's own connection: it is this pool's only one.
+                if key == nil { key = try await lease.run { connection in try AppStore.credentialsKey(given, on: connection) } }
+                let passKey = key ?? ""
                 let secret = try await lease.run { connection in
-                    try connection.query("SELECT pgp_sym_decrypt(webhook_secret, \(key)) FROM alert_rules WHERE name = \(claimed.rule)").first?.decode(0, as: String.self)
+                    try connection.query("SELECT pgp_sym_decrypt(webhook_secret, \(passKey)) FROM alert_rules WHERE name = \(claimed.rule)").first?.decode(0, as: String.self)
                 }
                 guard let secret else { throw FieldError("rule", "the rule \(claimed.rule) was deleted") }
                 outcome = await Self.attempt(Self.request(url: claimed.url, body: claimed.body, secret: secret, delivery: claimed.id, kind: claimed.kind), send: send)

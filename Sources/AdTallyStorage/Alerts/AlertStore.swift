@@ -225,7 +225,7 @@ public struct AlertStore: Sendable {
         if let name { _ = try await rule(name) }
         let rows = try await pool.query("""
             SELECT e.event_id, e.rule, e.app, e.kind, e.at, e.value, e.baseline, e.requests, e.window_from, e.window_to, e.evaluator,
-                   \(unsafeRaw: AlertDelivery.columns.split(separator: ",").map { "d." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
+                   \(unsafeRaw: AlertDelivery.columns)
             FROM (SELECT * FROM alert_events WHERE \(name)::text IS NULL OR rule = \(name) ORDER BY event_id DESC LIMIT \(min(max(limit, 1), 10_000))) e
             LEFT JOIN alert_deliveries d ON d.event_id = e.event_id
             ORDER BY e.event_id DESC, d.webhook_url
