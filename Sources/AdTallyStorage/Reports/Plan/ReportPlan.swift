@@ -227,14 +227,6 @@ struct ReportPlan {
 
     var apps: PostgresQuery { "\(array: query.apps)::text[]" }
 
-    // MARK: - Sources
-
-    static let zeroCounts = "0, 0, 0, 0, 0, 0, 0, 0, 0"
-    static let countList = rollupCounts.joined(separator: ", ")
-    /// The columns of a rollup part after its 8 counts: the device sketch, then money.
-    static let partColumns = "devices, revenue_micros, currency, country, ui, ut, est, unrated_adjust"
-    /// A part without money: no revenue, currency, country, unpriced counts, adjustment.
-    static let noMoney = "0::numeric, NULL::text, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint"
     /// hll(11, 5), as every sketch is (Migrations/0005).
     static func sketch(_ hashes: String) -> String { "hll_add_agg(\(hashes), 11, 5)" }
     /// A sketch's estimate as a whole number (0 for none).
@@ -242,199 +234,6 @@ struct ReportPlan {
 
     /// Whether unique devices are asked for (then sketches are read).
     var needsDevices: Bool { needed.contains(.uniqueDevices) }
-
-    /// The rows the rollup sources sum: (app_id, d = local date, hk = local hour text
-    /// or NULL, u = UTC date (money rows), network, format, 9 counts, devices (a sketch
-    /// or NULL), revenue_micros, currency, country, ui / ut (unpriced impressions /
-    /// taps), est, unrated), in two lists:
-    /// - `stored`: rows whose money (if any) is priced already: counts and sketches
-    ///   (currency NULL), and the priced rollups (Migrations/0012: reported revenue in
-    ///   `revenue_micros`, estimated in `est`, both in `currency`; unrated events in `unrated`);
-    /// - `pending`: rows a report prices itself (`RatePricing`): currency '' with a
-    ///   country for impressions and taps without reported revenue, else the reported
-    ///   currency; est and unrated NULL. The pending deltas, the 15-minute rows of cut
-    ///   hours, and the revenue of the ranges a card change left dirty.
-    /// Without money, everything is `stored` (money columns empty), but for the deltas
-    /// when `deltasPending` (`ReportGrain` merges them apart). `fxCheck` (`missingFX`):
-    /// only the rows that may need an FX rate, the priced rows of other currencies than
-    /// the report's and the pending ones; no counts, no sketches.
-    func rollupParts(deltasPending: Bool = false, fxCheck: Bool = false) -> (stored: [PostgresQuery], pending: [PostgresQuery]) {
-        var stored: [PostgresQuery] = []
-        var pending: [PostgresQuery] = []
-        let money = needsMoney
-        let devices = needsDevices && !fxCheck
-        // Rows in the report currency never need a rate; '' is unrated events only.
-        let needsRate: PostgresQuery = fxCheck ? " AND r.currency NOT IN (\(query.currency), '')" : ""
-        let dirty = money && !self.dirty.isEmpty
-        let utcOfBucket = "(r.bucket AT TIME ZONE 'UTC')::date"
-        // A row's (app, network, format, UTC date) in a dirty range, or not.
-        func isDirty(_ utcDay: String) -> String {
-            "EXISTS (SELECT 1 FROM dirty_days x WHERE x.app_id = r.app_id AND x.network = r.network AND x.format = r.format AND x.u = \(utcDay))"
-        }
-        func clean(_ utcDay: String) -> PostgresQuery { dirty ? " AND NOT \(unsafeRaw: isDirty(utcDay))" : "" }
-        switch source {
-        case .daily:
-            let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
-            if !fxCheck {
-                stored.append("""
-                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
-                    """)
-            }
-            if money {
-                stored.append("""
-                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(needsRate)\(clean("r.utc_day"))
-                    """)
-            }
-            if dirty {
-                pending.append("""
-                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_revenue_day_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
-                    """)
-                pending.append("""
-                    SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_unpriced_day_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
-                    """)
-            }
-            if devices {
-                stored.append("""
-                    SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))
-                    """)
-            }
-        case .hourly:
-            let whole = wholeHours
-            let utcOfHour = "(r.hour AT TIME ZONE 'UTC')::date"
-            if !fxCheck {
-                stored.append("""
-                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("r.hour"))
-                    FROM rollup_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
-                    """)
-                stored.append("""
-                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("r.bucket"))
-                    FROM rollup_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
-                    """)
-            }
-            if money {
-                stored.append("""
-                    SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated\(unsafeRaw: at("r.hour"))
-                    FROM rollup_priced_1h r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(needsRate)\(clean(utcOfHour))
-                    """)
-                // Cut hours: every country's row, each priced at its own rate.
-                pending.append("""
-                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.bucket"))
-                    FROM rollup_revenue_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
-                    """)
-            }
-            if dirty {
-                pending.append("""
-                    SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.hour"))
-                    FROM rollup_revenue_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
-                    """)
-                pending.append("""
-                    SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
-                           0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.hour"))
-                    FROM rollup_unpriced_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
-                    """)
-            }
-            if devices {
-                stored.append("""
-                    SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_devices_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))
-                    """)
-                stored.append("""
-                    SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_devices_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r", devices: true))
-                    """)
-            }
-        case .raw:
-            preconditionFailure("raw events are not rollup parts")
-        }
-        // Deltas not yet compacted: every committed event is counted at once.
-        // A session row's devices are not ad devices (see columnFilters).
-        let deltaDevices = devices ? "CASE WHEN r.network <> '' THEN (SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.device_hashes) AS h) END" : "NULL::hll"
-        let deltas: PostgresQuery = """
-            SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.countList), \(unsafeRaw: deltaDevices),
-                   r.revenue_micros::numeric, r.currency, r.country::text, r.unpriced_impressions::bigint, r.unpriced_taps::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.bucket"))
-            FROM rollup_delta r WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1)\(columnFilters("r"))
-            """
-        if money || deltasPending { pending.append(deltas) } else { stored.append(deltas) }
-        return (stored, pending)
-    }
-
-    /// The (app, network, format, UTC date)s of the range whose priced rows a card change
-    /// left stale (Migrations/0012): their money is priced here, from the revenue and
-    /// unpriced rollups, until the re-pricer has rewritten them.
-    func dirtyDaysCTE() -> PostgresQuery {
-        let firstDay: PostgresQuery = "(\(t0) AT TIME ZONE 'UTC')::date"
-        let lastDay: PostgresQuery = "((\(t1) - interval '1 microsecond') AT TIME ZONE 'UTC')::date"
-        return """
-            dirty_days AS MATERIALIZED (
-                SELECT DISTINCT d.app_id, d.network, d.format, u::date AS u
-                FROM unnest(\(array: dirty.map(\.app))::text[], \(array: dirty.map(\.network))::text[], \(array: dirty.map(\.format))::text[],
-                            \(array: dirty.map(\.from))::date[], \(array: dirty.map(\.to))::date[]) AS d (app_id, network, format, from_day, to_day),
-                     generate_series(greatest(d.from_day, \(firstDay))::timestamp, least(d.to_day, \(lastDay))::timestamp, interval '1 day') AS u
-            )
-            """
-    }
-
-    /// Joined into a union of parts: one statement.
-    static func union(_ parts: [PostgresQuery]) -> PostgresQuery {
-        var sql: PostgresQuery = ""
-        for (index, part) in parts.enumerated() {
-            if index > 0 { sql.append("\nUNION ALL\n") }
-            sql.append(part)
-        }
-        return sql
-    }
-
-    /// The UTC hours of the range, and whether each lies wholly inside it and inside
-    /// one group of the finest time dimension used (then its hourly row is exact).
-    func hoursCTE() -> PostgresQuery {
-        let used = query.usedDimensions
-        // Weeks and months do not nest (a month can end mid-week): any of date, week or
-        // month makes every local midnight a boundary; an hour, every local hour.
-        // The audience counts devices per local day: every local midnight is a boundary.
-        let finest: ReportDimension? = used.contains(.hour) ? .hour
-            : used.contains(where: { $0 == .date || $0 == .week || $0 == .month }) || needsAudience ? .date : nil
-        let sameGroup: String
-        switch finest {
-        case .hour?: sameGroup = "date_trunc('hour', h, \(zone)) = date_trunc('hour', h + interval '45 minutes', \(zone))"
-        case .date?: sameGroup = "\(local("h"))::date = \(local("h + interval '45 minutes'"))::date"
-        case .week?: sameGroup = "date_trunc('week', \(local("h"))) = date_trunc('week', \(local("h + interval '45 minutes'")))"
-        case .month?: sameGroup = "date_trunc('month', \(local("h"))) = date_trunc('month', \(local("h + interval '45 minutes'")))"
-        default: sameGroup = "true"
-        }
-        return """
-            hours AS MATERIALIZED (
-                SELECT h, (h >= \(t0) AND h + interval '1 hour' <= \(t1) AND \(unsafeRaw: sameGroup)) AS whole,
-                       \(unsafeRaw: local("h"))::date AS d, \(unsafeRaw: needsHour ? hourText("date_trunc('hour', h, \(zone))") : "NULL::text") AS hk
-                FROM generate_series(date_trunc('hour', \(t0), 'UTC'), \(t1) - interval '15 minutes', interval '1 hour') AS h
-            ), cut AS (
-                -- The quarter hours of the cut hours, as one array: an index lookup each, and
-                -- an estimate the planner gets right (a join on ranges made it expect millions).
-                SELECT coalesce(array_agg(b), '{}') AS buckets
-                FROM hours, generate_series(hours.h, hours.h + interval '45 minutes', interval '15 minutes') AS b WHERE NOT hours.whole
-            )
-            """
-    }
 
     /// The counts the query's metrics read.
     var needed: Set<ReportCount> {
@@ -445,20 +244,6 @@ struct ReportPlan {
             counts.formUnion([.impressions, .networkMicros, .networkImpressions])
         }
         return counts
-    }
-
-    /// The raw events' counts, as the rollups define them; 0 for counts no metric reads.
-    var rawCounts: String {
-        let definitions: [(ReportCount, String)] = [
-            (.requests, "count(*) FILTER (WHERE e.type = 'request')"), (.loads, "count(*) FILTER (WHERE e.type = 'load')"),
-            (.impressions, "count(*) FILTER (WHERE e.type = 'impression')"), (.errors, "count(*) FILTER (WHERE e.type = 'error')"),
-            (.taps, "count(*) FILTER (WHERE e.type = 'tap')"), (.actionCancels, "count(*) FILTER (WHERE e.type = 'action_cancel')"),
-            (.expiries, "count(*) FILTER (WHERE e.type = 'expiry')"), (.wastedFills, "count(*) FILTER (WHERE e.type = 'expiry' AND e.shown = false)"),
-            (.sessions, "count(*) FILTER (WHERE e.type = 'session')"),
-        ]
-        return definitions.map { count, sql in
-            (needed.contains(count) ? sql : "0::bigint") + " AS " + Self.countNames[count.rawValue]
-        }.joined(separator: ", ")
     }
 
     /// `sum(alias.count)` for each of the 8 counts a metric reads, else 0.
@@ -497,28 +282,7 @@ struct ReportPlan {
         // distinct UTC date, network, format and country: `RatePricing`).
         var rows: PostgresQuery
         if source == .raw {
-            let typed = "e.type IN ('impression', 'tap')"
-            let sketch = needsDevices ? Self.sketch("hll_hash_text(e.device)") + " FILTER (WHERE e.device IS NOT NULL AND e.type <> 'session')" : "NULL::hll"
-            // Money needs each group split by UTC date, network, format, country and currency
-            // (what rates and FX apply by); counts alone need only the dimensions.
-            let n = dimensions.count
-            // With a network's earnings, also by app and UTC hour (the instants they are placed on).
-            let positions = needsMoney ? (1...(n + 3)).map(String.init) + ["\(n + 14)", "\(n + 15)"] + (hasRecord ? ["\(n + 22)", "\(n + 23)"] : []) : (0..<n).map { String($0 + 1) }
-            func money(_ sql: String, else other: String) -> String { needsMoney ? sql : other }
-            rows = """
-                SELECT \(unsafeRaw: select)\(unsafeRaw: money("(e.occurred_at AT TIME ZONE 'UTC')::date AS u, e.network, e.format", else: "NULL::date AS u, NULL::text AS network, NULL::text AS format")),
-                    \(unsafeRaw: rawCounts),
-                    \(unsafeRaw: money("coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed)), 0)", else: "0::numeric")) AS revenue_micros,
-                    \(unsafeRaw: money("CASE WHEN \(typed) THEN coalesce(e.currency::text, '') END", else: "NULL::text")) AS currency,
-                    \(unsafeRaw: money("CASE WHEN \(typed) THEN e.country::text END", else: "NULL::text")) AS country,
-                    \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'impression' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ui,
-                    \(unsafeRaw: money("count(*) FILTER (WHERE e.type = 'tap' AND e.revenue_micros IS NULL)", else: "0::bigint")) AS ut,
-                    \(unsafeRaw: sketch) AS devices, NULL::numeric AS est, NULL::bigint AS unrated_adjust,
-                    \(unsafeRaw: needsPrecise ? "coalesce(sum(e.revenue_micros::numeric) FILTER (WHERE \(typed) AND e.revenue_precision = 'precise'), 0)" : "0::numeric") AS precise_micros\(unsafeRaw: hasRecord ? ", e.app_id, date_bin('1 hour', e.occurred_at, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS h" : "")
-                FROM events e
-                WHERE e.app_id = ANY(\(apps)) AND e.occurred_at >= \(t0) AND e.occurred_at < \(t1)\(columnFilters("e"))\(timeFilters())
-                """
-            if !positions.isEmpty { rows.append("\nGROUP BY \(unsafeRaw: positions.joined(separator: ", "))") }
+            rows = rawRows(select: select, dimensionCount: dimensions.count)
             if needsMoney {
                 with.append("pending AS MATERIALIZED (\n\(rows)\n)")
                 rows = "pending AS s"
@@ -553,94 +317,9 @@ struct ReportPlan {
             sql.append(audience ? withAudience(main) : main)
             return sql
         }
-        // 1. Each row priced: reported revenue in its currency, or unpriced counts at the rate
-        //    in force on its UTC date (the country's entry, else the any-country one), in its
-        //    currency; a priced rollup row as it is stored.
-        //    On Citus the rollups' rows are joined to their apps, a join that keeps every row
-        //    (each row's app is in apps): a UNION of per-app tables whose parts join anything
-        //    (the hours, the prices) and that is then grouped is pushed down to the
-        //    workers only with an equality on app_id in the join tree; without it a report of
-        //    several apps with money failed there ("complex joins are only supported when all
-        //    distributed tables are co-located and joined on their distribution columns").
-        //    Only there: on one node the join divides the UNION's estimated rows by ~200 (its
-        //    app_id has no statistics), and the plans chosen on that estimate (nested loops
-        //    over the card) took a 30-day demo report from 23 ms to 0.45 s, and all apps' from
-        //    0.15 s to 6 s.
-        //    A row in a day whose revenue is a network's final earnings (`RevenueOfRecord`) has
-        //    no SDK or rate-card money: its impressions' share of those earnings instead.
-        func sdk(_ amount: String, _ zero: String = "0::numeric") -> String { hasRecord ? "CASE WHEN rec.id IS NULL THEN \(amount) ELSE \(zero) END" : amount }
-        let priced: PostgresQuery = """
-            SELECT \(unsafeRaw: dimensionList)s.u, \(unsafeRaw: RatePricing.currency("s")) AS cur,
-                   \(unsafeRaw: Self.countList), s.devices,
-                   \(unsafeRaw: sdk(RatePricing.reported("s", "s.revenue_micros"))) AS reported,
-                   \(unsafeRaw: sdk("coalesce(s.est, \(RatePricing.estimated("s.ui", "s.ut")))")) AS estimated,
-                   \(unsafeRaw: sdk("coalesce(s.unrated_adjust, \(RatePricing.unrated("s", "s.ui", "s.ut")))", "0::bigint")) AS unrated,
-                   \(unsafeRaw: needsPrecise ? sdk(RatePricing.reported("s", "s.precise_micros")) : "0::numeric") AS precise,
-                   \(unsafeRaw: hasRecord ? "CASE WHEN rec.id IS NOT NULL AND rec.w > 0 THEN rec.micros * s.impressions / rec.w ELSE 0 END" : "0::numeric") AS network,
-                   \(unsafeRaw: hasRecord ? "CASE WHEN rec.id IS NOT NULL THEN s.impressions ELSE 0 END" : "0::bigint") AS network_impressions
-            FROM \(rows)\(unsafeRaw: source == .raw || !distributed ? "" : "\nJOIN apps AS known ON known.app_id = s.app_id")
-            \(unsafeRaw: RatePricing.join("s", prices: "prices"))\(unsafeRaw: hasRecord ? "\n" + recordJoin : "")
-            """
-        // 2. Summed exactly per group, UTC date and currency (a bucket).
-        let bucketSums = Self.rollupCounts.enumerated().map { index, name in
-            needed.contains(ReportCount(rawValue: index)!) ? "sum(p.\(name)) AS \(name)" : "0::numeric AS \(name)"
-        }.joined(separator: ", ")
-        let bucketKeys = (names.map { "p.\($0)" } + ["p.u", "p.cur"]).joined(separator: ", ")
-        let main = convertedSums(keys: names, buckets: """
-            SELECT \(unsafeRaw: bucketKeys.isEmpty ? "" : bucketKeys + ", ")\(unsafeRaw: bucketSums), \(unsafeRaw: needsDevices ? "hll_union_agg(p.devices)" : "NULL::hll") AS devices,
-                   sum(p.reported) AS reported, sum(p.estimated) AS estimated, sum(p.unrated) AS unrated, sum(p.precise) AS precise,
-                   sum(p.network) AS network, sum(p.network_impressions) AS network_impressions
-            FROM (
-            \(priced)
-            ) AS p
-            GROUP BY \(unsafeRaw: bucketKeys)
-            """)
+        let main = pricedSums(names: names, rows: rows, dimensionList: dimensionList)
         sql.append(audience ? withAudience(main) : main)
         return sql
-    }
-
-    /// Step 3 of money (see `grouped`): each bucket of `buckets` (columns `keys`, `u` (its
-    /// UTC date), `cur`, the 9 counts, `devices`, `reported`, `estimated`, `unrated`)
-    /// converted at its date's FX rate and rounded half to even once, then summed per
-    /// `keys` (all buckets as one group when there are none). The rows come out in the
-    /// order of `keys` when the buckets do (a lateral lookup per bucket, then a grouping
-    /// over sorted input: `ReportGrain` streams them that way).
-    func convertedSums(keys: [String], buckets: PostgresQuery) -> PostgresQuery {
-        let rc = query.currency
-        // Precise reported revenue, converted and rounded as reported revenue is.
-        let precise: PostgresQuery = needsPrecise
-            ? "coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.precise ELSE adtally_div_half_even(s.precise * fx.to_rate, fx.from_rate) END), 0)"
-            : "0::numeric"
-        let keyList = keys.map { "s.\($0), " }.joined()
-        let groupBy = keys.isEmpty ? "" : "\nGROUP BY " + keys.map { "s.\($0)" }.joined(separator: ", ")
-        let devices = needsDevices ? "hll_union_agg(s.devices)" : "NULL::hll"
-        return """
-            SELECT \(unsafeRaw: keyList)\(unsafeRaw: countSums("s")),
-                coalesce(sum(CASE WHEN s.cur = \(rc) THEN s.reported ELSE adtally_div_half_even(s.reported * fx.to_rate, fx.from_rate) END), 0) AS reported_micros,
-                coalesce(sum(CASE WHEN s.cur = \(rc) THEN adtally_div_half_even(s.estimated, 1) ELSE adtally_div_half_even(s.estimated * fx.to_rate, fx.from_rate) END), 0) AS estimated_micros,
-                \(unsafeRaw: Self.cardinality(devices)) AS unique_devices, \(unsafeRaw: Self.audienceZeros),
-                \(precise) AS precise_micros,
-                -- A network's earnings: in the report currency already, rounded once per row
-                -- (a row that holds a whole network day holds its earnings exactly).
-                coalesce(adtally_div_half_even(sum(s.network), 1), 0) AS network_micros, coalesce(sum(s.network_impressions), 0)::bigint AS network_impressions,
-                coalesce(sum(s.unrated), 0)::bigint AS unrated,
-                -- "date from missing": the currency of the bucket, and the one without a rate that day.
-                min(CASE WHEN s.cur <> \(rc) AND fx.to_rate IS NULL AND (s.reported <> 0 OR s.estimated <> 0)
-                         THEN s.u::text || ' ' || s.cur || ' '
-                              || CASE WHEN NOT EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = s.u) THEN '*'
-                                      WHEN EXISTS (SELECT 1 FROM fx_rates x WHERE x.day = s.u AND x.currency = \(rc)) THEN s.cur ELSE \(rc) END END) AS missing_fx,
-                \(unsafeRaw: devices) AS devices
-            FROM (
-            \(buckets)
-            ) AS s
-            LEFT JOIN LATERAL (
-                -- Units of the report currency and of the bucket currency per one base, on its UTC date.
-                SELECT t.rate AS to_rate, f.rate AS from_rate
-                FROM fx_rates t JOIN fx_rates f ON f.day = t.day AND f.base = t.base AND f.currency = s.cur
-                WHERE s.cur <> \(rc) AND t.day = s.u AND t.currency = \(rc)
-                ORDER BY t.base LIMIT 1
-            ) AS fx ON true\(unsafeRaw: groupBy)
-            """
     }
 
     /// The sort keys over `g` (a `grouped` row), in order: the query's sort, which names
