@@ -40,7 +40,8 @@ struct DemoCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let retention = try Settings.resolve(flags: database.flags).retentionDays
+        let settings = try Settings.resolve(flags: database.flags)
+        let retention = settings.retentionDays
         let end = try untilMicros.map { Date(timeIntervalSince1970: Double($0) / 1_000_000) } ?? Date()
         // The oldest day loaded lies --days before the end, which --until may move back.
         let reach = days + max(0, Int(Date().timeIntervalSince(end) / 86_400))
@@ -70,6 +71,8 @@ struct DemoCommand: AsyncParsableCommand {
         }
         if isTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
         let seconds = Double((ContinuousClock.now - started).components.attoseconds) / 1e18 + Double((ContinuousClock.now - started).components.seconds)
+        // Every export folder must lie inside the exports root (`--exports-root`).
+        let finance = shellQuoted(settings.exportsRoot + "/finance")
         print("""
             Demo loaded in \(String(format: "%.1f", seconds)) s: \(summary.events) events from \(ReportQuery.formatDate(summary.firstDay)) to \(ReportQuery.formatDate(summary.lastDay)) (UTC)\(summary.rejected > 0 ? ", \(summary.rejected) refused" : ""),
             apps \(DemoLoader.appIDs.joined(separator: ", ")) (Tokyo/JPY, New York/USD, Berlin/EUR), a rate card and EUR-based FX rates.
@@ -86,9 +89,16 @@ struct DemoCommand: AsyncParsableCommand {
               admin key (every app, exports, rates): \(summary.adminKey.secret)
               charts: http://127.0.0.1:8080/dashboard (sign in with either key)
 
-            A daily CSV for finance, written by the running server:
-              adtally exports create demo-daily --cron "0 6 * * *" --tz Asia/Tokyo --dir "$PWD/exports" --apps demo-puzzle --days 1 --dimensions date,network
+            A daily CSV for finance, written by the running server (inside its exports root, \(settings.exportsRoot)):
+              mkdir -p \(finance)
+              adtally exports create demo-daily --cron "0 6 * * *" --tz Asia/Tokyo --dir \(finance) --apps demo-puzzle --days 1 --dimensions date,network
               adtally exports run-now demo-daily
             """)
     }
+}
+
+/// `text` as one shell word: single-quoted unless it is plain.
+func shellQuoted(_ text: String) -> String {
+    if !text.isEmpty, text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "/._-+=:,@".contains($0)) }) { return text }
+    return "'" + text.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
 }
