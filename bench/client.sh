@@ -14,7 +14,6 @@ events=${BENCH_EVENTS:-100000}
 sustained=${BENCH_SUSTAINED:-200000}
 . bench/lib.sh
 start_server
-sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
 "$bin/adtally" apps create kitbench --data-dir "$data" >/dev/null
 key=$("$bin/adtally" keys create --app kitbench --scope ingest --data-dir "$data" | tail -n 1)
 swift build -c release --package-path Clients/AdTallyKit --product adtally-kit-bench

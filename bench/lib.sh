@@ -30,6 +30,10 @@ start_server() {
   conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
 }
 
+# psql on the server's database (after start_server): quiet, unaligned, tuples only,
+# stopping at the first error.
+sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
+
 # BENCH_TRACE=1: log every statement's duration from now on (trace_on), and print
 # PostgreSQL's time per statement kind (trace_summary).
 trace_on() {
@@ -56,7 +60,7 @@ PY
 # them for bench-00, America/New_York; the rest spread evenly over apps in five
 # zones), straight into `events` with SQL; then their rollup deltas, appended as the
 # ingest path does and folded into every grain by the running server's compactor.
-# Needs start_server and sql(); sets load_started.
+# Needs start_server; sets load_started.
 load_events() {
   local events=$1 apps=$2
 echo "== loading $events events for $apps apps over 35 days"

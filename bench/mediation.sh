@@ -31,7 +31,6 @@ fi
 . bench/lib.sh
 mkdir -p "$work/static"
 BENCH_SERVE_ARGS="--static-dir $work/static --mediation-refresh 60" start_server
-sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
 load_events "$events" 10
 
 base="http://127.0.0.1:$port"

@@ -37,7 +37,6 @@ apps=${BENCH_APPS:-60}
 calls=${BENCH_CALLS:-200}
 . bench/lib.sh
 start_server
-sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
 
 load_events "$events" "$apps"
 

@@ -22,7 +22,6 @@ apps=${BENCH_APPS:-60}
 copy_rows=${BENCH_COPY_ROWS:-1000000}
 . bench/lib.sh
 start_server
-sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
 load_events "$events" "$apps"
 # The ledger holds one row per stored event while it is inside the accepted window.
 sql -c "INSERT INTO event_ids (app_id, event_id, occurred_at) SELECT app_id, event_id, occurred_at FROM events" -c "VACUUM ANALYZE event_ids" -c "CHECKPOINT"

@@ -24,63 +24,80 @@ BEGIN
     END IF;
 END $$;
 
+-- Places a table once: a reference table whole on every node, or a table distributed by
+-- app_id and co-located with events (the first, events, with none before it). A table
+-- already placed as asked is left as it is, so the script can run again. (A function of
+-- this session only: nothing of it reaches the workers or outlives the run.)
+CREATE FUNCTION pg_temp.place(tab text, kind text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM citus_tables WHERE table_name = tab::regclass AND citus_table_type = kind) THEN
+        RETURN;
+    ELSIF kind = 'reference' THEN
+        PERFORM create_reference_table(tab);
+    ELSIF tab = 'events' THEN
+        PERFORM create_distributed_table(tab, 'app_id');
+    ELSE
+        PERFORM create_distributed_table(tab, 'app_id', colocate_with => 'events');
+    END IF;
+END $$;
+
 -- Small tables every node needs whole. Placing them makes Citus turn the tables with
 -- foreign keys to them into Citus-local ones; each is then distributed below, and the
 -- guards check each table's real placement (citus_tables), not only that Citus knows it.
-SELECT create_reference_table('apps') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'apps'::regclass AND citus_table_type = 'reference');
-SELECT create_reference_table('api_keys') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'api_keys'::regclass AND citus_table_type = 'reference');
+SELECT pg_temp.place('apps', 'reference');
+SELECT pg_temp.place('api_keys', 'reference');
 
 -- Per-app tables, co-located by app_id: every primary key leads with it.
-SELECT create_distributed_table('events', 'app_id') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'events'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('event_ids', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'event_ids'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_15m_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_revenue_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_revenue_15m_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_delta', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_delta'::regclass AND citus_table_type = 'distributed');
+SELECT pg_temp.place('events', 'distributed');
+SELECT pg_temp.place('event_ids', 'distributed');
+SELECT pg_temp.place('rollup_15m_compacted', 'distributed');
+SELECT pg_temp.place('rollup_revenue_15m_compacted', 'distributed');
+SELECT pg_temp.place('rollup_delta', 'distributed');
 
 -- The dashboards' tables (Migrations/0007): the shared secrets whole on every node,
 -- the report series co-located with the app's events.
-SELECT create_reference_table('server_secrets') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'server_secrets'::regclass AND citus_table_type = 'reference');
-SELECT create_distributed_table('report_series', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'report_series'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('report_series_refresh', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'report_series_refresh'::regclass AND citus_table_type = 'distributed');
+SELECT pg_temp.place('server_secrets', 'reference');
+SELECT pg_temp.place('report_series', 'distributed');
+SELECT pg_temp.place('report_series_refresh', 'distributed');
 
 -- The other rollup grains (Migrations/0004, 0005): hourly and daily counts, revenue,
 -- unpriced events and the devices' HyperLogLog sketches, co-located with the events,
 -- so a report of one app reads one shard group.
-SELECT create_distributed_table('rollup_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_1h_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_day_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_revenue_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_revenue_1h_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_revenue_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_revenue_day_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_unpriced_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_unpriced_1h_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_unpriced_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_unpriced_day_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_devices_15m_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_devices_15m_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_devices_1h_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_devices_1h_compacted'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_devices_day_compacted', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_devices_day_compacted'::regclass AND citus_table_type = 'distributed');
+SELECT pg_temp.place('rollup_1h_compacted', 'distributed');
+SELECT pg_temp.place('rollup_day_compacted', 'distributed');
+SELECT pg_temp.place('rollup_revenue_1h_compacted', 'distributed');
+SELECT pg_temp.place('rollup_revenue_day_compacted', 'distributed');
+SELECT pg_temp.place('rollup_unpriced_1h_compacted', 'distributed');
+SELECT pg_temp.place('rollup_unpriced_day_compacted', 'distributed');
+SELECT pg_temp.place('rollup_devices_15m_compacted', 'distributed');
+SELECT pg_temp.place('rollup_devices_1h_compacted', 'distributed');
+SELECT pg_temp.place('rollup_devices_day_compacted', 'distributed');
 
 -- Priced rollups (Migrations/0012): revenue summed as it is compacted, the ranges a card
 -- change left to re-price, and the report series' changed days, per app like the rest.
-SELECT create_distributed_table('rollup_priced_1h', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_priced_1h'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_priced_day', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_priced_day'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('rollup_dirty', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rollup_dirty'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('report_series_changes', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'report_series_changes'::regclass AND citus_table_type = 'distributed');
+SELECT pg_temp.place('rollup_priced_1h', 'distributed');
+SELECT pg_temp.place('rollup_priced_day', 'distributed');
+SELECT pg_temp.place('rollup_dirty', 'distributed');
+SELECT pg_temp.place('report_series_changes', 'distributed');
 
 -- The mediation switch (Migrations/0009): each app's policies, decisions and history.
-SELECT create_distributed_table('mediation_policies', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'mediation_policies'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('mediation_changes', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'mediation_changes'::regclass AND citus_table_type = 'distributed');
+SELECT pg_temp.place('mediation_policies', 'distributed');
+SELECT pg_temp.place('mediation_changes', 'distributed');
 
 -- The networks admitted per app (Migrations/0010), read by ingest with each app's events.
-SELECT create_distributed_table('app_networks', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'app_networks'::regclass AND citus_table_type = 'distributed');
+SELECT pg_temp.place('app_networks', 'distributed');
 -- The networks' own reports (Migrations/0015), compared per app with its rollups, and
 -- the imports they belong to (joined with them on the workers; referenced first).
-SELECT create_reference_table('network_imports') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_imports'::regclass AND citus_table_type = 'reference');
-SELECT create_distributed_table('network_import_pairs', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_import_pairs'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('network_report_rows', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'network_report_rows'::regclass AND citus_table_type = 'distributed');
-SELECT create_distributed_table('client_drops', 'app_id', colocate_with => 'events') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'client_drops'::regclass AND citus_table_type = 'distributed');
+SELECT pg_temp.place('network_imports', 'reference');
+SELECT pg_temp.place('network_import_pairs', 'distributed');
+SELECT pg_temp.place('network_report_rows', 'distributed');
+SELECT pg_temp.place('client_drops', 'distributed');
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
-SELECT create_reference_table('rate_cards') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'rate_cards'::regclass AND citus_table_type = 'reference');
-SELECT create_reference_table('fx_rates') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'fx_rates'::regclass AND citus_table_type = 'reference');
-SELECT create_reference_table('id_horizon') WHERE NOT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = 'id_horizon'::regclass AND citus_table_type = 'reference');
+SELECT pg_temp.place('rate_cards', 'reference');
+SELECT pg_temp.place('fx_rates', 'reference');
+SELECT pg_temp.place('id_horizon', 'reference');
 
 -- Stay local on the coordinator: never joined with a per-app table.
 -- local: schema_migrations, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings, network_pulls, network_pull_runs, alert_rules, alert_states, alert_events, alert_deliveries, alert_leader

@@ -167,7 +167,7 @@ struct MediationTests {
             let after = try await served(at: 15.5)
             #expect(after.network == "iad", "\(after.answer["reason"] ?? "")")
             #expect(after.answer["decided_by"] as? String == "best")
-            // The README's example.
+            // The example in docs/mediation.md.
             #expect(after.answer["reason"] as? String == "highest expected revenue (fill × eCPM) in the last 6 h among networks with ≥ 100 requests: "
                 + "iad 0.50 USD per 1000 requests (fill 50% of 350); it beats the last choice, admob 0.39 USD per 1000 requests (fill 38.6% of 350), "
                 + "by more than the 10% hysteresis")

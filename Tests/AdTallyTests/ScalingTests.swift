@@ -23,8 +23,8 @@ struct ScalingTests {
     @Test("deploy/citus-setup.sql distributes every per-app table by app_id, co-located, and says where every other table lives")
     func citusSetupCoversTheSchema() async throws {
         let setup = try String(contentsOf: Self.setupFile, encoding: .utf8)
-        let distributed = try Self.names(#"create_distributed_table\('([a-z0-9_]+)', 'app_id'"#, in: setup)
-        let reference = try Self.names(#"create_reference_table\('([a-z0-9_]+)'\)"#, in: setup)
+        let distributed = try Self.names(#"pg_temp\.place\('([a-z0-9_]+)', 'distributed'\)"#, in: setup)
+        let reference = try Self.names(#"pg_temp\.place\('([a-z0-9_]+)', 'reference'\)"#, in: setup)
         let local = Set(try Self.names(#"-- local: ([a-z0-9_, ]+)"#, in: setup).flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
         #expect(distributed.isDisjoint(with: reference) && distributed.isDisjoint(with: local) && reference.isDisjoint(with: local))
         try await TestDatabase.withPool { pool in
@@ -90,7 +90,7 @@ struct ScalingTests {
     )
     func citusPlacementIsReal() async throws {
         let setup = try String(contentsOf: Self.setupFile, encoding: .utf8)
-        let reference = try Self.names(#"create_reference_table\('([a-z0-9_]+)'\)"#, in: setup)
+        let reference = try Self.names(#"pg_temp\.place\('([a-z0-9_]+)', 'reference'\)"#, in: setup)
         let local = Set(try Self.names(#"-- local: ([a-z0-9_, ]+)"#, in: setup).flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
         let database = try #require(Self.citusDatabase)
         // Every table of the schema, partitions included, with what Citus made of it:
