@@ -11,7 +11,7 @@
 # 5. psql \copy the first set's rows into a fresh plain table indexed like
 #    `events`, three times: before, between and after the AdTally legs (the
 #    machine is shared and its speed drifts; the ratio uses the median);
-# 6. print the ratios.
+# 6. print the ratios, then one RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 batches=${BENCH_BATCHES:-3000}
@@ -88,4 +88,9 @@ print("copy_events_per_second_runs=" + ",".join(f"{rate:.0f}" for rate in rates)
 print(f"copy_events_per_second_median={copy_rate:.0f}")
 print(f"ratio_adtally_to_copy_{sys.argv[4]}_connections={float(few['events_per_second']) / copy_rate:.2f}")
 print(f"ratio_adtally_to_copy_{sys.argv[5]}_connections={float(more['events_per_second']) / copy_rate:.2f}")
+a, b = sys.argv[4], sys.argv[5]
+print(f"RESULT events_per_s_{a}={few['events_per_second']} events_per_s_{b}={more['events_per_second']} "
+      f"ratio_to_copy_{a}={float(few['events_per_second']) / copy_rate:.2f} ratio_to_copy_{b}={float(more['events_per_second']) / copy_rate:.2f} "
+      f"ack_p50_ms_{a}={few['ack_latency_p50_ms']} ack_p99_ms_{a}={few['ack_latency_p99_ms']} ack_p99_ms_{b}={more['ack_latency_p99_ms']} "
+      f"server_peak_rss_kb={more.get('server_peak_rss_kb', '?')}")
 PY

@@ -28,7 +28,7 @@ END $$;
 -- app_id and co-located with events (the first, events, with none before it). A table
 -- already placed as asked is left as it is, so the script can run again. (A function of
 -- this session only: nothing of it reaches the workers or outlives the run.)
-CREATE FUNCTION pg_temp.place(tab text, kind text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION pg_temp.place(tab text, kind text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM citus_tables WHERE table_name = tab::regclass AND citus_table_type = kind) THEN
         RETURN;

@@ -23,6 +23,7 @@ struct DocsTests {
         var problems: [String] = []
         for page in try Self.pages() {
             let document = try Markdown(page)
+            if document.unclosedFence { problems.append("\(page.lastPathComponent): a code fence is never closed") }
             for target in document.links where !target.contains("://") && !target.hasPrefix("mailto:") {
                 let parts = target.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
                 let file = parts[0].isEmpty ? page : page.deletingLastPathComponent().appendingPathComponent(parts[0]).standardizedFileURL
@@ -56,7 +57,16 @@ struct DocsTests {
         var shown = (commands: 0, targets: 0, routes: 0, files: 0)
         for page in try Self.pages() {
             let name = page.path.replacingOccurrences(of: Self.repository.path + "/", with: "")
-            for segment in try Markdown(page).code {
+            let document = try Markdown(page)
+            for block in document.otherBlocks {
+                for path in Self.filesShown(block) {
+                    shown.files += 1
+                    if !FileManager.default.fileExists(atPath: Self.repository.appendingPathComponent(path).path) {
+                        problems.append("\(name): `\(path)` (in a text block): no such file or folder")
+                    }
+                }
+            }
+            for segment in document.code {
                 // A shell block's lines are commands of their own; a `cd` leaves this repository's Makefile.
                 var elsewhere = false
                 for line in segment.isShell ? segment.text.components(separatedBy: "\n") : [segment.text] {
@@ -66,7 +76,7 @@ struct DocsTests {
                         if word == "adtally" || (word.hasSuffix("/adtally") && !word.contains("://")) {
                             // The command's words, up to the shell's next command in a block.
                             let rest = words[(index + 1)...].prefix { !(segment.isShell && ["|", "||", "&&", ";", ">", "#"].contains($0)) }
-                            shown.commands += 1
+                            if !rest.isEmpty { shown.commands += 1 }
                             for problem in root.check(Array(rest), found: &commands) { problems.append("\(name): `\(segment.excerpt(word))`: \(problem)") }
                         } else if word == "make", !elsewhere {
                             for target in words[(index + 1)...].prefix(while: { $0.range(of: #"^[a-z][a-z0-9-]*$"#, options: .regularExpression) != nil }) {
@@ -91,7 +101,7 @@ struct DocsTests {
             }
         }
         // The pages show many of each: a parser that found none would check nothing.
-        #expect(shown.commands > 100 && shown.targets > 15 && shown.routes > 60 && shown.files > 30, "\(shown)")
+        #expect(shown.commands > 80 && shown.targets > 15 && shown.routes > 60 && shown.files > 30, "\(shown)")
         for command in commands.sorted(by: { $0.joined(separator: " ") < $1.joined(separator: " ") }) {
             let help = try await runProcess([adtallyBinary()] + command + ["--help"])
             if help.status != 0 || !help.output.contains("USAGE: adtally \(command.joined(separator: " "))") {
@@ -107,7 +117,8 @@ struct DocsTests {
         try await TestDatabase.withDatabase { conninfo in
             // Inside the test servers' exports root (the temporary folder), as the demo's
             // folder must lie inside the root it is given.
-            let root = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-docs-\(UUID().uuidString)").path
+            // A name that needs quoting, so that what the demo prints must quote it.
+            let root = FileManager.default.temporaryDirectory.appendingPathComponent("adtally docs's \(UUID().uuidString)").path
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(atPath: root) }
             let database = ["--database-url", conninfo, "--exports-root", root]
@@ -151,7 +162,11 @@ struct DocsTests {
 
         var links: [String] = []
         var code: [Code] = []
+        /// Paths named in other fenced blocks (`text`: trees and module graphs), checked as files only.
+        var otherBlocks: [String] = []
         var headings: [String] = []
+        /// A fence opened and never closed (the rest of the page would go unread).
+        var unclosedFence = false
 
         init(_ url: URL) throws {
             let text = try String(contentsOf: url, encoding: .utf8)
@@ -164,6 +179,8 @@ struct DocsTests {
                         let shell = ["", "sh", "bash", "shell", "console"].contains(open.info)
                         if shell {
                             code.append(Code(text: open.lines.joined(separator: "\n").replacingOccurrences(of: "\\\n", with: " "), isShell: true))
+                        } else if open.info == "text" {
+                            otherBlocks.append(open.lines.joined(separator: "\n"))
                         }
                         fence = nil
                     } else {
@@ -174,9 +191,12 @@ struct DocsTests {
                     fence!.lines.append(line)
                 } else {
                     prose.append(line)
-                    if line.hasPrefix("#") { headings.append(line.drop { $0 == "#" }.trimmingCharacters(in: .whitespaces)) }
+                    if line.range(of: #"^#{1,6} "#, options: .regularExpression) != nil {
+                        headings.append(line.drop { $0 == "#" }.trimmingCharacters(in: .whitespaces))
+                    }
                 }
             }
+            unclosedFence = fence != nil
             // Paragraphs: inline spans may run over a line break, never over a blank line.
             for paragraph in prose.joined(separator: "\n").components(separatedBy: "\n\n") {
                 let flat = paragraph.replacingOccurrences(of: "\n", with: " ")
@@ -333,15 +353,22 @@ struct DocsTests {
         return a.count == b.count && zip(a, b).allSatisfy { $0 == $1 || $0.hasPrefix("{") || $1.hasPrefix("{") }
     }
 
-    /// A line split as a shell splits words (quotes, no expansion).
+    /// A line split as a shell splits words (quotes and backslashes, no expansion).
     static func shellWords(_ line: String) -> [String] {
         var words: [String] = []
         var current = ""
         var quote: Character?
         var inWord = false
+        var escaped = false
         for character in line {
-            if let open = quote {
-                if character == open { quote = nil } else { current.append(character) }
+            if escaped {
+                current.append(character)
+                escaped = false
+            } else if let open = quote {
+                if character == open { quote = nil } else if character == "\\" && open == "\"" { escaped = true } else { current.append(character) }
+            } else if character == "\\" {
+                escaped = true
+                inWord = true
             } else if character == "'" || character == "\"" {
                 quote = character
                 inWord = true
