@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test test-citus screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client bench-citus fuzz
+.PHONY: deps build build-release run test test-only test-citus screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client bench-citus fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -43,6 +43,16 @@ test: deps
 ## mediation, the series, exports and maintenance on a throwaway three-node Citus
 ## cluster, each against one plain node with the same traffic. Needs Citus installed
 ## (DEVELOPERS.md); fails without it.
+## test-only: FILTER='DocsTests|ExportTests/demo' runs only the server's tests whose
+## suite/test names match, on a throwaway PostgreSQL, with the kit's executables built
+## for the tests that drive them: the quick loop while working on one part.
+test-only: deps
+	@test -n "$(FILTER)" || { echo "make test-only: give FILTER, e.g. make test-only FILTER=DocsTests" >&2; exit 2; }
+	$(SWIFT) build --build-tests
+	$(SWIFT) build --package-path Clients/AdTallyKit
+	ADTALLY_KIT_BIN="$$($(SWIFT) build --package-path Clients/AdTallyKit --show-bin-path)" \
+	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh $(SWIFT) test --skip-build --filter '$(FILTER)'
+
 test-citus: deps
 	$(SWIFT) build --build-tests
 	SWIFT="$(SWIFT)" ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/run-test-citus.sh
