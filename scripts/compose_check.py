@@ -185,7 +185,7 @@ runtime = joined.split("FROM ")[-1]
 if "COPY Migrations" not in runtime or "ADTALLY_MIGRATIONS_DIR" not in runtime:
     problem("the runtime image does not carry the migrations")
 readiness = re.search(r"HEALTHCHECK.*?http://[^/ ]+(/\w+)", runtime)
-routes = open(path("Sources/AdTallyHTTP/HealthRoutes.swift")).read()
+routes = open(path("Sources/AdTallyHTTP/Operations/HealthRoutes.swift")).read()
 if not readiness or f'"{readiness.group(1).lstrip("/")}"' not in routes:
     problem("the Dockerfile's HEALTHCHECK does not ask a route the server has")
 checked.append("Dockerfile")
