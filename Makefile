@@ -39,10 +39,6 @@ test: deps
 	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh scripts/test-summary.sh $(SWIFT) test --skip-build
 	SWIFT="$(SWIFT)" ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/run-test-citus.sh --optional
 
-## test-citus: deploy/citus-setup.sql, placement, ingest, reports in four zones, money,
-## mediation, the series, exports and maintenance on a throwaway three-node Citus
-## cluster, each against one plain node with the same traffic. Needs Citus installed
-## (DEVELOPERS.md); fails without it.
 ## test-only: FILTER='DocsTests|ExportTests/demo' runs only the server's tests whose
 ## suite/test names match, on a throwaway PostgreSQL, with the kit's executables built
 ## for the tests that drive them: the quick loop while working on one part.
@@ -51,8 +47,13 @@ test-only: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) build --package-path Clients/AdTallyKit
 	ADTALLY_KIT_BIN="$$($(SWIFT) build --package-path Clients/AdTallyKit --show-bin-path)" \
+	SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH) \
 	ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/with-test-postgres.sh $(SWIFT) test --skip-build --filter '$(FILTER)'
 
+## test-citus: deploy/citus-setup.sql, placement, ingest, reports in four zones, money,
+## mediation, the series, exports and maintenance on a throwaway three-node Citus
+## cluster, each against one plain node with the same traffic. Needs Citus installed
+## (DEVELOPERS.md); fails without it.
 test-citus: deps
 	$(SWIFT) build --build-tests
 	SWIFT="$(SWIFT)" ADTALLY_BIN="$$($(SWIFT) build --show-bin-path)/adtally" scripts/run-test-citus.sh

@@ -362,10 +362,19 @@ struct DocsTests {
         var escaped = false
         for character in line {
             if escaped {
+                if quote == "\"", "$`\"\\".contains(character) { current.removeLast() }
                 current.append(character)
                 escaped = false
             } else if let open = quote {
-                if character == open { quote = nil } else if character == "\\" && open == "\"" { escaped = true } else { current.append(character) }
+                if character == open {
+                    quote = nil
+                } else if character == "\\" && open == "\"" {
+                    escaped = true
+                    // In double quotes a backslash escapes only $ ` " \ (POSIX): before anything else it stays.
+                    current.append("\\")
+                } else {
+                    current.append(character)
+                }
             } else if character == "\\" {
                 escaped = true
                 inWord = true
