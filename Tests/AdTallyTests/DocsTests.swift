@@ -332,10 +332,16 @@ struct DocsTests {
     /// `scripts/test-replica.sh`, or a module's `AdTallyStorage/Ingest/EventStore.swift`
     /// (under Sources/). A placeholder (`NNNN`, `*`, `…`) is not a file.
     static func filesShown(_ text: String) -> [String] {
+        // What .gitignore names (plain paths) is made by a command, such as `make fuzz`'s
+        // `Fuzz/findings/`: a page may name it before it exists.
+        let generated = ((try? String(contentsOf: repository.appendingPathComponent(".gitignore"), encoding: .utf8)) ?? "")
+            .split(separator: "\n").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "/ ")) }
+            .filter { !$0.isEmpty && $0.contains("/") && !$0.contains("*") }
         let pattern = try! NSRegularExpression(pattern: #"(?<![\w./-])((?:Sources|Tests|Migrations|Dashboards|deploy|scripts|bench|docs|Clients|Fuzz|AdTallyCore|AdTallyStorage|AdTallyHTTP|AdTallyApp|PostgresKit)/[A-Za-z0-9_./+-]*[A-Za-z0-9_/])"#)
         return pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap { match in
             let path = String(text[Range(match.range(at: 1), in: text)!])
             if path.contains("NNNN") || path.contains("…") { return nil }
+            if generated.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) { return nil }
             return path.hasPrefix("AdTally") || path.hasPrefix("PostgresKit/") ? "Sources/" + path : path
         }
     }
