@@ -257,6 +257,19 @@ struct AlertTests {
                 #expect(reading.windowFrom == Date(timeIntervalSince1970: Double(localHour)) && reading.requests == 100 && reading.value == 100)
                 #expect(reading.baseline == 400 && reading.note == nil, "\(reading)")
                 #expect(AlertTransition.next(rule: rule, state: .ok, notifiedAt: nil, reading: reading, now: Date()) == .firing)
+                // A filter on the ad format (`format`, a word the report parameters share: banner is a
+                // format, csv an output) is read as the filter it is.
+                var banners = rule
+                banners.filters = ["format": "banner"]
+                let bannerReading = try await evaluator.reading(banners, app: ReportApp(id: "ktm", timezone: "Asia/Kathmandu", currency: "USD"), now: Date(timeIntervalSince1970: Double(localHour + 3600 + 10)))
+                #expect(bannerReading.requests == 100 && bannerReading.baseline == 400, "\(bannerReading)")
+                var interstitials = rule
+                interstitials.filters = ["format": "interstitial"]
+                let interstitialReading = try await evaluator.reading(interstitials, app: ReportApp(id: "ktm", timezone: "Asia/Kathmandu", currency: "USD"), now: Date(timeIntervalSince1970: Double(localHour + 3600 + 10)))
+                #expect(interstitialReading.requests == 0, "\(interstitialReading)")
+                var output = rule
+                output.filters = ["format": "csv"]
+                #expect(throws: ReportQueryError.self) { _ = try AlertEvaluator.query(output, app: ReportApp(id: "ktm", timezone: "Asia/Kathmandu", currency: "USD"), days: 0...0) }
                 // A window with no week before it of the minimum volume: no baseline, nothing decided.
                 let earlier = try await evaluator.reading(rule, app: ReportApp(id: "ktm", timezone: "Asia/Kathmandu", currency: "USD"), now: Date(timeIntervalSince1970: Double(localHour - 7 * 86_400 + 3600 + 10)))
                 #expect(earlier.requests == 400 && earlier.baseline == nil && earlier.note?.hasPrefix("no baseline") == true, "\(earlier)")

@@ -254,11 +254,10 @@ public final class AlertEvaluator: Sendable {
             ("dimensions", "hour"), ("metrics", rule.metric == .requests ? "requests" : "requests," + rule.metric.rawValue),
             ("limit", String(ReportQuery.maxLimit)),
         ]
-        for (dimension, values) in rule.filters.sorted(by: { $0.key < $1.key }) {
-            guard !ReportQuery.parameterNames.contains(dimension) else { throw ReportQueryError(dimension, "is not a filter") }
-            parameters.append((dimension, values))
-        }
-        return try ReportQuery.parse(parameters, readable: [app], isAdmin: true)
+        // Each filter under its dimension's name, as the API takes it. The output is named
+        // apart, so `format` can only be the ad-format filter (`format=csv` is refused).
+        parameters += rule.filters.sorted(by: { $0.key < $1.key }).map { ($0.key, $0.value) }
+        return try ReportQuery.parse(parameters, readable: [app], isAdmin: true, output: .json)
     }
 
     /// What a rule finds for an app at `now`: the window's requests and value, and for a
