@@ -41,8 +41,6 @@ public struct AppServices: Sendable {
     public let alerts: AlertStore
     /// Evaluates the alert rules and sends their webhooks while this server leads.
     public let alertEvaluator: AlertEvaluator
-    /// Where users reach the service (alert links).
-    public let publicURL: String
 
     /// Wires the stores and the ingest batcher over a database.
     public init(
@@ -84,7 +82,6 @@ public struct AppServices: Sendable {
         )
         self.mediation = MediationStore(pool: database.pool)
         self.alerts = AlertStore(pool: database.adminPool, key: settings.credentialsKey)
-        self.publicURL = settings.publicURL
         var evaluator = AlertEvaluator.Configuration(identity: Self.identity(settings))
         evaluator.dashboardBase = settings.publicURL
         evaluator.credentialsKey = settings.credentialsKey
@@ -151,10 +148,10 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
         store: NetworkReportStore(pool: services.database.adminPool),
         pulls: NetworkPulls(pool: services.database.adminPool, key: services.credentialsKey), authenticator: authenticator, shares: shares
     ).register(on: routes)
-    AlertRoutes(
-        store: services.alerts, engine: services.reports, authenticator: authenticator, publicURL: services.publicURL,
-        send: services.alertEvaluator.configuration.send ?? WebhookClient.send
-    ).register(on: routes)
+    // A test notification is sent even where a test server's evaluator sends nothing.
+    var alerting = services.alertEvaluator.configuration
+    if alerting.send == nil { alerting.send = WebhookClient.send }
+    AlertRoutes(store: services.alerts, engine: services.reports, authenticator: authenticator, alerting: alerting).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(
         router: router,

@@ -1,3 +1,4 @@
+import AdTallyCore
 import Foundation
 import Logging
 import PostgresKit
@@ -231,8 +232,8 @@ public struct Settings: Sendable {
         settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
         settings.credentialsKey = text(nil, "ADTALLY_CREDENTIALS_KEY")
         if let url = text(nil, "ADTALLY_PUBLIC_URL") {
-            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme ?? ""), parsed.host?.isEmpty == false, parsed.query == nil,
-                  parsed.fragment == nil, parsed.user == nil
+            // The rule of every URL AdTally links or sends to, and no query (links append theirs).
+            guard (try? FieldError.checkURL(url, field: "ADTALLY_PUBLIC_URL")) != nil, URL(string: url)?.query == nil
             else { throw SettingsError.invalid("ADTALLY_PUBLIC_URL", url, "an http or https URL with a host, without a query, fragment or credentials") }
             settings.publicURL = url.hasSuffix("/") ? String(url.dropLast()) : url
         } else {

@@ -217,7 +217,7 @@ public enum AlertState: String, Sendable, Codable {
 
 /// What an evaluation does to a rule's state (DESIGN §12): ok → firing → resolved →
 /// firing …; while firing, a re-notification every `renotifyMinutes`.
-public enum AlertTransition: String, Sendable, Equatable {
+public enum AlertTransition: String, Sendable, Equatable, CaseIterable {
     case firing, resolved, renotify
 
     /// The transition a reading causes from `state` (notified last at `notifiedAt`), or

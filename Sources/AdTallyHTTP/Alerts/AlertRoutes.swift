@@ -15,16 +15,14 @@ public struct AlertRoutes: Sendable {
     let store: AlertStore
     let engine: ReportEngine
     let authenticator: KeyAuthenticator
-    /// Where the dashboard is, for test notifications' link.
-    let publicURL: String?
-    let send: AlertEvaluator.Send
+    /// How the evaluator sends (test notifications go out the same way).
+    let alerting: AlertEvaluator.Configuration
 
-    public init(store: AlertStore, engine: ReportEngine, authenticator: KeyAuthenticator, publicURL: String?, send: @escaping AlertEvaluator.Send) {
+    public init(store: AlertStore, engine: ReportEngine, authenticator: KeyAuthenticator, alerting: AlertEvaluator.Configuration) {
         self.store = store
         self.engine = engine
         self.authenticator = authenticator
-        self.publicURL = publicURL
-        self.send = send
+        self.alerting = alerting
     }
 
     struct CreateBody: Decodable {
@@ -132,7 +130,7 @@ public struct AlertRoutes: Sendable {
         router.post("v1/alerts/:name/test") { request, context in
             _ = try await authenticator.require(.admin, request)
             let name = try context.parameters.require("name")
-            return try await Self.mapping { try AdminRoutes.json(["delivery": try await store.test(name, dashboardBase: publicURL, send: send)]) }
+            return try await Self.mapping { try AdminRoutes.json(["delivery": try await store.test(name, configuration: alerting)]) }
         }
         router.get("v1/alerts/:name/history") { request, context in
             _ = try await authenticator.require(.admin, request)

@@ -69,6 +69,11 @@ public final class AlertEvaluator: Sendable {
     private let deliveredCounter = Counter(label: "adtally_alert_deliveries_total", dimensions: [("outcome", "delivered")])
     private let retryingCounter = Counter(label: "adtally_alert_deliveries_total", dimensions: [("outcome", "retrying")])
     private let failedCounter = Counter(label: "adtally_alert_deliveries_total", dimensions: [("outcome", "failed")])
+    private let transitionCounters = Dictionary(uniqueKeysWithValues: AlertTransition.allCases.map {
+        ($0, Counter(label: "adtally_alert_transitions_total", dimensions: [("kind", $0.rawValue)]))
+    })
+    /// The key webhook secrets decrypt with, once read.
+    private let credentialsKey = Mutex<String?>(nil)
 
     /// An evaluator; `leaderPool` should be a pool of one connection of its own.
     public init(configuration: Configuration, leaderPool: PostgresPool, engine: ReportEngine, logger: Logger = Logger(label: "adtally.alerts")) {
@@ -84,18 +89,13 @@ public final class AlertEvaluator: Sendable {
     /// Runs until cancelled: waits for the lead, then evaluates and delivers while it leads.
     public func run() async {
         let identity = configuration.identity
-        await Leadership(lockKey: Self.lockKey, role: "alert evaluator", identity: identity, tick: configuration.tick, logger: logger).run(
+        await Leadership(lockKey: Self.lockKey, role: "alert evaluator", table: "alert_leader", identity: identity, tick: configuration.tick, logger: logger).run(
             pool: leaderPool,
             leading: { value in
                 self.leading.withLock { $0 = value }
                 self.leaderGauge.record(value ? 1 : 0)
             },
-            take: { connection in
-                _ = try connection.query("""
-                    INSERT INTO alert_leader (runner, since) VALUES (\(identity), now())
-                    ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, since = excluded.since
-                    """)
-            },
+            take: { _ in },
             lead: { lease in
                 while !Task.isCancelled {
                     do {
@@ -223,7 +223,7 @@ public final class AlertEvaluator: Sendable {
             }
         }
         if let fired {
-            Counter(label: "adtally_alert_transitions_total", dimensions: [("kind", fired.rawValue)]).increment()
+            transitionCounters[fired]?.increment()
             logger.notice("alert \(fired.rawValue)", metadata: [
                 "rule": "\(rule.name)", "app": "\(name)", "value": "\(observed.value.map { AlertRule.text($0) } ?? "none")",
                 "baseline": "\(observed.baseline.map { AlertRule.text($0) } ?? "none")", "requests": "\(observed.requests)",
@@ -275,8 +275,8 @@ public final class AlertEvaluator: Sendable {
             }
         }
         let days = try ReportQuery.today(in: app.timezone, now: windows.map(\.from).min()!)...ReportQuery.today(in: app.timezone, now: window.to.addingTimeInterval(-1))
+        // At most 35 days by the hour: one page holds them (the limit is ReportQuery.maxLimit).
         let page = try await engine.page(try Self.query(rule, app: app, days: days))
-        guard page.nextCursor == nil else { throw MediationWindowError(detail: "more than \(ReportQuery.maxLimit) hours in the window of \(rule.name)") }
         var sums = [ReportCounts](repeating: ReportCounts(), count: windows.count)
         for row in page.rows {
             guard let text = row.dimensions.first ?? nil, let micros = RFC3339.parseMicros(text) else { continue }
@@ -369,9 +369,9 @@ public final class AlertEvaluator: Sendable {
     func deliver(_ lease: PostgresLease) async throws {
         guard let send = configuration.send else { return }
         let given = configuration.credentialsKey
-        // Read once a pass, and only when there is something to sign (without
-        // ADTALLY_CREDENTIALS_KEY it is an upsert of server_secrets).
-        var key: String?
+        // Read once, and only when there is something to sign (without
+        // ADTALLY_CREDENTIALS_KEY it is an upsert of server_secrets); it never changes.
+        var key = credentialsKey.withLock { $0 }
         let now = configuration.now()
         let maxAttempts = configuration.maxAttempts
         // Left sending by a server (or an `alerts test`) that stopped mid-attempt.
@@ -411,11 +411,13 @@ public final class AlertEvaluator: Sendable {
             let outcome: Outcome
             do {
                 // On the lease's own connection: it is this pool's only one.
-                if key == nil { key = try await lease.run { connection in try AppStore.credentialsKey(given, on: connection) } }
-                let passKey = key ?? ""
-                let secret = try await lease.run { connection in
-                    try connection.query("SELECT pgp_sym_decrypt(webhook_secret, \(passKey)) FROM alert_rules WHERE name = \(claimed.rule)").first?.decode(0, as: String.self)
+                if key == nil {
+                    let read = try await lease.run { connection in try AppStore.credentialsKey(given, on: connection) }
+                    credentialsKey.withLock { $0 = read }
+                    key = read
                 }
+                let passKey = key ?? ""
+                let secret = try await lease.run { connection in try AlertStore.secret(connection, rule: claimed.rule, key: passKey) }
                 guard let secret else { throw FieldError("rule", "the rule \(claimed.rule) was deleted") }
                 outcome = await Self.attempt(Self.request(url: claimed.url, body: claimed.body, secret: secret, delivery: claimed.id, kind: claimed.kind), send: send)
             } catch let error as PostgresError where error.isUnreachable {
@@ -424,7 +426,8 @@ public final class AlertEvaluator: Sendable {
                 // A secret that no longer decrypts (ADTALLY_CREDENTIALS_KEY changed): a failed attempt like any other.
                 outcome = .failed(status: nil, error: "the webhook's secret could not be read: \(error)")
             }
-            let retryAt = configuration.now().addingTimeInterval(ExportRunner.seconds(Self.backoff(attempt: claimed.attempt, configuration)))
+            let retryAt = configuration.now().addingTimeInterval(
+                ExportRunner.seconds(retryDelay(attempt: claimed.attempt, base: configuration.retryBase, cap: configuration.retryCap)))
             try await lease.run { connection in
                 try Self.record(connection, delivery: claimed.id, attempt: claimed.attempt, outcome: outcome, maxAttempts: maxAttempts, retryAt: retryAt)
             }
@@ -440,7 +443,4 @@ public final class AlertEvaluator: Sendable {
         }
     }
 
-    static func backoff(attempt: Int, _ configuration: Configuration) -> Duration {
-        retryDelay(attempt: attempt, base: configuration.retryBase, cap: configuration.retryCap)
-    }
 }

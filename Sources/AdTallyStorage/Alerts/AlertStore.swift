@@ -246,14 +246,17 @@ public struct AlertStore: Sendable {
     }
 
     /// A rule's webhook secret, decrypted (for signing).
-    func secret(_ connection: PostgresConnection, rule name: String, key: String) throws -> String? {
+    static func secret(_ connection: PostgresConnection, rule name: String, key: String) throws -> String? {
         try connection.query("SELECT pgp_sym_decrypt(webhook_secret, \(key)) FROM alert_rules WHERE name = \(name)").first?.decode(0, as: String.self)
     }
 
     /// Records a test notification of a rule (an event of kind `test`) and sends it now
-    /// with `send`; a receiver that fails gets the same delivery again later (the
+    /// as the evaluator `configuration` sends (its sender, dashboard link, attempts and
+    /// backoff); a receiver that fails gets the same delivery again later (the
     /// evaluator's retries). Returns the delivery as it stands after this attempt.
-    public func test(_ name: String, dashboardBase: String?, send: AlertEvaluator.Send) async throws -> AlertDelivery {
+    public func test(_ name: String, configuration: AlertEvaluator.Configuration) async throws -> AlertDelivery {
+        guard let send = configuration.send else { throw FieldError("webhook", "this server is set to send no webhooks") }
+        let dashboardBase = configuration.dashboardBase
         let rule = try await rule(name)
         let key = try await AppStore(pool: pool).credentialsKey(key)
         let (request, id) = try await pool.withTransaction { connection in
@@ -270,12 +273,15 @@ public struct AlertStore: Sendable {
                 INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, attempts, next_attempt_at)
                 VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: body, as: UTF8.self)), 'sending', 1, now())
                 """)
-            guard let secret = try secret(connection, rule: rule.name, key: key) else { throw AlertStoreError.unknown(name) }
+            guard let secret = try Self.secret(connection, rule: rule.name, key: key) else { throw AlertStoreError.unknown(name) }
             return (AlertEvaluator.request(url: rule.webhook, body: body, secret: secret, delivery: delivery, kind: "test"), delivery)
         }
         let outcome = await AlertEvaluator.attempt(request, send: send)
         return try await pool.withTransaction { connection in
-            try AlertEvaluator.record(connection, delivery: id, attempt: 1, outcome: outcome, maxAttempts: 8, retryAt: Date().addingTimeInterval(30))
+            let retry = retryDelay(attempt: 1, base: configuration.retryBase, cap: configuration.retryCap)
+            try AlertEvaluator.record(
+                connection, delivery: id, attempt: 1, outcome: outcome, maxAttempts: configuration.maxAttempts, retryAt: configuration.now().addingTimeInterval(ExportRunner.seconds(retry))
+            )
             return try AlertDelivery(connection.query("SELECT \(unsafeRaw: AlertDelivery.columns) FROM alert_deliveries WHERE delivery_id = \(id)")[0])
         }
     }

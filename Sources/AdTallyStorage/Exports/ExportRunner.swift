@@ -84,7 +84,7 @@ public final class ExportRunner: Sendable {
     /// Runs until cancelled: waits for leadership, then runs slots while it leads.
     public func run() async {
         let configuration = configuration
-        await Leadership(lockKey: Self.lockKey, role: "export runner", identity: configuration.identity, tick: configuration.tick, logger: logger).run(
+        await Leadership(lockKey: Self.lockKey, role: "export runner", table: "export_leader", identity: configuration.identity, tick: configuration.tick, logger: logger).run(
             pool: leaderPool, leading: { self.setLeading($0) }, take: { try Self.takeLead($0, configuration) }, lead: { try await self.lead($0) }
         )
     }
@@ -108,10 +108,6 @@ public final class ExportRunner: Sendable {
             WHERE status = 'running'
             """)
         if configuration.pulls != nil { try NetworkPulls.recover(connection, maxAttempts: configuration.maxAttempts) }
-        _ = try connection.query("""
-            INSERT INTO export_leader (runner, since) VALUES (\(configuration.identity), now())
-            ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, since = excluded.since
-            """)
     }
 
     static func seconds(_ duration: Duration) -> Double {

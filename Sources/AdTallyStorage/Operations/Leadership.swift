@@ -12,6 +12,9 @@ struct Leadership: Sendable {
     var lockKey: Int64
     /// What the role is, for the log and `application_name` ("export runner").
     var role: String
+    /// The one-row table that names the holder and since when (`adtally status` reads
+    /// it beside the lock: `holder`).
+    var table: String
     /// This server.
     var identity: String
     /// How long a follower waits before trying the lock again.
@@ -60,7 +63,23 @@ struct Leadership: Sendable {
         _ = try connection.execute(unsafeSQL: "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3; SET tcp_user_timeout = 60000")
         guard try connection.query("SELECT pg_try_advisory_lock(\(lockKey))")[0].decode(0, as: Bool.self) else { return false }
         try take(connection)
+        _ = try connection.query("""
+            INSERT INTO \(unsafeRaw: table) (runner, since) VALUES (\(identity), now())
+            ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, since = excluded.since
+            """)
         return true
+    }
+
+    /// Who holds a role now and since when, read from its table only while its lock is
+    /// held (a holder that died left the row but not the lock); nil when nobody leads.
+    static func holder(_ connection: PostgresConnection, table: String, lockKey: Int64) throws -> (runner: String, since: Date?)? {
+        guard let row = try connection.query("""
+            SELECT t.runner, t.since FROM \(unsafeRaw: table) t
+            WHERE EXISTS (SELECT 1 FROM pg_locks l
+                          WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                            AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = \(lockKey))
+            """).first else { return nil }
+        return (try row.decode(0), try row.decode(1))
     }
 }
 

@@ -155,12 +155,7 @@ public struct ServiceStatus: Sendable, Encodable {
                 """)[0]
             let deltas = try connection.query("SELECT count(*), extract(epoch FROM now() - min(added_at))::float8 FROM rollup_delta")[0]
             let compaction = try connection.query("SELECT server, finished_at, delta_rows FROM rollup_compaction_passes ORDER BY started_at DESC LIMIT 1").first
-            // The runner lock's holder; its full name and since when, from export_leader.
-            let leader = try connection.query("""
-                SELECT (SELECT runner FROM export_leader), (SELECT since FROM export_leader) FROM pg_locks l
-                WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                  AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = \(ExportRunner.lockKey)
-                """).first
+            let leader = try Leadership.holder(connection, table: "export_leader", lockKey: ExportRunner.lockKey)
             let exports = try connection.query("""
                 SELECT (SELECT count(*)::int FROM export_schedules), (SELECT count(*)::int FROM export_runs WHERE status = 'failed')
                 """)[0]
@@ -178,21 +173,16 @@ public struct ServiceStatus: Sendable, Encodable {
                 status.lastCompaction = Compaction(server: try compaction.decode(0), at: try compaction.decode(1), rows: try compaction.decode(2))
             }
             if let leader {
-                status.exportRunner = try leader.decode(0, as: String?.self) ?? "unknown"
-                status.exportRunnerSince = try leader.decode(1, as: Date?.self)
+                status.exportRunner = leader.runner
+                status.exportRunnerSince = leader.since
             }
             status.exportSchedules = try exports.decode(0)
-            // The alert evaluator's lock holder, named by alert_leader.
             let alerts = try connection.query("""
-                SELECT (SELECT runner FROM alert_leader WHERE EXISTS (
-                            SELECT 1 FROM pg_locks l
-                            WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                              AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = \(AlertEvaluator.lockKey))),
-                       (SELECT count(*)::int FROM alert_rules), (SELECT count(*)::int FROM alert_states WHERE state = 'firing')
+                SELECT (SELECT count(*)::int FROM alert_rules), (SELECT count(*)::int FROM alert_states WHERE state = 'firing')
                 """)[0]
-            status.alertEvaluator = try alerts.decode(0)
-            status.alertRules = try alerts.decode(1)
-            status.alertsFiring = try alerts.decode(2)
+            status.alertEvaluator = try Leadership.holder(connection, table: "alert_leader", lockKey: AlertEvaluator.lockKey)?.runner
+            status.alertRules = try alerts.decode(0)
+            status.alertsFiring = try alerts.decode(1)
             status.exportRunsFailed = try exports.decode(1)
             status.lastRuns = runs
             status.clientDrops = try connection.query("""

@@ -222,9 +222,13 @@ struct AlertsCommand: AsyncParsableCommand {
         @Argument(help: "The rule.") var name: String
 
         func run() async throws {
-            let base = try Settings.resolve(flags: database.flags).publicURL
+            let settings = try Settings.resolve(flags: database.flags)
+            // Sent as the servers send: their link, attempts and backoff.
+            var alerting = AlertEvaluator.Configuration(identity: "adtally alerts test")
+            alerting.dashboardBase = settings.publicURL
+            alerting.send = WebhookClient.send
             let delivery = try await database.withDatabase { database, _ in
-                try await AlertsCommand.refusing { try await AlertsCommand.store(database).test(name, dashboardBase: base, send: WebhookClient.send) }
+                try await AlertsCommand.refusing { try await AlertsCommand.store(database).test(name, configuration: alerting) }
             }
             if delivery.status == "delivered" {
                 print("test notification delivered to \(delivery.webhook) (HTTP \(delivery.lastStatus ?? 0), delivery \(delivery.id))")
