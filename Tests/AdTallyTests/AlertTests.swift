@@ -334,7 +334,10 @@ struct AlertTests {
                     await secondPool.shutdown()
 
                     // A test notification: sent now, signed, recorded as a test.
-                    let test = try await store.test("admob-dead", dashboardBase: "http://adtally.test", send: WebhookClient.send)
+                    var alerting = AlertEvaluator.Configuration(identity: "test")
+                    alerting.dashboardBase = "http://adtally.test"
+                    alerting.send = WebhookClient.send
+                    let test = try await store.test("admob-dead", configuration: alerting)
                     #expect(test.status == "delivered" && test.attempts == 1)
                     let sent = try #require(receiver.all.last)
                     #expect(sent.json["kind"] as? String == "test" && (sent.json["text"] as? String)?.hasPrefix("[TEST] admob-dead") == true)
@@ -386,6 +389,15 @@ struct AlertTests {
                 #expect(paused.output.contains(#""paused" : true"#) || paused.output.contains(#""paused":true"#), "\(paused.output)")
                 let status = try await adtally("status")
                 #expect(status.output.contains("alerts:      1 rules, 0 firing, no evaluator"), "\(status.output)")
+                // With a server up, it names the server that evaluates (the lock's holder).
+                try await withReadyServer(conninfo) { _, _ in
+                    var named = ""
+                    for _ in 0..<100 where !named.contains("evaluated by ") {
+                        named = try await adtally("status").output
+                        if !named.contains("evaluated by ") { try await Task.sleep(for: .milliseconds(100)) }
+                    }
+                    #expect(named.contains("alerts:      1 rules, 0 firing, evaluated by "), "\(named)")
+                }
                 #expect(try await adtally("alerts", "delete", "rev-drop").status == 0)
                 let gone = try await adtally("alerts", "show", "rev-drop")
                 #expect(gone.status != 0 && gone.output.contains("there is no alert rule named rev-drop"), "\(gone.output)")

@@ -8,7 +8,7 @@ import Testing
 /// Makefile read, the routes matched against the served OpenAPI file.
 @Suite("Docs")
 struct DocsTests {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repository = DashboardTests.repository
 
     /// The pages: the front page, the developers' page, every page under docs/, the kit's.
     static func pages() throws -> [URL] {
@@ -204,12 +204,13 @@ struct DocsTests {
                 for (index, piece) in flat.components(separatedBy: "`").enumerated() {
                     if index % 2 == 1 { code.append(Code(text: piece, isShell: false)) } else { outside += piece + " " }
                 }
-                let pattern = try NSRegularExpression(pattern: #"\]\(([^)\s]+)\)"#)
-                for match in pattern.matches(in: outside, range: NSRange(outside.startIndex..., in: outside)) {
+                for match in Self.linkPattern.matches(in: outside, range: NSRange(outside.startIndex..., in: outside)) {
                     links.append(String(outside[Range(match.range(at: 1), in: outside)!]))
                 }
             }
         }
+
+        static let linkPattern = try! NSRegularExpression(pattern: #"\]\(([^)\s]+)\)"#)
 
         /// The headings' anchors as GitHub makes them: lower case, punctuation dropped,
         /// spaces as hyphens, a repeat numbered.
@@ -331,12 +332,13 @@ struct DocsTests {
     /// The repository's files a code span names: `Migrations/0012_priced_rollups.sql`,
     /// `scripts/test-replica.sh`, or a module's `AdTallyStorage/Ingest/EventStore.swift`
     /// (under Sources/). A placeholder (`NNNN`, `*`, `…`) is not a file.
+    /// What .gitignore names (plain paths) is made by a command, such as `make fuzz`'s
+    /// `Fuzz/findings/`: a page may name it before it exists.
+    static let generated = ((try? String(contentsOf: repository.appendingPathComponent(".gitignore"), encoding: .utf8)) ?? "")
+        .split(separator: "\n").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "/ ")) }
+        .filter { !$0.isEmpty && $0.contains("/") && !$0.contains("*") }
+
     static func filesShown(_ text: String) -> [String] {
-        // What .gitignore names (plain paths) is made by a command, such as `make fuzz`'s
-        // `Fuzz/findings/`: a page may name it before it exists.
-        let generated = ((try? String(contentsOf: repository.appendingPathComponent(".gitignore"), encoding: .utf8)) ?? "")
-            .split(separator: "\n").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "/ ")) }
-            .filter { !$0.isEmpty && $0.contains("/") && !$0.contains("*") }
         let pattern = try! NSRegularExpression(pattern: #"(?<![\w./-])((?:Sources|Tests|Migrations|Dashboards|deploy|scripts|bench|docs|Clients|Fuzz|AdTallyCore|AdTallyStorage|AdTallyHTTP|AdTallyApp|PostgresKit)/[A-Za-z0-9_./+-]*[A-Za-z0-9_/])"#)
         return pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap { match in
             let path = String(text[Range(match.range(at: 1), in: text)!])

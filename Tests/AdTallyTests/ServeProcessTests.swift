@@ -1,4 +1,4 @@
-import AdTallyApp
+@testable import AdTallyApp
 import AdTallyTestSupport
 import AsyncHTTPClient
 import Foundation
@@ -7,6 +7,26 @@ import Testing
 
 @Suite("adtally serve as a process")
 struct ServeProcessTests {
+    /// A rule or panel on a misspelled metric still evaluates, to nothing: promtool and
+    /// Prometheus both call it healthy.
+    @Test("every metric the operators' alert rules and the ingest dashboard read is one the server exports")
+    func rulesReadRealMetrics() throws {
+        let exported = Set(DescribedMetricsFactory.described.values.map(\.name))
+        let pattern = try NSRegularExpression(pattern: #"\b((?:adtally|hb|http_server)_[a-z0-9_]+)"#)
+        var read = Set<String>()
+        for file in ["Dashboards/alerts.yml", "Dashboards/adtally-ingest.json"] {
+            let text = try String(contentsOf: DashboardTests.repository.appendingPathComponent(file), encoding: .utf8)
+            for match in pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+                var name = String(text[Range(match.range(at: 1), in: text)!])
+                // A histogram's series.
+                for suffix in ["_bucket", "_sum", "_count"] where name.hasSuffix(suffix) && !exported.contains(name) { name = String(name.dropLast(suffix.count)) }
+                read.insert(name)
+            }
+        }
+        #expect(read.count > 10, "\(read)")
+        #expect(read.subtracting(exported).isEmpty, "read but not exported: \(read.subtracting(exported).sorted())")
+    }
+
     /// Tests in one process share swift-metrics' one-time bootstrap, so only a fresh
     /// process shows whether metrics made at start-up reach /metrics.
     @Test("ingest and rollup metrics made at start-up reach /metrics, and a start with an exports root that exists logs no error")
