@@ -28,7 +28,8 @@ public struct AdTallyConfiguration: Sendable {
     /// First retry delay after a failure (default 1 s), doubled per failure up to `retryCap` (300 s), with jitter.
     public var retryBase: TimeInterval = 1
     public var retryCap: TimeInterval = 300
-    /// How long one request may take (default 30 s).
+    /// How long one request may take in all — connecting, sending and reading the whole
+    /// answer (default 30 s): a link that stalls or drips is cut then and retried.
     public var requestTimeout: TimeInterval = 30
     /// What power loss may take (a killed process loses nothing either way; see `Durability`).
     public var durability = Durability.syncEvery(1)
@@ -83,6 +84,14 @@ public struct AdTallyStatus: Sendable, Equatable {
     public var throttled: Int
     public var switchFetches: Int
     public var switchNotModified: Int
+    /// Answers to batches that were not AdTally's (a captive portal, a proxy, a redirect):
+    /// each was a failed attempt, retried.
+    public var unexpectedAnswers: Int
+
+    init() {
+        (pending, pendingBytes, delivered, dropped, deadLettered, stoppedBy) = (0, 0, 0, [:], 0, nil)
+        (requests, splits, throttled, switchFetches, switchNotModified, unexpectedAnswers) = (0, 0, 0, 0, 0, 0)
+    }
 }
 
 /// The app side of AdTally (DESIGN §10): events written to an on-disk queue before

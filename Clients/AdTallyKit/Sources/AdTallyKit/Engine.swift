@@ -12,8 +12,9 @@ import UIKit
 #endif
 
 /// The shared state behind every `AdTally` of one queue folder: the queue, the
-/// sender, the switch. One lock guards the queue and the counters; no file is read
-/// or fsynced under it but in `record` itself (and its fsync with `syncEveryRecord`).
+/// sender (Sending.swift), the switch. One lock guards the queue and the counters; no
+/// file is read under it but in `record` itself, and nothing is ever fsynced under it
+/// (a sync's work is taken under the lock and done outside it).
 final class Engine: @unchecked Sendable {
     let directory: URL
     let configuration: AdTallyConfiguration
@@ -23,41 +24,32 @@ final class Engine: @unchecked Sendable {
     let switchboard: Switchboard
 
     let lock = NSLock()
-    private let queue: EventQueue
+    let queue: EventQueue
     private let lockFD: Int32
     private var users = 1
     private var sender: Task<Void, Never>?
     private var syncer: Task<Void, Never>?
-    private let wakeup = Wakeup()
-    private var isClosed = false
+    let wakeup = Wakeup()
+    var isClosed = false
     /// Notices and the flushes they precede are delivered in order, off the caller's thread.
     private let notices = DispatchQueue(label: "adtally.notices")
 
     // Sending state (under `lock`).
-    private var server: URL
-    private var appKey: String
-    private var inFlight = false
-    private var failures = 0
-    private var notBefore = Date.distantPast
-    private var batchLimit: Int
-    private var flushRequested = false
-    private var lastSend = Date()
-    private var stoppedBy: (status: Int, detail: String)?
-    private var waiters: [(target: QueuePosition, id: UUID, continuation: CheckedContinuation<Void, any Error>)] = []
-    private var counters = AdTallyStatus(pending: 0, pendingBytes: 0, delivered: 0, dropped: [:], deadLettered: 0, stoppedBy: nil, requests: 0, splits: 0, throttled: 0, switchFetches: 0, switchNotModified: 0)
-    private var dropReports: DropReports
-    private let session: URLSession
-
-    /// One URLSession for every engine of the process: a session costs memory of its own
-    /// (on Linux, libcurl's: a probe went from 24 to 29.6 MiB creating one, and one per
-    /// engine put make bench-client's peak at 41.2 MiB against 37.6 with this), and its
-    /// connections are shared. Each request carries its engine's timeout; closing an engine cancels its own.
-    static let sharedSession: URLSession = {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.httpMaximumConnectionsPerHost = 2
-        configuration.urlCache = nil
-        return URLSession(configuration: configuration)
-    }()
+    var server: URL
+    var appKey: String
+    var inFlight = false
+    var failures = 0
+    var notBefore = Date.distantPast
+    var batchLimit: Int
+    var flushRequested = false
+    var lastSend = Date()
+    var stoppedBy: (status: Int, detail: String)?
+    var waiters: [(target: QueuePosition, id: UUID, continuation: CheckedContinuation<Void, any Error>)] = []
+    var counters = AdTallyStatus()
+    var dropReports: DropReports
+    /// Every request goes through it: capped answers, total deadlines, no redirects
+    /// (one URLSession for every engine of the process; see `Transport`).
+    let transport = Transport.shared
 
     // MARK: - Opening: one engine per folder per process
 
@@ -114,11 +106,12 @@ final class Engine: @unchecked Sendable {
         self.directory = directory
         self.configuration = configuration
         batchLimit = max(1, min(configuration.batchSize, 1000))
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try QueueDamage.ensureDirectory(directory)
         let device = try Self.deviceID(in: directory)
         deviceID = device
         // Checked before the folder is locked: a bad setting leaves nothing held.
         commonFields = try Self.commonFields(configuration, device: device)
+        QueueDamage.clearForFile(directory.appendingPathComponent("queue.lock").path)
         lockFD = openLockFile(directory.appendingPathComponent("queue.lock").path)
         guard lockFD >= 0 else { throw AdTallyError.storage("cannot open \(directory.path)/queue.lock") }
         guard flock(lockFD, LOCK_EX | LOCK_NB) == 0 else {
@@ -131,9 +124,11 @@ final class Engine: @unchecked Sendable {
             close(lockFD)
             throw error
         }
+        QueueDamage.clearForFile(directory.appendingPathComponent("drops.json").path)
+        QueueDamage.clearForFile(directory.appendingPathComponent("switch.json").path)
+        QueueDamage.clearForFile(directory.appendingPathComponent("dead-letter.ndjson").path)
         dropReports = DropReports(file: directory.appendingPathComponent("drops.json"))
-        session = Self.sharedSession
-        switchboard = Switchboard(server: server, appKey: appKey, file: directory.appendingPathComponent("switch.json"), configuration: configuration, session: session)
+        switchboard = Switchboard(server: server, appKey: appKey, file: directory.appendingPathComponent("switch.json"), configuration: configuration, transport: transport)
         if queue.damagedOnOpen > 0 {
             // Counted on disk first, then marked as counted: a kill between the two counts it again, never never.
             let damaged = queue.damagedOnOpen
@@ -170,15 +165,16 @@ final class Engine: @unchecked Sendable {
         // All under the registry's lock: an instance opened meanwhile on this folder waits
         // for the folder's lock to be free rather than finding it held (directoryInUse).
         Self.registry.lock.locked {
-            let pending = lock.locked { () -> [CheckedContinuation<Void, any Error>]? in
+            let closing = lock.locked { () -> (continuations: [CheckedContinuation<Void, any Error>], sync: EventQueue.SyncWork)? in
                 users -= 1
                 guard users == 0 else { return nil }
                 isClosed = true
-                queue.sync()
+                queue.writeLedger()
                 defer { waiters = [] }
-                return waiters.map(\.continuation)
+                return (waiters.map(\.continuation), queue.takeSync())
             }
-            guard let pending else { return }
+            guard let (pending, sync) = closing else { return }
+            sync.run()
             Self.registry.engines = Self.registry.engines.filter { $0.value !== self }
             deliver([], then: pending, error: AdTallyError.closed)
             sender?.cancel()
@@ -205,7 +201,6 @@ final class Engine: @unchecked Sendable {
         bytes.removeLast()
         bytes.append(contentsOf: commonFields)
 
-        var dropped = 0
         lock.lock()
         guard !isClosed else {
             lock.unlock()
@@ -217,20 +212,24 @@ final class Engine: @unchecked Sendable {
             lock.unlock()
             throw error
         }
-        if configuration.durability == .syncEveryRecord { queue.sync() }
-        if !inFlight { dropped = enforceBound() }
+        // The bound holds while a batch is out too (a stalled link must not grow the queue).
+        let dropped = enforceBound()
         // Enqueued under the lock: the notice goes before any flush the sender answers next.
         if dropped > 0 { deliver([.dropped(count: dropped, reason: .queueFull)]) }
         let due = queue.pendingCount >= configuration.sendAfterEvents
+        let sync = configuration.durability == .syncEveryRecord ? queue.takeSync() : nil
         lock.unlock()
+        // An fsync per record, as asked, but outside the lock: other threads keep recording.
+        sync?.run()
         if due { wakeup.signal() }
         return id
     }
 
-    /// Drops the oldest segments while the queue is over its byte bound (under `lock`,
-    /// no batch in flight). Each drop is counted on disk (drops.json) before the head
-    /// passes the events, so a kill between the two over-counts at worst, never hides.
-    private func enforceBound() -> Int {
+    /// Drops the oldest segments while the queue is over its byte bound (under `lock`).
+    /// Each drop is counted on disk (drops.json) before the head passes the events, so a
+    /// kill between the two over-counts at worst, never hides. A batch in flight whose
+    /// segments go is finished for what is left of it (`finishBatch`).
+    func enforceBound() -> Int {
         var dropped = 0
         while queue.pendingBytes > configuration.maxQueueBytes, queue.head.segment < queue.tail.segment {
             let count = queue.headSegmentCount
@@ -251,11 +250,14 @@ final class Engine: @unchecked Sendable {
         return dropped
     }
 
-    /// fsync of what was written since the last, outside the lock (the syncer, every interval).
-    private func syncIfDirty() {
-        guard let fd = lock.locked({ queue.takeSyncHandle() }) else { return }
-        EventQueue.sync(fd)
-        close(fd)
+    /// fsync of what was written since the last, outside the lock (the syncer, every
+    /// interval, and before a send); the ledger of counts with it.
+    func syncIfDirty() {
+        let work = lock.locked { () -> EventQueue.SyncWork in
+            if !isClosed { queue.writeLedger() }
+            return queue.takeSync()
+        }
+        work.run()
     }
 
     func reportMisuse(_ error: AdTallyError) {
@@ -263,7 +265,7 @@ final class Engine: @unchecked Sendable {
     }
 
     /// Gives notices to the app in order, on the notices queue, then resumes `then`.
-    private func deliver(_ list: [AdTallyNotice], then continuations: [CheckedContinuation<Void, any Error>] = [], error: (any Error)? = nil) {
+    func deliver(_ list: [AdTallyNotice], then continuations: [CheckedContinuation<Void, any Error>] = [], error: (any Error)? = nil) {
         guard !list.isEmpty || !continuations.isEmpty else { return }
         let handler = configuration.notices
         notices.async {
@@ -332,7 +334,7 @@ final class Engine: @unchecked Sendable {
 
     /// The waiters whose events have all been answered (under `lock`), removed. Drop
     /// reports are not waited for: they are sent as soon as the server takes them.
-    private func answeredWaiters() -> [CheckedContinuation<Void, any Error>] {
+    func answeredWaiters() -> [CheckedContinuation<Void, any Error>] {
         let head = queue.head
         let done = waiters.filter { $0.target <= head }
         waiters.removeAll { $0.target <= head }
@@ -354,327 +356,11 @@ final class Engine: @unchecked Sendable {
         wakeup.signal()
     }
 
-    // MARK: - Sending
-
-    private enum Next {
-        case wait(TimeInterval)
-        case send
-        case stop
-    }
-
-    private func nextStep() -> Next {
-        lock.locked {
-            if isClosed { return .stop }
-            if stoppedBy != nil { return .wait(3600) }
-            let hasWork = queue.head < queue.tail || dropReports.hasUnsent
-            guard hasWork else {
-                flushRequested = false
-                return .wait(configuration.sendInterval)
-            }
-            let now = Date()
-            if now < notBefore { return .wait(notBefore.timeIntervalSince(now)) }
-            if flushRequested || queue.pendingCount >= configuration.sendAfterEvents || failures > 0 { return .send }
-            let due = lastSend.addingTimeInterval(configuration.sendInterval)
-            return now >= due ? .send : .wait(due.timeIntervalSince(now))
-        }
-    }
-
-    private func sendLoop() async {
-        while !Task.isCancelled {
-            switch nextStep() {
-            case .stop: return
-            case .wait(let seconds):
-                await wakeup.sleep(seconds)
-            case .send:
-                await sendBatch()
-                // Flushes whose events are answered return now, whatever the drop reports meet.
-                let ready = lock.locked { () -> [CheckedContinuation<Void, any Error>] in
-                    let ready = answeredWaiters()
-                    if queue.head >= queue.tail { flushRequested = false }
-                    return ready
-                }
-                deliver([], then: ready)
-                if lock.locked({ Date() >= notBefore && stoppedBy == nil }) { await sendDropReports() }
-            }
-        }
-    }
-
-    /// The batch to send from the head, read outside the lock (no advance or drop runs
-    /// while it is in flight); nil when there is none.
-    private func takeBatch() -> (records: [QueuedRecord], server: URL, key: String)? {
-        guard let (plan, server, key) = lock.locked({ () -> (EventQueue.ReadPlan, URL, String)? in
-            guard queue.head < queue.tail, !inFlight, !isClosed else { return nil }
-            inFlight = true
-            lastSend = Date()
-            return (queue.readPlan(), self.server, appKey)
-        }) else { return nil }
-        syncIfDirty()
-        let records: [QueuedRecord]
-        do {
-            records = try EventQueue.records(in: plan, limit: lock.locked { batchLimit }, maxBytes: configuration.batchBytes)
-        } catch {
-            lock.locked {
-                inFlight = false
-                backOffLocked()
-            }
-            deliver([.sendFailed("cannot read the queue: \(error)")])
-            return nil
-        }
-        guard !records.isEmpty else {
-            // Every stretch between head and tail was read, and none holds a whole record:
-            // damage only (counted when the queue was opened). Pass it.
-            lock.locked {
-                inFlight = false
-                guard !isClosed else { return }
-                if (try? queue.advance(to: plan.tail, records: 0)) == nil { backOffLocked() }
-            }
-            return nil
-        }
-        return (records, server, key)
-    }
-
-    private func sendBatch() async {
-        guard let (records, server, key) = takeBatch(), let last = records.last else { return }
-        let oldest = Int64((Date().timeIntervalSince1970 - min(configuration.maxEventAge, 100 * 365 * 86_400)) * 1000)
-        let fresh = records.filter { $0.occurredAtMillis >= oldest }
-        var outcome = Outcome.delivered(rejected: [])
-        if !fresh.isEmpty {
-            outcome = await post(fresh, to: server, key: key)
-        }
-        let (list, refused, stopped) = lock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>], (status: Int, detail: String)?) in
-            let list = finishBatch(records, fresh: fresh, last: last, outcome: outcome)
-            // A refused key fails the flushes waiting, after the app was told.
-            guard let stopped = stoppedBy else { return (list, [], nil) }
-            defer { waiters = [] }
-            return (list, waiters.map(\.continuation), stopped)
-        }
-        deliver(list, then: refused, error: stopped.map { AdTallyError.sendingStopped(status: $0.status, detail: $0.detail) })
-    }
-
-    /// Applies the server's answer to a batch (under `lock`): the queue's head, the
-    /// dead letters, the retry timing; returns the notices to give. Nothing changes once
-    /// the engine is closed (the events stay queued for the next instance).
-    private func finishBatch(_ records: [QueuedRecord], fresh: [QueuedRecord], last: QueuedRecord, outcome: Outcome) -> [AdTallyNotice] {
-        inFlight = false
-        guard !isClosed else { return [] }
-        var notices: [AdTallyNotice] = []
-        let expired = records.count - fresh.count
-        counters.requests += fresh.isEmpty ? 0 : 1
-        /// The batch leaves the queue: expired events counted (on disk first), then the head
-        /// moves. False when the head could not be written (a full disk): the batch stays,
-        /// uncounted, to be sent again (the server counts it once) after a backoff.
-        func finish() -> Bool {
-            if expired > 0, !dropReports.add(expired, .expired) {
-                dropReports.add(-expired, .expired)
-                backOffLocked()
-                notices.append(.sendFailed("cannot write drops.json"))
-                return false
-            }
-            guard (try? queue.advance(to: last.end, records: records.count)) != nil else {
-                if expired > 0 { dropReports.add(-expired, .expired) }
-                backOffLocked()
-                notices.append(.sendFailed("cannot write the queue's head"))
-                return false
-            }
-            if expired > 0 {
-                counters.dropped[.expired, default: 0] += expired
-                notices.append(.dropped(count: expired, reason: .expired))
-            }
-            return true
-        }
-        switch outcome {
-        case .delivered(let rejected):
-            guard finish() else { break }
-            counters.delivered += fresh.count - rejected.count
-            counters.deadLettered += rejected.count
-            for (index, reason) in rejected where index < fresh.count {
-                DeadLetter.append(fresh[index].json, reason: reason, in: directory)
-                if let id = Self.id(of: fresh[index].json) { notices.append(.rejected(id: id, reason: reason)) }
-            }
-            if !fresh.isEmpty {
-                failures = 0
-                notBefore = .distantPast
-                batchLimit = min(max(1, min(configuration.batchSize, 1000)), batchLimit * 2)
-            }
-        case .split(let detail):
-            counters.splits += 1
-            if fresh.count == 1 {
-                // One event the server cannot take at all: it leaves with the reason.
-                if finish() {
-                    DeadLetter.append(fresh[0].json, reason: detail, in: directory)
-                    counters.deadLettered += 1
-                    if let id = Self.id(of: fresh[0].json) { notices.append(.rejected(id: id, reason: detail)) }
-                }
-            } else {
-                batchLimit = max(1, fresh.count / 2)
-            }
-        case .stopped(let status, let detail):
-            stoppedBy = (status, detail)
-            notices.append(.sendingStopped(status: status, detail: detail))
-        case .retryAfter(let seconds, let detail):
-            counters.throttled += 1
-            if let seconds {
-                // As long as the server asked, and a little more, at random, so that the
-                // devices it turned away do not all come back in the same second.
-                failures += 1
-                notBefore = Date().addingTimeInterval(seconds + Double.random(in: 0...max(0.05, seconds * 0.1)))
-            } else {
-                backOffLocked()
-            }
-            notices.append(.sendFailed(detail))
-        case .failed(let detail):
-            backOffLocked()
-            notices.append(.sendFailed(detail))
-        }
-        let dropped = enforceBound()
-        if dropped > 0 { notices.append(.dropped(count: dropped, reason: .queueFull)) }
-        return notices
-    }
-
-    /// Exponential backoff with jitter: half the delay fixed, half random (under `lock`).
-    private func backOffLocked() {
-        failures += 1
-        let delay = min(configuration.retryCap, configuration.retryBase * pow(2, Double(min(failures - 1, 30))))
-        notBefore = Date().addingTimeInterval(delay / 2 + Double.random(in: 0...(delay / 2)))
-    }
-
-    private enum Outcome {
-        case delivered(rejected: [(Int, String)])
-        case split(String)
-        case stopped(Int, String)
-        case retryAfter(TimeInterval?, String)
-        case failed(String)
-    }
-
-    private func post(_ records: [QueuedRecord], to server: URL, key: String) async -> Outcome {
-        var body: [UInt8] = []
-        body.reserveCapacity(records.reduce(0) { $0 + $1.json.count + 1 })
-        for record in records {
-            body.append(contentsOf: record.json)
-            body.append(UInt8(ascii: "\n"))
-        }
-        var request = URLRequest(url: server.appendingPathComponent("v1/events"), timeoutInterval: configuration.requestTimeout)
-        request.httpMethod = "POST"
-        request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
-        request.setValue("application/x-ndjson", forHTTPHeaderField: "Content-Type")
-        request.setValue("AdTallyKit/1", forHTTPHeaderField: "User-Agent")
-        if let compressed = Gzip.compress(body) {
-            request.setValue("gzip", forHTTPHeaderField: "Content-Encoding")
-            request.httpBody = Data(compressed)
-        } else {
-            request.httpBody = Data(body)
-        }
-        let data: Data
-        let response: URLResponse
-        do {
-            (data, response) = try await session.adTallyData(for: request)
-        } catch {
-            return .failed("cannot reach \(server.absoluteString): \(error.localizedDescription)")
-        }
-        guard let http = response as? HTTPURLResponse else { return .failed("not an HTTP answer") }
-        let detail = Self.detail(data, status: http.statusCode)
-        // AdTally's own errors are problem+json; a proxy's 400 or 413 is not about the events.
-        let isProblem = (http.value(forHTTPHeaderField: "Content-Type") ?? "").hasPrefix("application/problem+json")
-        switch http.statusCode {
-        case 200:
-            guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-                  let rejected = object["rejected"] as? [[String: Any]], object["accepted"] is NSNumber else {
-                // A 200 that does not name the events is not an answer: send them again.
-                return .failed("a 200 without a receipt")
-            }
-            return .delivered(rejected: rejected.compactMap { entry in
-                guard let index = (entry["index"] as? NSNumber)?.intValue else { return nil }
-                return (index, (entry["error"] as? String) ?? "rejected")
-            })
-        case 413:
-            return .split("413: \(detail)")
-        case 400 where isProblem:
-            return .split("400: \(detail)")
-        case 401, 403:
-            return .stopped(http.statusCode, detail)
-        case 429, 503:
-            return .retryAfter(Self.retryAfter(http.value(forHTTPHeaderField: "Retry-After")), "\(http.statusCode): \(detail)")
-        default:
-            return .failed("\(http.statusCode): \(detail)")
-        }
-    }
-
-    /// Sends the counts of dropped events (`POST /v1/client-drops`), each report once by
-    /// its id; a failure backs off like a batch's.
-    private func sendDropReports() async {
-        guard let (reports, server, key) = lock.locked({ () -> ([DropReports.Report], URL, String)? in
-            isClosed ? nil : (dropReports.seal(), self.server, appKey)
-        }) else { return }
-        for report in reports {
-            var request = URLRequest(url: server.appendingPathComponent("v1/client-drops"), timeoutInterval: configuration.requestTimeout)
-            request.httpMethod = "POST"
-            request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-            request.httpBody = Data(#"{"id":"\#(report.id.uuidString.lowercased())","reason":"\#(report.reason)","dropped":\#(report.count)}"#.utf8)
-            let answer = try? await session.adTallyData(for: request)
-            let http = answer?.1 as? HTTPURLResponse
-            let status = http?.statusCode
-            let done = lock.locked { () -> Bool in
-                guard !isClosed else { return false }
-                lastSend = Date()
-                switch status {
-                case 200, 400, 404:
-                    // 400 or 404: a report this server cannot take will never be taken; not resent.
-                    dropReports.remove(report.id)
-                    return true
-                case 401, 403:
-                    // The key is refused here as for a batch: the app is told, flushes waiting fail.
-                    let detail = answer.map { Self.detail($0.0, status: status ?? 401) } ?? "the key was refused"
-                    stoppedBy = (status ?? 401, detail)
-                    let waiting = waiters.map(\.continuation)
-                    waiters = []
-                    deliver([.sendingStopped(status: status ?? 401, detail: detail)], then: waiting,
-                            error: AdTallyError.sendingStopped(status: status ?? 401, detail: detail))
-                    return false
-                case 429, 503:
-                    if let seconds = Self.retryAfter(http?.value(forHTTPHeaderField: "Retry-After")) {
-                        failures += 1
-                        notBefore = Date().addingTimeInterval(seconds + Double.random(in: 0...max(0.05, seconds * 0.1)))
-                    } else {
-                        backOffLocked()
-                    }
-                    return false
-                default:
-                    backOffLocked()
-                    return false
-                }
-            }
-            guard done else { return }
-        }
-    }
-
-    static func detail(_ data: Data, status: Int) -> String {
-        if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let detail = object["detail"] as? String { return detail }
-        return HTTPURLResponse.localizedString(forStatusCode: status)
-    }
-
-    /// `Retry-After` as seconds or an HTTP date.
-    static func retryAfter(_ value: String?) -> TimeInterval? {
-        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-        if let seconds = Double(value), seconds >= 0 { return min(seconds, 3600) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        guard let date = formatter.date(from: value) else { return nil }
-        return min(max(0, date.timeIntervalSinceNow), 3600)
-    }
-
-    static func id(of json: [UInt8]) -> UUID? {
-        // Every record starts with {"id":"<36 characters>".
-        guard json.count > 43 else { return nil }
-        return UUID(uuidString: String(decoding: json[7..<43], as: UTF8.self))
-    }
-
     // MARK: - Install facts
 
     static func deviceID(in directory: URL) throws -> String {
         let file = directory.appendingPathComponent("device-id")
+        QueueDamage.clearForFile(file.path)
         if let text = try? String(contentsOf: file, encoding: .utf8), let id = UUID(uuidString: text.trimmingCharacters(in: .whitespacesAndNewlines)) {
             return id.uuidString.lowercased()
         }
@@ -747,115 +433,4 @@ extension NSLock {
 /// The folder's lock file, opened (`open(2)`: Engine has a static `open` of its own).
 private func openLockFile(_ path: String) -> Int32 {
     open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-}
-
-/// Wakes the sender early (a count reached, a flush, the background).
-final class Wakeup: @unchecked Sendable {
-    private let lock = NSLock()
-    private var pending = false
-    private var sleeper: Task<Void, Never>?
-
-    func signal() {
-        lock.lock()
-        pending = true
-        sleeper?.cancel()
-        lock.unlock()
-    }
-
-    /// Sleeps `seconds` unless signalled (a signal before the call ends it at once).
-    func sleep(_ seconds: TimeInterval) async {
-        let task: Task<Void, Never>? = lock.locked {
-            if pending {
-                pending = false
-                return nil
-            }
-            let task = Task { () -> Void in _ = try? await Task.sleep(nanoseconds: UInt64(max(0, min(seconds, 86_400)) * 1e9)) }
-            sleeper = task
-            return task
-        }
-        guard let task else { return }
-        await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
-        lock.locked { sleeper = nil }
-    }
-}
-
-/// Events the server refused for good, one JSON line each with its reason; never resent.
-enum DeadLetter {
-    static let maxBytes = 1 << 20
-
-    static func append(_ json: [UInt8], reason: String, in directory: URL) {
-        let file = directory.appendingPathComponent("dead-letter.ndjson")
-        // Bounded: past 1 MiB the file moves to dead-letter.1.ndjson (replacing the older one).
-        if let size = (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? NSNumber)?.intValue, size > maxBytes {
-            let old = directory.appendingPathComponent("dead-letter.1.ndjson")
-            _ = rename(file.path, old.path)
-        }
-        var line: [UInt8] = Array(#"{"error":"#.utf8)
-        EventJSON.appendString(reason, to: &line)
-        line.append(contentsOf: #","event":"#.utf8)
-        line.append(contentsOf: json)
-        line.append(contentsOf: "}\n".utf8)
-        let fd = open(file.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        _ = line.withUnsafeBytes { write(fd, $0.baseAddress!, $0.count) }
-        close(fd)
-    }
-}
-
-/// Counts of dropped events waiting to be told to the server, each report with an id
-/// made once so that a retried report counts once. Kept in `drops.json`.
-struct DropReports {
-    struct Report: Codable {
-        var id: UUID
-        var reason: String
-        var count: Int
-        /// Sent at least once: its count is frozen, later drops open a new report.
-        var sealed: Bool
-    }
-
-    let file: URL
-    private var reports: [Report]
-
-    init(file: URL) {
-        self.file = file
-        reports = (try? JSONDecoder().decode([Report].self, from: Data(contentsOf: file))) ?? []
-    }
-
-    var hasUnsent: Bool { !reports.isEmpty }
-
-    /// Adds `count` (negative: takes it back) to the open report of `reason`; true when
-    /// drops.json was written.
-    @discardableResult
-    mutating func add(_ count: Int, _ reason: DropReason) -> Bool {
-        if let index = reports.firstIndex(where: { !$0.sealed && $0.reason == reason.rawValue }) {
-            reports[index].count += count
-            if reports[index].count <= 0 { reports.remove(at: index) }
-        } else if count > 0 {
-            reports.append(Report(id: UUID(), reason: reason.rawValue, count: count, sealed: false))
-        }
-        return save()
-    }
-
-    /// Every report, sealed for sending.
-    mutating func seal() -> [Report] {
-        guard reports.contains(where: { !$0.sealed }) else { return reports }
-        for index in reports.indices { reports[index].sealed = true }
-        save()
-        return reports
-    }
-
-    mutating func remove(_ id: UUID) {
-        reports.removeAll { $0.id == id }
-        save()
-    }
-
-    @discardableResult
-    private func save() -> Bool {
-        if reports.isEmpty {
-            try? FileManager.default.removeItem(at: file)
-            return true
-        }
-        guard let data = try? JSONEncoder().encode(reports) else { return false }
-        return (try? data.write(to: file, options: .atomic)) != nil
-    }
 }

@@ -51,6 +51,13 @@ final class EventQueue {
     let folder: URL
     let segmentBytes: Int
     private var writeFD: Int32 = -1
+    /// Segments sealed since the last sync, still open: the syncer fsyncs and closes them
+    /// outside the caller's lock (a rotation inside `record` never waits for the disk).
+    private var retiredFDs: [Int32] = []
+    /// A segment was created since the last sync: the folder needs one too.
+    private var isFolderDirty = false
+    /// The head file, kept open and rewritten in place: moving the head needs no new space.
+    private var headFD: Int32 = -1
     /// The segment being appended to and its size.
     private(set) var tail: QueuePosition
     /// The first record not yet answered.
@@ -61,24 +68,71 @@ final class EventQueue {
     /// Records per segment from the head on (the head segment's count is from the head).
     private var segmentCounts: [UInt32: Int] = [:]
     private var segmentSizes: [UInt32: Int] = [:]
-    /// Damaged records skipped when the queue was opened.
+    /// The counts as last written to the ledger.
+    private var ledgerWritten: [UInt32: Int] = [:]
+    /// Events lost on open: damaged stretches, and the events of segments that were
+    /// missing or unreadable (from the ledger).
     private(set) var damagedOnOpen = 0
+    /// Of `damagedOnOpen`, the events of lost segments.
+    private(set) var lostOnOpen = 0
     /// Written since the last `sync`.
     private(set) var isDirty = false
 
     init(folder: URL, segmentBytes: Int) throws {
         self.folder = folder
         self.segmentBytes = segmentBytes
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let segments = try Self.segmentNumbers(in: folder)
-        head = Self.readHead(folder) ?? QueuePosition(segment: segments.first ?? 1, offset: 0)
-        if let first = segments.first, head.segment < first { head = QueuePosition(segment: first, offset: 0) }
-        // Segments wholly before the head were answered; a crash between the head's
-        // rename and their deletion leaves them behind.
+        try QueueDamage.ensureDirectory(folder)
+        // Segments the kit cannot open as files (a directory in a segment's place) are lost.
+        var lost: Set<UInt32> = []
+        var segments: [UInt32] = []
+        for (number, kind) in Self.segmentEntries(in: folder) {
+            if kind == .regularFile {
+                segments.append(number)
+            } else {
+                QueueDamage.moveAside(Self.segmentURL(folder, number).path)
+                lost.insert(number)
+            }
+        }
+        segments.sort()
+        let ledger = QueueDamage.readLedger(folder)
+        // A head that is missing or torn: from the oldest segment, sent again (the server
+        // counts each id once), rather than a guess that could pass unsent events.
+        let seen = Set(segments).union(lost).union(ledger.keys)
+        head = Self.readHead(folder) ?? QueuePosition(segment: seen.min() ?? 1, offset: 0)
         for number in segments where number < head.segment { unlink(Self.segmentURL(folder, number).path) }
-        tail = QueuePosition(segment: max(head.segment, segments.last ?? head.segment), offset: 0)
+        var contents: [UInt32: [UInt8]] = [:]
         for number in segments where number >= head.segment {
-            let data = try Self.read(Self.segmentURL(folder, number))
+            do {
+                contents[number] = try Self.read(Self.segmentURL(folder, number))
+            } catch {
+                QueueDamage.moveAside(Self.segmentURL(folder, number).path)
+                lost.insert(number)
+            }
+        }
+        let readable = contents.keys.sorted()
+        // Lost: a segment from the head on that the ledger or the folder knew of and that
+        // cannot be read now; and a gap between readable ones the ledger never saw (its
+        // count unknown, one damaged stretch like any other).
+        var lostEvents = 0
+        let highest = seen.max() ?? head.segment
+        if head.segment <= highest {
+            for number in head.segment...highest where contents[number] == nil {
+                if let count = ledger[number] {
+                    lostEvents += count
+                } else if lost.contains(number) || (readable.first.map { number > $0 } ?? false) && (readable.last.map { number < $0 } ?? false) {
+                    lostEvents += 1
+                }
+            }
+        }
+        lostOnOpen = lostEvents
+        if contents[head.segment] == nil {
+            // The head's own segment is gone: the queue goes on from the next one there is.
+            head = QueuePosition(segment: readable.first ?? (highest + (seen.isEmpty ? 0 : 1)), offset: 0)
+        }
+        tail = QueuePosition(segment: max(head.segment, readable.last ?? head.segment), offset: 0)
+        var newDamage: Set<QueuePosition> = []
+        for number in readable {
+            let data = contents[number]!
             let start = number == head.segment ? min(head.offset, data.count) : 0
             var records = 0
             var lastEnd = start
@@ -88,18 +142,20 @@ final class EventQueue {
                 lastEnd = end
             }
             var size = data.count
-            if number == segments.last, lastEnd < data.count {
+            if number == readable.last, lastEnd < data.count {
                 // A torn tail: cut it off so that appends follow a whole record. What lies
                 // between records before it was skipped above and stays skipped.
                 let tailDamage = Self.scan(data, from: lastEnd) { _, _, _ in }
                 if tailDamage > 0 {
-                    guard truncate(Self.segmentURL(folder, number).path, off_t(lastEnd)) == 0 else {
-                        throw AdTallyError.storage("cannot cut the torn tail of \(Self.segmentURL(folder, number).path) (\(String(cString: strerror(errno))))")
+                    if truncate(Self.segmentURL(folder, number).path, off_t(lastEnd)) == 0 {
+                        size = lastEnd
+                    } else {
+                        // Cannot be cut (a full disk, a read-only file): appends go to a new segment.
+                        tail = QueuePosition(segment: number + 1, offset: 0)
                     }
-                    size = lastEnd
                 }
             }
-            for offset in damageStarts where offset < size { damage.insert(QueuePosition(segment: number, offset: offset)) }
+            for offset in damageStarts where offset < size { newDamage.insert(QueuePosition(segment: number, offset: offset)) }
             segmentCounts[number] = records
             segmentSizes[number] = size
             pendingCount += records
@@ -107,16 +163,28 @@ final class EventQueue {
             if number == tail.segment { tail.offset = size }
         }
         if head.offset > (segmentSizes[head.segment] ?? 0) { head.offset = segmentSizes[head.segment] ?? 0 }
+        damage = newDamage
         // Damage stays in its file until the head passes it: count each stretch once,
         // not again at every launch (the stretches counted are kept in `damage`).
         let known = Set(Self.readDamage(folder))
-        damagedOnOpen = damage.subtracting(known).count
+        damagedOnOpen = damage.subtracting(known).count + lostEvents
+        ledgerWritten = ledger
+        openHead()
         try openForAppend()
     }
 
     /// Marks the damage found on open as counted (once its count is on disk).
     func commitDamage() {
         if damage != Set(Self.readDamage(folder)) { Self.writeDamage(folder, damage) }
+        writeLedger(force: true)
+        // The head as opened (it may have moved past a lost segment).
+        try? writeHead(head)
+    }
+
+    /// Writes the per-segment counts when they changed since the last write.
+    func writeLedger(force: Bool = false) {
+        guard force || segmentCounts != ledgerWritten else { return }
+        if QueueDamage.writeLedger(folder, segmentCounts) { ledgerWritten = segmentCounts }
     }
 
     /// Damaged stretches found on open (each counted once as a dropped event: a damaged
@@ -137,7 +205,11 @@ final class EventQueue {
         try? Data(text.utf8).write(to: folder.appendingPathComponent("damage"), options: .atomic)
     }
 
-    deinit { if writeFD >= 0 { close(writeFD) } }
+    deinit {
+        if writeFD >= 0 { close(writeFD) }
+        if headFD >= 0 { close(headFD) }
+        for fd in retiredFDs { close(fd) }
+    }
 
     // MARK: - Appending
 
@@ -156,7 +228,7 @@ final class EventQueue {
             json.withUnsafeBufferPointer { source in
                 _ = memcpy(out.baseAddress! + 20, source.baseAddress!, json.count)
             }
-            let crc = crc32(0, out.baseAddress! + 12, uInt(length))
+            let crc = AdTallyKitZlib.crc32(0, out.baseAddress! + 12, uInt(length))
             Self.store(UInt32(truncatingIfNeeded: crc), at: 8, in: out)
         }
         let position = tail
@@ -183,14 +255,43 @@ final class EventQueue {
         return position
     }
 
-    /// A descriptor to fsync the segment being appended to with, outside the caller's
-    /// lock (a duplicate, so a rotation meanwhile cannot close it), or nil when nothing
-    /// was written since the last; the caller closes it.
-    func takeSyncHandle() -> Int32? {
-        guard isDirty, writeFD >= 0 else { return nil }
-        isDirty = false
-        let fd = dup(writeFD)
-        return fd >= 0 ? fd : nil
+    /// What a sync must do, taken under the caller's lock and done outside it: fsync
+    /// (and close) each descriptor, then fsync the folder when a segment was created.
+    struct SyncWork {
+        var descriptors: [Int32] = []
+        var folder: URL?
+
+        var isEmpty: Bool { descriptors.isEmpty && folder == nil }
+
+        /// Does it (outside any lock), closing the descriptors.
+        func run() {
+            for fd in descriptors {
+                EventQueue.sync(fd)
+                close(fd)
+            }
+            if let folder { EventQueue.syncFolder(folder) }
+        }
+    }
+
+    /// The syncing owed since the last: the segment being appended to (a duplicate
+    /// descriptor, so a rotation meanwhile cannot close it) when written to, the segments
+    /// sealed since, and the folder when a segment was created. The caller runs it.
+    func takeSync() -> SyncWork {
+        var work = SyncWork()
+        if isDirty, writeFD >= 0 {
+            let fd = dup(writeFD)
+            if fd >= 0 {
+                work.descriptors.append(fd)
+                isDirty = false
+            }
+        }
+        work.descriptors += retiredFDs
+        retiredFDs = []
+        if isFolderDirty {
+            work.folder = folder
+            isFolderDirty = false
+        }
+        return work
     }
 
     static func sync(_ fd: Int32) {
@@ -201,32 +302,44 @@ final class EventQueue {
         #endif
     }
 
-    /// fsync of the segment being appended to (earlier segments were synced when they were closed).
-    func sync() {
-        guard isDirty, writeFD >= 0 else { return }
-        Self.sync(writeFD)
-        isDirty = false
-    }
-
+    /// Starts a new segment. The sealed one is synced later, by whoever takes the sync
+    /// work, never here: this runs inside `record`.
     private func rotate() throws {
-        sync()
-        close(writeFD)
+        if writeFD >= 0 {
+            if isDirty { retiredFDs.append(writeFD) } else { close(writeFD) }
+        }
         writeFD = -1
+        isDirty = false
         tail = QueuePosition(segment: tail.segment + 1, offset: 0)
         segmentSizes[tail.segment] = 0
         segmentCounts[tail.segment] = 0
         try openForAppend()
-        Self.syncFolder(folder)
+        // The sealed segment's count is final: in the ledger before it can be lost.
+        writeLedger()
     }
 
     private func openForAppend() throws {
         let path = Self.segmentURL(folder, tail.segment).path
+        QueueDamage.clearForFile(path)
         let isNew = access(path, F_OK) != 0
         writeFD = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
         guard writeFD >= 0 else { throw AdTallyError.storage("cannot open \(path) (\(String(cString: strerror(errno))))") }
         if segmentSizes[tail.segment] == nil { segmentSizes[tail.segment] = 0 }
-        // A new file's name must survive power loss as its records do.
-        if isNew { Self.syncFolder(folder) }
+        if segmentCounts[tail.segment] == nil { segmentCounts[tail.segment] = 0 }
+        // A new file's name must survive power loss as its records do (synced with the next sync).
+        if isNew { isFolderDirty = true }
+    }
+
+    /// The segment being appended to was lost (deleted under the kit): later records go
+    /// to a new one.
+    private func abandonTail() throws {
+        if writeFD >= 0 { close(writeFD) }
+        writeFD = -1
+        isDirty = false
+        tail = QueuePosition(segment: tail.segment + 1, offset: 0)
+        segmentSizes[tail.segment] = 0
+        segmentCounts[tail.segment] = 0
+        try openForAppend()
     }
 
     // MARK: - Reading and finishing
@@ -252,32 +365,70 @@ final class EventQueue {
         return ReadPlan(folder: folder, ranges: ranges, tail: tail)
     }
 
-    /// Up to `limit` records (and about `maxBytes` of JSON) of a plan, in order.
-    static func records(in plan: ReadPlan, limit: Int, maxBytes: Int) throws -> [QueuedRecord] {
+    /// Records read from a plan, and the first segment that could not be read (lost:
+    /// deleted, replaced, cut short), where reading stopped.
+    struct Batch {
         var records: [QueuedRecord] = []
+        var unreadable: UInt32?
+        /// A read failed for a reason that may pass (out of descriptors, an I/O error).
+        var failure: String?
+    }
+
+    /// Up to `limit` records (and about `maxBytes` of JSON) of a plan, in order.
+    static func records(in plan: ReadPlan, limit: Int, maxBytes: Int) -> Batch {
+        var batch = Batch()
         var bytes = 0
-        for range in plan.ranges where records.count < limit && bytes < maxBytes {
-            let data = try read(segmentURL(plan.folder, range.segment), upTo: range.to, mustExist: true)
+        for range in plan.ranges where batch.records.count < limit && bytes < maxBytes {
+            let data: [UInt8]
+            do {
+                data = try read(segmentURL(plan.folder, range.segment), upTo: range.to, mustExist: true)
+            } catch let error as SegmentReadError {
+                if error.isLost { batch.unreadable = range.segment } else { batch.failure = error.description }
+                return batch
+            } catch {
+                batch.failure = "\(error)"
+                return batch
+            }
             guard data.count == range.to else {
-                throw AdTallyError.storage("\(segmentURL(plan.folder, range.segment).path) is shorter than the queue wrote it (\(data.count) of \(range.to) bytes)")
+                // Cut short by someone else: what it held past the cut cannot be sent.
+                batch.unreadable = range.segment
+                return batch
             }
             var stop = false
             scan(data, from: range.from) { json, millis, recordEnd in
                 if stop { return }
-                records.append(QueuedRecord(
+                batch.records.append(QueuedRecord(
                     occurredAtMillis: millis, json: Array(data[json]),
                     end: QueuePosition(segment: range.segment, offset: recordEnd)
                 ))
                 bytes += json.count
-                if records.count >= limit || bytes >= maxBytes { stop = true }
+                if batch.records.count >= limit || bytes >= maxBytes { stop = true }
             }
         }
-        return records
+        return batch
     }
 
     /// Up to `limit` records from the head on (tests; the sender reads a plan outside its lock).
     func read(limit: Int, maxBytes: Int) throws -> [QueuedRecord] {
-        try Self.records(in: readPlan(), limit: limit, maxBytes: maxBytes)
+        let batch = Self.records(in: readPlan(), limit: limit, maxBytes: maxBytes)
+        if batch.records.isEmpty, let unreadable = batch.unreadable { throw AdTallyError.storage("segment \(unreadable) cannot be read") }
+        if batch.records.isEmpty, let failure = batch.failure { throw AdTallyError.storage(failure) }
+        return batch.records
+    }
+
+    /// Records of `segment` not yet answered (from the head, in the head's segment).
+    func count(of segment: UInt32) -> Int { segment < head.segment ? 0 : segmentCounts[segment] ?? 0 }
+
+    /// Passes a segment that can no longer be read (reached by the head: everything
+    /// before it left the queue); returns how many events it held. The segment being
+    /// appended to is replaced by a new one.
+    func loseSegment(_ number: UInt32) throws -> Int {
+        guard number >= head.segment, number <= tail.segment else { return 0 }
+        let lost = count(of: number)
+        if number == tail.segment { try abandonTail() }
+        QueueDamage.moveAside(Self.segmentURL(folder, number).path)
+        try advance(to: QueuePosition(segment: number + 1, offset: 0), records: lost)
+        return lost
     }
 
     /// Records in the head's segment from the head on: what `dropOldestSegment` would drop.
@@ -296,12 +447,12 @@ final class EventQueue {
         head = newHead
         // Bytes passed: whole segments from the old head, then the part of the new head's.
         var passedBytes = 0
-        for number in oldHead.segment..<head.segment {
+        for number in oldHead.segment..<max(oldHead.segment, head.segment) {
             passedBytes += (segmentSizes[number] ?? 0) - (number == oldHead.segment ? oldHead.offset : 0)
         }
         passedBytes += head.offset - (head.segment == oldHead.segment ? oldHead.offset : 0)
-        pendingBytes -= passedBytes
-        pendingCount -= records
+        pendingBytes = max(0, pendingBytes - passedBytes)
+        pendingCount = max(0, pendingCount - records)
         var left = records
         for number in oldHead.segment...head.segment {
             let inSegment = segmentCounts[number] ?? 0
@@ -316,6 +467,8 @@ final class EventQueue {
         if oldHead.segment < head.segment {
             for number in oldHead.segment..<head.segment { unlink(Self.segmentURL(folder, number).path) }
         }
+        // Best effort (a full disk must not stop the head): the counts as they are now.
+        writeLedger()
         return records
     }
 
@@ -328,13 +481,34 @@ final class EventQueue {
         return dropped
     }
 
+    /// The head file's one line: `SEGMENT OFFSET CRC32` at fixed widths, so that every
+    /// write replaces the same bytes in place (no new space: a full disk still lets the
+    /// head move), and a torn write is told by its checksum.
+    static func headLine(_ head: QueuePosition) -> [UInt8] {
+        let body = String(format: "%010u %020ld", head.segment, head.offset)
+        let crc = body.utf8.withContiguousStorageIfAvailable { crc32(0, $0.baseAddress, uInt($0.count)) } ?? 0
+        return Array((body + String(format: " %08lx\n", UInt(crc))).utf8)
+    }
+
+    static let headLineBytes = headLine(QueuePosition(segment: 0, offset: 0)).count
+
+    private func openHead() {
+        let path = folder.appendingPathComponent("head").path
+        QueueDamage.clearForFile(path)
+        headFD = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        // Written once at its full width now, so that later writes only replace bytes.
+        if headFD >= 0 { try? writeHead(head) }
+    }
+
     private func writeHead(_ head: QueuePosition) throws {
-        let text = "\(head.segment) \(head.offset)\n"
-        let temporary = folder.appendingPathComponent("head.tmp")
-        try Data(text.utf8).write(to: temporary)
-        guard rename(temporary.path, folder.appendingPathComponent("head").path) == 0 else {
-            throw AdTallyError.storage("cannot replace the queue's head file (\(String(cString: strerror(errno))))")
+        if headFD < 0 { openHead() }
+        guard headFD >= 0 else { throw AdTallyError.storage("cannot open the queue's head file (\(String(cString: strerror(errno))))") }
+        let line = Self.headLine(head)
+        let written = line.withUnsafeBytes { pwrite(headFD, $0.baseAddress!, $0.count, 0) }
+        guard written == line.count else {
+            throw AdTallyError.storage("cannot write the queue's head file (\(String(cString: strerror(errno))))")
         }
+        if lseek(headFD, 0, SEEK_END) > off_t(line.count) { _ = ftruncate(headFD, off_t(line.count)) }
     }
 
     // MARK: - File format
@@ -344,35 +518,63 @@ final class EventQueue {
     }
 
     static func segmentNumbers(in folder: URL) throws -> [UInt32] {
-        try FileManager.default.contentsOfDirectory(atPath: folder.path).compactMap { name -> UInt32? in
-            guard name.hasSuffix(".seg") else { return nil }
-            return UInt32(name.dropLast(4))
-        }.sorted()
+        segmentEntries(in: folder).filter { $0.kind == .regularFile }.map(\.number).sorted()
     }
 
+    /// Every `NNNNNNNN.seg` in the folder, with what it is (a file, or damage in its place).
+    static func segmentEntries(in folder: URL) -> [(number: UInt32, kind: QueueDamage.Kind)] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
+        return names.compactMap { name in
+            guard name.hasSuffix(".seg"), name.utf8.count == 12, let number = UInt32(name.dropLast(4)) else { return nil }
+            return (number, QueueDamage.kind(folder.appendingPathComponent(name).path))
+        }
+    }
+
+    /// The head as written, or nil when it is missing, unreadable or torn (its checksum
+    /// does not match). A head of the earlier two-field form is read too.
     static func readHead(_ folder: URL) -> QueuePosition? {
-        guard let text = try? String(contentsOf: folder.appendingPathComponent("head"), encoding: .utf8) else { return nil }
+        let path = folder.appendingPathComponent("head").path
+        guard QueueDamage.kind(path) == .regularFile, let bytes = try? read(URL(fileURLWithPath: path), upTo: 256) else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self)
         let parts = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
-        guard parts.count == 2, let segment = UInt32(parts[0]), let offset = Int(parts[1]), offset >= 0 else { return nil }
+        if parts.count == 3 {
+            guard bytes.count >= headLineBytes, Array(bytes.prefix(headLineBytes)) == headLine(QueuePosition(
+                segment: UInt32(parts[0]) ?? 0, offset: Int(parts[1]) ?? -1
+            )) else { return nil }
+        } else if parts.count != 2 {
+            return nil
+        }
+        guard let segment = UInt32(parts[0]), let offset = Int(parts[1]), offset >= 0 else { return nil }
         return QueuePosition(segment: segment, offset: offset)
     }
 
+    /// Why a file could not be read; `isLost` when it never will be (gone, not a file,
+    /// not ours to read), not when the failure may pass (out of descriptors, an I/O error).
+    struct SegmentReadError: Error, CustomStringConvertible {
+        var path: String
+        var code: Int32
+
+        var isLost: Bool { [ENOENT, EISDIR, EACCES, EPERM, ENOTDIR, ELOOP].contains(code) }
+        var description: String { "cannot read \(path) (\(String(cString: strerror(code))))" }
+    }
+
     static func read(_ url: URL, upTo end: Int? = nil, mustExist: Bool = false) throws -> [UInt8] {
-        let fd = open(url.path, O_RDONLY | O_CLOEXEC)
+        let fd = open(url.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else {
             if errno == ENOENT && !mustExist { return [] }
-            throw AdTallyError.storage("cannot read \(url.path) (\(String(cString: strerror(errno))))")
+            throw SegmentReadError(path: url.path, code: errno)
         }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw AdTallyError.storage("cannot stat \(url.path)") }
+        guard fstat(fd, &info) == 0 else { throw SegmentReadError(path: url.path, code: errno) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw SegmentReadError(path: url.path, code: EISDIR) }
         let size = min(Int(info.st_size), end ?? Int.max)
         var data = [UInt8](repeating: 0, count: size)
         var done = 0
         while done < size {
             let count = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, size - done, off_t(done)) }
             if count < 0 && errno == EINTR { continue }
-            if count < 0 { throw AdTallyError.storage("cannot read \(url.path) (\(String(cString: strerror(errno))))") }
+            if count < 0 { throw SegmentReadError(path: url.path, code: errno) }
             guard count > 0 else { break }
             done += count
         }

@@ -30,8 +30,14 @@ public enum AdTallyNotice: Sendable, Equatable {
     /// The server refused the key (401 or 403: revoked, unknown or another app's).
     /// Sending stops and the queue is kept; `resumeSending()` or a new `AdTally` tries again.
     case sendingStopped(status: Int, detail: String)
-    /// A batch failed for a reason that will be retried (offline, 5xx, 429/503).
+    /// A batch failed for a reason that will be retried (offline, 5xx, 429/503, a stalled
+    /// link cut at the deadline).
     case sendFailed(String)
+    /// Something other than AdTally answered — a captive portal's page, a proxy's 413 or
+    /// 400, a redirect, a 200 that is not AdTally's receipt — and was not believed: the
+    /// events stay queued and are sent again later. `detail` names what answered; for a
+    /// redirect, the URL the kit's server should be configured with.
+    case unexpectedAnswer(status: Int, detail: String)
 }
 
 /// Why events were dropped.
@@ -40,7 +46,8 @@ public enum DropReason: String, Sendable, CaseIterable {
     case queueFull = "queue_full"
     /// Older than `maxEventAge` (the server's window) before they could be sent.
     case expired
-    /// A damaged record in the queue file (torn by power loss, or corrupted).
+    /// The queue's files were damaged: a record torn by power loss or corrupted, or a
+    /// segment deleted, replaced (a directory in its place) or unreadable.
     case damaged
 }
 

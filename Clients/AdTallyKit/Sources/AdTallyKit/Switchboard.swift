@@ -9,6 +9,10 @@ import FoundationNetworking
 /// lapsed, with `If-None-Match` so that an unchanged answer costs a 304 and a device
 /// keeps its side of a weighted split (the server keeps a tag's network). Callers
 /// never wait: they get the cached network, or the compiled-in default.
+///
+/// Only AdTally's answer replaces the last good one (`SwitchAnswer`): anything else — a
+/// portal's page, a name the server could not have sent, a body over 64 KiB, a 304 with
+/// nothing held — is a failed fetch, retried with a backoff (30 s doubling to an hour).
 final class Switchboard: @unchecked Sendable {
     struct Answer: Codable {
         /// `enable_advertising`: the network to show; nil when the server has no policy.
@@ -22,13 +26,21 @@ final class Switchboard: @unchecked Sendable {
     private var appKey: String
     private let file: URL
     private let configuration: AdTallyConfiguration
-    private let session: URLSession
+    private let transport: Transport
     private let lock = NSLock()
     private var answers: [String: Answer]
-    private var refreshing: Set<String> = []
-    /// After a failed fetch, when the next may start (no retry storm while offline).
+    /// The fetch in flight per scope: a second caller waits for it.
+    private var inFlight: [String: Task<Void, Never>] = [:]
+    /// After failed fetches, when the next may start, and how many failed in a row.
     private var retryAt: [String: Date] = [:]
+    private var failures: [String: Int] = [:]
     private var _counts = (fetches: 0, notModified: 0)
+
+    /// The shortest `max-age` honoured: a zero from the server (or from a middlebox)
+    /// would otherwise start a fetch at every `network(for:)`.
+    static let minMaxAge: TimeInterval = 1
+    /// The largest `switch.json` read at launch (a few hundred placements fit in it).
+    static let maxFileBytes = 1 << 20
 
     /// Fetches started and 304 answers, since the engine opened.
     var counts: (fetches: Int, notModified: Int) {
@@ -37,13 +49,25 @@ final class Switchboard: @unchecked Sendable {
         return _counts
     }
 
-    init(server: URL, appKey: String, file: URL, configuration: AdTallyConfiguration, session: URLSession) {
+    init(server: URL, appKey: String, file: URL, configuration: AdTallyConfiguration, transport: Transport) {
         self.server = server
         self.appKey = appKey
         self.file = file
         self.configuration = configuration
-        self.session = session
-        answers = (try? JSONDecoder().decode([String: Answer].self, from: Data(contentsOf: file))) ?? [:]
+        self.transport = transport
+        answers = Self.load(file)
+    }
+
+    /// The answers kept in `file`, each checked as a fresh one would be (a file written by
+    /// an earlier version, or damaged, gives up only what fails).
+    static func load(_ file: URL) -> [String: Answer] {
+        guard let size = (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? NSNumber)?.intValue, size <= maxFileBytes,
+              let data = try? Data(contentsOf: file),
+              let saved = try? JSONDecoder().decode([String: Answer].self, from: data) else { return [:] }
+        return saved.filter { _, answer in
+            (answer.network.map(SwitchAnswer.isNetworkName) ?? true) && (answer.etag.map(SwitchAnswer.isETag) ?? true)
+                && answer.maxAge.isFinite && answer.maxAge >= 0
+        }
     }
 
     /// Another `AdTally` on the folder named another server or key.
@@ -52,6 +76,7 @@ final class Switchboard: @unchecked Sendable {
             self.server = server
             self.appKey = appKey
             retryAt = [:]
+            failures = [:]
         }
     }
 
@@ -62,8 +87,8 @@ final class Switchboard: @unchecked Sendable {
         let now = Date()
         lock.lock()
         let answer = answers[key]
-        let stale = answer.map { now >= $0.fetchedAt.addingTimeInterval($0.maxAge) } ?? true
-        let start = startRefresh && stale && !refreshing.contains(key) && (retryAt[key].map { now >= $0 } ?? true)
+        let stale = answer.map { now >= $0.fetchedAt.addingTimeInterval(max(Self.minMaxAge, $0.maxAge)) } ?? true
+        let start = startRefresh && stale && inFlight[key] == nil && (retryAt[key].map { now >= $0 } ?? true)
         lock.unlock()
         if start { Task.detached(priority: .utility) { await self.refresh(placement: placement, country: country) } }
         if let answer, answer.network != nil || answer.etag != nil { return answer.network ?? fallback(placement) }
@@ -88,58 +113,71 @@ final class Switchboard: @unchecked Sendable {
         }
     }
 
+    /// Fetches the scope's answer now, or waits for the fetch already in flight.
     func refresh(placement: String, country: String?) async {
         let key = Self.key(placement, country)
-        let start: (go: Bool, held: Answer?, server: URL, appKey: String) = lock.locked {
-            guard !refreshing.contains(key) else { return (false, nil, self.server, self.appKey) }
-            refreshing.insert(key)
+        let task: Task<Void, Never> = lock.locked {
+            if let running = inFlight[key] { return running }
             _counts.fetches += 1
-            return (true, answers[key], self.server, self.appKey)
+            let held = answers[key]
+            let server = self.server
+            let appKey = self.appKey
+            let task = Task.detached(priority: .utility) { [self] in
+                await fetch(key: key, placement: placement, country: country, held: held, server: server, appKey: appKey)
+                lock.locked { _ = inFlight.removeValue(forKey: key) }
+            }
+            inFlight[key] = task
+            return task
         }
-        guard start.go else { return }
-        let held = start.held
-        let server = start.server
-        let appKey = start.appKey
-        defer { lock.locked { _ = refreshing.remove(key) } }
+        await task.value
+    }
 
-        var components = URLComponents(url: server.appendingPathComponent("v1/mediation"), resolvingAgainstBaseURL: false)!
+    private func fetch(key: String, placement: String, country: String?, held: Answer?, server: URL, appKey: String) async {
+        guard var components = URLComponents(url: server.appendingPathComponent("v1/mediation"), resolvingAgainstBaseURL: false) else {
+            failed(key)
+            return
+        }
         components.queryItems = [URLQueryItem(name: "placement", value: placement)] + (country.map { [URLQueryItem(name: "country", value: $0)] } ?? [])
-        var request = URLRequest(url: components.url!, timeoutInterval: configuration.requestTimeout)
+        guard let url = components.url else {
+            failed(key)
+            return
+        }
+        var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
         request.setValue("Bearer \(appKey)", forHTTPHeaderField: "Authorization")
         request.setValue("AdTallyKit/1", forHTTPHeaderField: "User-Agent")
         if let etag = held?.etag { request.setValue(etag, forHTTPHeaderField: "If-None-Match") }
         request.cachePolicy = .reloadIgnoringLocalCacheData
 
-        guard let (data, response) = try? await session.adTallyData(for: request), let http = response as? HTTPURLResponse else {
+        guard case .success(let answer) = await transport.exchange(request, maxBytes: SwitchAnswer.maxBytes, deadline: configuration.requestTimeout) else {
             failed(key)
             return
         }
-        let maxAge = Self.maxAge(http.value(forHTTPHeaderField: "Cache-Control")) ?? 60
+        let maxAge = min(86_400, Self.maxAge(answer.header("cache-control")) ?? 60)
         let now = Date()
-        lock.locked {
-            switch http.statusCode {
+        let changed = lock.locked { () -> Bool in
+            switch answer.status {
             case 200:
-                let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-                if let network = object?["enable_advertising"] as? String {
-                    answers[key] = Answer(network: network, etag: http.value(forHTTPHeaderField: "ETag"), maxAge: maxAge, fetchedAt: now)
-                } else {
-                    retryAt[key] = now.addingTimeInterval(30)
-                }
+                guard case .success(let network) = SwitchAnswer.parse(answer.body, mediaType: answer.mediaType) else { return false }
+                let etag = answer.header("etag").flatMap { SwitchAnswer.isETag($0) ? $0 : nil }
+                answers[key] = Answer(network: network, etag: etag, maxAge: maxAge, fetchedAt: now)
             case 304:
+                // A 304 to nothing held is no answer (a middlebox's): a failed fetch.
+                guard var kept = held, kept.etag != nil else { return false }
                 _counts.notModified += 1
-                if var answer = held {
-                    answer.fetchedAt = now
-                    answer.maxAge = maxAge
-                    answers[key] = answer
-                }
-            case 404:
-                // No policy answers: the app's own default applies until one does.
+                kept.fetchedAt = now
+                kept.maxAge = maxAge
+                answers[key] = kept
+            case 404 where answer.mediaType == "application/problem+json":
+                // AdTally's own 404: no policy answers; the app's default applies until one does.
                 answers[key] = Answer(network: nil, etag: nil, maxAge: maxAge, fetchedAt: now)
             default:
-                retryAt[key] = now.addingTimeInterval(30)
+                return false
             }
+            retryAt[key] = nil
+            failures[key] = nil
+            return true
         }
-        save()
+        if changed { save() } else { failed(key) }
     }
 
     private let saving = NSLock()
@@ -159,18 +197,60 @@ final class Switchboard: @unchecked Sendable {
         }
     }
 
+    /// A failed fetch: the next waits 30 s, doubled per failure in a row up to an hour,
+    /// half of it at random (devices turned away together do not come back together).
     private func failed(_ key: String) {
-        lock.lock()
-        retryAt[key] = Date().addingTimeInterval(30)
-        lock.unlock()
+        lock.locked {
+            let count = (failures[key] ?? 0) + 1
+            failures[key] = count
+            let delay = min(3600, 30 * pow(2, Double(min(count - 1, 20))))
+            retryAt[key] = Date().addingTimeInterval(delay / 2 + Double.random(in: 0...(delay / 2)))
+        }
     }
 
     static func maxAge(_ cacheControl: String?) -> TimeInterval? {
-        guard let cacheControl else { return nil }
+        guard let cacheControl, cacheControl.utf8.count <= 1024 else { return nil }
         for part in cacheControl.split(separator: ",") {
             let item = part.trimmingCharacters(in: .whitespaces)
-            if item.hasPrefix("max-age="), let seconds = Double(item.dropFirst(8)), seconds >= 0 { return seconds }
+            if item.hasPrefix("max-age="), let seconds = Double(item.dropFirst(8)), seconds.isFinite, seconds >= 0 { return seconds }
         }
         return nil
+    }
+}
+
+/// AdTally's switch answer (`GET /v1/mediation`, 200): a JSON object whose
+/// `enable_advertising` is a network name by the server's own rule. Nothing else is
+/// handed to the app.
+@_spi(Answers) public enum SwitchAnswer {
+    /// The most bytes of an answer read (the server's are at most 32 KiB).
+    public static let maxBytes = 64 << 10
+
+    private struct Wire: Decodable {
+        var enable_advertising: String
+    }
+
+    /// The network an answer names, or why it is not AdTally's.
+    public static func parse(_ body: Data, mediaType: String) -> Result<String, AnswerRefusal> {
+        guard mediaType == "application/json" else {
+            return .failure(AnswerRefusal("a switch answer that is not JSON (\(mediaType.isEmpty ? "no content type" : mediaType))"))
+        }
+        guard body.count <= maxBytes, let wire = try? JSONDecoder().decode(Wire.self, from: body) else {
+            return .failure(AnswerRefusal("a switch answer without enable_advertising (\(body.count) bytes)"))
+        }
+        guard isNetworkName(wire.enable_advertising) else {
+            return .failure(AnswerRefusal("a switch answer naming a network the server could not have sent"))
+        }
+        return .success(wire.enable_advertising)
+    }
+
+    /// The server's rule for a network: `[a-z0-9_.-]{1,32}`.
+    public static func isNetworkName(_ name: String) -> Bool {
+        (try? EventRules.checkNetwork(name)) != nil
+    }
+
+    /// An entity tag worth sending back: at most 256 visible ASCII characters.
+    static func isETag(_ tag: String) -> Bool {
+        let bytes = tag.utf8
+        return (1...256).contains(bytes.count) && bytes.allSatisfy { (0x21...0x7E).contains($0) }
     }
 }

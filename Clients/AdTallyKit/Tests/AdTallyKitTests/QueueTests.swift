@@ -192,9 +192,9 @@ final class QueueTests: XCTestCase {
     }
 
     func testRetryAfterReadsSecondsAndDates() {
-        XCTAssertEqual(Engine.retryAfter("5"), 5)
-        XCTAssertNil(Engine.retryAfter("soon"))
-        let date = Engine.retryAfter(DateFormatter.httpDate(Date().addingTimeInterval(30)))
+        XCTAssertEqual(BatchOutcome.retryAfter("5"), 5)
+        XCTAssertNil(BatchOutcome.retryAfter("soon"))
+        let date = BatchOutcome.retryAfter(DateFormatter.httpDate(Date().addingTimeInterval(30)))
         XCTAssertNotNil(date)
         XCTAssertTrue((25...31).contains(date ?? 0))
     }
