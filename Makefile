@@ -97,8 +97,9 @@ bench-citus: build-release
 	$(SWIFT) build -c release --product adtally-bench
 	scripts/with-citus-cluster.sh scripts/with-test-postgres.sh bench/citus.sh
 
-## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator and on
-## the CSV reader of adtally ingest, the money CSVs and the networks' report readers,
+## fuzz: libFuzzer + AddressSanitizer on the ingest body readers and validator, on
+## the CSV reader of adtally ingest, the money CSVs and the networks' report readers, and
+## on AdTallyKit's readers of the network's answers (the batch receipt, the switch answer),
 ## FUZZ_SECONDS each (default 600). Not part of test.
 fuzz: deps
 	scripts/fuzz.sh

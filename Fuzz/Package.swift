@@ -6,7 +6,7 @@ import PackageDescription
 // main package's executables, which `swift build` links normally).
 let package = Package(
     name: "adtally-fuzz",
-    dependencies: [.package(name: "adtally", path: "..")],
+    dependencies: [.package(name: "adtally", path: ".."), .package(name: "AdTallyKit", path: "../Clients/AdTallyKit")],
     targets: [
         // libFuzzer's driver, which each harness's main calls.
         .target(name: "FuzzDriver"),
@@ -18,5 +18,7 @@ let package = Package(
         .executableTarget(name: "FuzzMoneyCSV", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
         // The readers of the networks' own reports (AdMob, MAX, LevelPlay, generic CSV), every input as each.
         .executableTarget(name: "FuzzNetworkReport", dependencies: ["FuzzDriver", .product(name: "AdTallyCore", package: "adtally")]),
+        // AdTallyKit's readers of the network's answers: the batch receipt and the switch answer.
+        .executableTarget(name: "FuzzKitAnswers", dependencies: ["FuzzDriver", .product(name: "AdTallyKit", package: "AdTallyKit")]),
     ]
 )

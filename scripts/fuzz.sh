@@ -8,7 +8,7 @@ seconds=${FUZZ_SECONDS:-600}
 swift build -c debug -Xswiftc -sanitize=fuzzer,address --scratch-path ../.build-fuzz
 bin=$(swift build -c debug -Xswiftc -sanitize=fuzzer,address --scratch-path ../.build-fuzz --show-bin-path)
 status=0
-for pair in "FuzzIngestBody ingest" "FuzzCSV csv" "FuzzMoneyCSV money" "FuzzNetworkReport network"; do
+for pair in "FuzzIngestBody ingest" "FuzzCSV csv" "FuzzMoneyCSV money" "FuzzNetworkReport network" "FuzzKitAnswers kit"; do
   set -- $pair
   mkdir -p "findings/$1" "work/$2"
   echo "== $1 for ${seconds}s"

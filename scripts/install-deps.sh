@@ -9,8 +9,10 @@ set -euo pipefail
 packages=(libpq-dev zlib1g-dev pkg-config)
 if [ "${ADTALLY_DEPS:-all}" != build ]; then
   # prometheus: promtool checks /metrics (and the alert rules) in the tests;
-  # openssl: the alert tests check webhook signatures with it.
-  packages+=(postgresql curl chromium prometheus openssl)
+  # openssl: the alert tests check webhook signatures with it;
+  # libcurl4-openssl-dev: AdTallyKit on Linux drives libcurl itself (Clients/AdTallyKit,
+  # Transport+Curl.swift), built by make test (the server's image does not build the kit).
+  packages+=(postgresql curl chromium prometheus openssl libcurl4-openssl-dev)
 fi
 missing=()
 for package in "${packages[@]}"; do

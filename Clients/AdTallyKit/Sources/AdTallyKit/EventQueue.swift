@@ -125,10 +125,20 @@ final class EventQueue {
             }
         }
         lostOnOpen = lostEvents
+        // Known as lost from now on (a zero in the ledger): not counted again at the next launch.
+        if head.segment <= highest {
+            for number in head.segment...highest where contents[number] == nil {
+                segmentCounts[number] = 0
+                segmentSizes[number] = 0
+            }
+        }
         if contents[head.segment] == nil {
             // The head's own segment is gone: the queue goes on from the next one there is.
             head = QueuePosition(segment: readable.first ?? (highest + (seen.isEmpty ? 0 : 1)), offset: 0)
         }
+        let first = head.segment
+        segmentCounts = segmentCounts.filter { $0.key >= first }
+        segmentSizes = segmentSizes.filter { $0.key >= first }
         tail = QueuePosition(segment: max(head.segment, readable.last ?? head.segment), offset: 0)
         var newDamage: Set<QueuePosition> = []
         for number in readable {

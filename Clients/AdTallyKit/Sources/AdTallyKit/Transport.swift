@@ -38,23 +38,28 @@ enum WireFailure: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// Every request the kit makes, on one URLSession of the process: each with a cap on
-/// the answer's body (larger is a failure, and the kit stops reading at the cap, so a
-/// huge answer costs at most the cap in memory), a total deadline (connect, send and the
-/// whole answer; the request's own timeout is only an idle one), and no redirect
+/// Every request the kit makes: each with a cap on the answer's body (larger is a
+/// failure, and the kit stops reading at the cap), a total deadline (connect, send and
+/// the whole answer; the request's own timeout is only an idle one), and no redirect
 /// followed (the 3xx itself is the answer, for the caller to judge).
+///
+/// On Apple platforms, one URLSession of the process with a data delegate that stops
+/// the task at the cap. On Linux, libcurl driven directly (Transport+Curl.swift):
+/// FoundationNetworking hands a body to its delegate through the delegate queue with
+/// no back-pressure, so over a fast link a 200 MiB answer was wholly queued in memory
+/// (623 MB peak in the kit's child) before the delegate could stop it at the cap;
+/// libcurl's own write callback refuses the first byte past the cap.
 final class Transport: @unchecked Sendable {
-    // @unchecked: `session` is immutable after init and URLSession is thread-safe; the
-    // exchanges are guarded by the delegate's lock.
+    // @unchecked: `session` is made once under `sessionLock` and URLSession is
+    // thread-safe; the exchanges are guarded by the delegate's lock.
     static let shared = Transport()
 
-    let session: URLSession
     private let delegate = Delegate()
 
     /// One URLSession for every engine of the process: a session costs memory of its own
     /// (on Linux, libcurl's: a probe went from 24 to 29.6 MiB creating one), and its
-    /// connections are shared.
-    private init() {
+    /// connections are shared. Made at the first request that uses it.
+    private lazy var session: URLSession = {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.httpMaximumConnectionsPerHost = 2
         configuration.urlCache = nil
@@ -64,13 +69,26 @@ final class Transport: @unchecked Sendable {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
         queue.name = "adtally.transport"
-        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
-    }
+        return URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
+    }()
+    private let sessionLock = NSLock()
+
+    private init() {}
 
     /// Sends `request` and reads its answer, at most `maxBytes` of body, within `deadline`
     /// seconds in all. Cancelling the calling task cancels the request.
     func exchange(_ request: URLRequest, maxBytes: Int, deadline: TimeInterval) async -> Result<WireAnswer, WireFailure> {
+        #if os(Linux)
+        return await CurlExchange.perform(request, maxBytes: maxBytes, deadline: deadline)
+        #else
+        return await sessionExchange(request, maxBytes: maxBytes, deadline: deadline)
+        #endif
+    }
+
+    /// `exchange` through URLSession (Apple platforms).
+    func sessionExchange(_ request: URLRequest, maxBytes: Int, deadline: TimeInterval) async -> Result<WireAnswer, WireFailure> {
         let exchange = Exchange(cap: maxBytes)
+        let session = sessionLock.locked { self.session }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<WireAnswer, WireFailure>, Never>) in
                 let task = session.dataTask(with: request)

@@ -52,6 +52,80 @@ final class QueueTests: XCTestCase {
 
     /// A record torn by hand in the middle of a segment (its bytes cut short, then the
     /// next record written after it) loses that record only.
+    /// The head is one fixed-width line rewritten in place: the same file (no new space
+    /// needed to move it), and a torn one is told by its checksum and read from the start.
+    func testTheHeadIsRewrittenInPlaceAndATornOneResendsFromTheStart() throws {
+        let queue = try EventQueue(folder: folder, segmentBytes: 256)
+        for index in 0..<20 { try queue.append(json: record("e\(index)"), occurredAtMillis: 0) }
+        let headPath = folder.appendingPathComponent("head").path
+        var before = stat()
+        XCTAssertEqual(stat(headPath, &before), 0)
+        let first = try queue.read(limit: 5, maxBytes: 1 << 20)
+        try queue.advance(to: first.last!.end, records: first.count)
+        var after = stat()
+        XCTAssertEqual(stat(headPath, &after), 0)
+        XCTAssertEqual(before.st_ino, after.st_ino, "the head is rewritten in place, not replaced")
+        XCTAssertEqual(Int(after.st_size), EventQueue.headLineBytes)
+        XCTAssertEqual(EventQueue.readHead(folder), queue.head)
+        // A torn write: a byte of the offset changed, the checksum no longer matches.
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: headPath))
+        bytes[25] = UInt8(ascii: "7")
+        try bytes.write(to: URL(fileURLWithPath: headPath))
+        XCTAssertNil(EventQueue.readHead(folder))
+        let reopened = try EventQueue(folder: folder, segmentBytes: 256)
+        XCTAssertEqual(first.last!.end.segment, 1)
+        XCTAssertEqual(reopened.pendingCount, 20, "from the oldest segment kept: sent again, counted once by the server")
+        XCTAssertEqual(reopened.damagedOnOpen, 0)
+    }
+
+    /// Segments lost under the kit — one replaced by a directory, one deleted — are
+    /// counted from the ledger; the queue opens and goes on with the rest.
+    func testLostSegmentsAreCountedFromTheLedger() throws {
+        var queue: EventQueue? = try EventQueue(folder: folder, segmentBytes: 256)
+        for index in 0..<40 { try queue!.append(json: record("e\(index)"), occurredAtMillis: 0) }
+        queue!.writeLedger()
+        queue = nil
+        let numbers = try EventQueue.segmentNumbers(in: folder)
+        XCTAssertGreaterThanOrEqual(numbers.count, 5)
+        let ledger = QueueDamage.readLedger(folder)
+        XCTAssertEqual(ledger.values.reduce(0, +), 40)
+        let second = EventQueue.segmentURL(folder, numbers[1])
+        try FileManager.default.removeItem(at: second)
+        try FileManager.default.createDirectory(at: second.appendingPathComponent("x"), withIntermediateDirectories: true)
+        try FileManager.default.removeItem(at: EventQueue.segmentURL(folder, numbers[3]))
+        let reopened = try EventQueue(folder: folder, segmentBytes: 256)
+        let lost = ledger[numbers[1]]! + ledger[numbers[3]]!
+        XCTAssertEqual(reopened.lostOnOpen, lost)
+        XCTAssertEqual(reopened.damagedOnOpen, lost)
+        XCTAssertEqual(reopened.pendingCount, 40 - lost)
+        XCTAssertEqual(try reopened.read(limit: 100, maxBytes: 1 << 20).count, 40 - lost)
+        // Counted once: committed, a relaunch finds nothing new.
+        reopened.commitDamage()
+        XCTAssertEqual(try EventQueue(folder: folder, segmentBytes: 256).damagedOnOpen, 0)
+    }
+
+    /// The head's own segment deleted, and the whole queue folder replaced by a file:
+    /// the kit still opens.
+    func testTheHeadsSegmentGoneOrTheFolderAFileStillOpens() throws {
+        var queue: EventQueue? = try EventQueue(folder: folder, segmentBytes: 256)
+        for index in 0..<20 { try queue!.append(json: record("e\(index)"), occurredAtMillis: 0) }
+        queue!.writeLedger()
+        queue = nil
+        let numbers = try EventQueue.segmentNumbers(in: folder)
+        let ledger = QueueDamage.readLedger(folder)
+        try FileManager.default.removeItem(at: EventQueue.segmentURL(folder, numbers[0]))
+        let reopened = try EventQueue(folder: folder, segmentBytes: 256)
+        XCTAssertEqual(reopened.lostOnOpen, ledger[numbers[0]]!)
+        XCTAssertEqual(reopened.head.segment, numbers[1])
+        try reopened.append(json: record("after"), occurredAtMillis: 0)
+
+        try FileManager.default.removeItem(at: folder)
+        try Data("not a folder".utf8).write(to: folder)
+        let fresh = try EventQueue(folder: folder, segmentBytes: 256)
+        try fresh.append(json: record("fresh"), occurredAtMillis: 0)
+        XCTAssertEqual(fresh.pendingCount, 1)
+    }
+
     func testATornRecordInTheMiddleLosesOnlyItself() throws {
         func segmentBytes(_ names: [String]) throws -> Data {
             let place = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-kit-part-\(UUID().uuidString)")
