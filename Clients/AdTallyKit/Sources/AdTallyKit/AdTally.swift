@@ -157,8 +157,10 @@ public final class AdTally: @unchecked Sendable {
         engine.switchboard.network(placement: placement, country: country)
     }
 
-    /// Fetches the switch's answer for `placement` now (revalidating with its ETag) and
-    /// returns the network it names; the cached answer or the default when unreachable.
+    /// Fetches the switch's answer for `placement` now (revalidating with its ETag), or
+    /// waits for the fetch already under way, and returns the network it names; the
+    /// last good answer or the default when it is unreachable or answers what AdTally
+    /// could not have sent.
     public func refreshNetwork(for placement: String = "default", country: String? = nil) async -> String? {
         await engine.switchboard.refresh(placement: placement, country: country)
         return engine.switchboard.network(placement: placement, country: country, refreshing: false)

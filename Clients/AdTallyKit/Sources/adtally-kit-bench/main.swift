@@ -20,7 +20,10 @@ import Darwin
 // 3. the same with Durability.syncEveryRecord (an fsync per record), N/20 calls;
 // 4. sustained: SUSTAINED events recorded as fast as one thread can, then flush();
 //    events/s from the first record to the server's last answer;
-// 5. peak RSS of this process (VmHWM); the RESULT line.
+// 5. stalled: a server of the bench's own that answers a batch's head and then nothing;
+//    N `requested()` calls timed while the sender waits on it, with small segments and
+//    bound so that segments rotate and the bound drops whole ones meanwhile;
+// 6. peak RSS of this process (VmHWM); the RESULT line.
 
 guard let server = option("--server").flatMap(URL.init(string:)), let key = option("--key"), let dir = option("--dir") else {
     print("usage: adtally-kit-bench --server URL --key KEY --dir DIR [--events N] [--sustained N]")
@@ -154,8 +157,66 @@ do {
     print(String(format: "sustained: %d events in %.2f s (recording took %.2f s): %.0f events/s delivered; %d requests, %d pending, %d refused",
                  sustained / 4 * 4, seconds, Double(recorded - start) / 1e9, rate, status.requests, status.pending, status.deadLettered))
 }
+// 5. Stalled: the sender waits on an answer that never comes, while the app records.
+/// A server on 127.0.0.1 that reads each request's head, answers a 200's head and then
+/// holds the connection open without a byte more (until the bench ends).
+func stallingServer() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    listen(fd, 16)
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    Thread.detachNewThread {
+        var held: [Int32] = []
+        while true {
+            let client = accept(fd, nil, nil)
+            guard client >= 0 else { return }
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            _ = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress!, $0.count, 0) }
+            let head = Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n".utf8)
+            _ = head.withUnsafeBytes { send(client, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+            held.append(client)
+        }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+var stalled: [UInt32] = []
+var stalledDropped = 0
+do {
+    let port = stallingServer()
+    var stalling = configuration
+    stalling.segmentBytes = 64 << 10
+    stalling.maxQueueBytes = 1 << 20
+    stalling.sendAfterEvents = 50
+    stalling.requestTimeout = 600
+    let tally = try AdTally(server: URL(string: "http://127.0.0.1:\(port)")!, appKey: key, directory: base.appendingPathComponent("stalled"), configuration: stalling)
+    // The first batch goes out (50 events) and stalls before the timed calls begin.
+    for _ in 0..<100 { try tally.sessionStarted() }
+    usleep(300_000)
+    let count = events
+    stalled.reserveCapacity(count)
+    var slot = try tally.slot(network: "admob", format: .banner, placement: "home", size: "320x50")
+    for index in 0..<count {
+        if index % 1000 == 0 { slot = try tally.slot(network: "admob", format: .banner, placement: "home", size: "320x50") }
+        let start = now()
+        try slot.requested()
+        stalled.append(UInt32(clamping: now() - start))
+    }
+    let status = tally.status
+    stalledDropped = status.dropped[.queueFull] ?? 0
+    print(String(format: "stalled: %d calls while the sender waited on a stalled answer; queue %d bytes (bound %d), %d events dropped by the bound, counted",
+                 count, status.pendingBytes, stalling.maxQueueBytes, stalledDropped))
+}
+checkpoint("after the stalled run")
+let stalledP = percentiles(stalled)
+let stalledMax = Double(stalled.max() ?? 0) / 1000
+print(String(format: "record (server stalled, segments rotating) p50 %7.2f µs  p99 %7.2f µs  max %8.2f µs", stalledP.p50, stalledP.p99, stalledMax))
+
 let rss = peakRSSMiB()
 print(String(format: "peak RSS of this process: %.1f MiB; before the kit (Foundation and one URLSession request): %.1f MiB; the kit's part: %.1f MiB", rss, floorRSS, rss - floorRSS))
 print(String(format: "ratios: record p50 / write(2) p50 = %.1f; fsync-per-record p50 / default p50 = %.0f", recordP.p50 / floorP.p50, syncedP.p50 / recordP.p50))
-print(String(format: "RESULT record_p50_us=%.2f record_p99_us=%.2f client_events_per_s=%.0f client_rss_mb=%.1f floor_rss_mb=%.1f kit_rss_mb=%.1f write_p50_us=%.2f synced_record_p50_us=%.1f",
-             recordP.p50, recordP.p99, rate, rss, floorRSS, rss - floorRSS, floorP.p50, syncedP.p50))
+print(String(format: "RESULT record_p50_us=%.2f record_p99_us=%.2f client_events_per_s=%.0f client_rss_mb=%.1f floor_rss_mb=%.1f kit_rss_mb=%.1f write_p50_us=%.2f synced_record_p50_us=%.1f stalled_record_p99_us=%.2f stalled_record_max_us=%.2f",
+             recordP.p50, recordP.p99, rate, rss, floorRSS, rss - floorRSS, floorP.p50, syncedP.p50, stalledP.p99, stalledMax))
