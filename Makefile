@@ -86,7 +86,8 @@ bench-mediation: build-release
 	bench/mediation.sh
 
 ## bench-client: AdTallyKit's record latency (p50/p99, persistence included), sustained events/s
-## from one process to a local server, and that process's RSS, against write(2) of a same-sized record.
+## from one process to a local server, record latency while the server stalls (p99, max), and
+## that process's RSS, against write(2) of a same-sized record.
 bench-client: build-release
 	bench/client.sh
 

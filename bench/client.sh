@@ -6,6 +6,7 @@
 #    record latency p50/p99 with persistence (default durability, while sending), the
 #    same with an fsync per record, write(2) of a same-sized record as the floor, the
 #    sustained rate from one process to the server (recorded until flush() returned),
+#    record latency while a server of the bench's own stalls every batch (p99, max),
 #    and the process's peak RSS;
 # 3. check that the server stored every event once; the RESULT line.
 set -euo pipefail

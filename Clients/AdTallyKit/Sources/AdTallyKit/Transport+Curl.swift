@@ -48,9 +48,34 @@ final class CurlExchange: @unchecked Sendable {
 
     private var isCancelled: Bool { lock.locked { cancelled } }
 
+    /// Handles kept between requests, reset, so that their connections are kept alive
+    /// (`curl_easy_reset` keeps a handle's live connections and DNS cache): at most two,
+    /// as the kit makes at most a batch and a switch fetch at once per server.
+    private static let pool = HandlePool()
+
+    private final class HandlePool: @unchecked Sendable {
+        // @unchecked: `handles` is read and written under `lock` only.
+        private let lock = NSLock()
+        private var handles: [UnsafeMutableRawPointer] = []
+
+        func take() -> UnsafeMutableRawPointer? {
+            lock.locked { handles.popLast() } ?? curl_easy_init()
+        }
+
+        func give(_ handle: UnsafeMutableRawPointer) {
+            curl_easy_reset(handle)
+            let kept = lock.locked { () -> Bool in
+                guard handles.count < 2 else { return false }
+                handles.append(handle)
+                return true
+            }
+            if !kept { curl_easy_cleanup(handle) }
+        }
+    }
+
     private func run(_ request: URLRequest, deadline: TimeInterval) -> Result<WireAnswer, WireFailure> {
-        guard let url = request.url?.absoluteString, let handle = curl_easy_init() else { return .failure(.unreachable("cannot start a request")) }
-        defer { curl_easy_cleanup(handle) }
+        guard let url = request.url?.absoluteString, let handle = Self.pool.take() else { return .failure(.unreachable("cannot start a request")) }
+        defer { Self.pool.give(handle) }
         var headers: UnsafeMutablePointer<curl_slist>?
         defer { curl_slist_free_all(headers) }
         for (name, value) in request.allHTTPHeaderFields ?? [:] {

@@ -21,7 +21,7 @@ import Darwin
 // 4. sustained: SUSTAINED events recorded as fast as one thread can, then flush();
 //    events/s from the first record to the server's last answer;
 // 5. stalled: a server of the bench's own that answers a batch's head and then nothing;
-//    N `requested()` calls timed while the sender waits on it, with small segments and
+//    N `requested()`/`failed()` calls timed while the sender waits on it, with small segments and
 //    bound so that segments rotate and the bound drops whole ones meanwhile;
 // 6. peak RSS of this process (VmHWM); the RESULT line.
 
@@ -202,7 +202,7 @@ do {
     for index in 0..<count {
         if index % 1000 == 0 { slot = try tally.slot(network: "admob", format: .banner, placement: "home", size: "320x50") }
         let start = now()
-        try slot.requested()
+        if index % 2 == 0 { try slot.requested() } else { try slot.failed(code: 3) }
         stalled.append(UInt32(clamping: now() - start))
     }
     let status = tally.status
