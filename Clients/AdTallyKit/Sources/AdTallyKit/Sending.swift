@@ -184,6 +184,7 @@ extension Engine {
                 }
             } else {
                 // A middlebox refuses even one event: it waits, and is sent again later.
+                counters.unexpectedAnswers += 1
                 backOffLocked()
                 notices.append(.unexpectedAnswer(status: 413, detail: detail))
             }
