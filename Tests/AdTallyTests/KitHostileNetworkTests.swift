@@ -269,12 +269,9 @@ struct KitHostileNetworkTests {
         }
     }
 
-    @Test("a full disk: record() fails fast with a clear error, and the queue is still delivered (moving the head needs no new space)")
+    @Test("a full disk: record() fails fast with a clear error, and the queue is still delivered (moving the head needs no new space)",
+          .enabled(if: getuid() == 0, "mounting a small tmpfs needs root (make test and CI run as root here)"))
     func fullDisk() async throws {
-        guard getuid() == 0 else {
-            Issue.record("mounting a small tmpfs needs root; this test cannot run here")
-            return
-        }
         try await Self.withMiddlebox { fixture, middlebox, _, _ in
             let folder = KitTests.folder()
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)

@@ -82,6 +82,7 @@ struct DropReports {
             return true
         }
         guard let data = try? JSONEncoder().encode(reports) else { return false }
-        return (try? data.write(to: file, options: .atomic)) != nil
+        // Written under the engine's lock: no fsync (QueueDamage.replace).
+        return QueueDamage.replace(file, with: Array(data))
     }
 }

@@ -130,11 +130,9 @@ final class Engine: @unchecked Sendable {
         dropReports = DropReports(file: directory.appendingPathComponent("drops.json"))
         switchboard = Switchboard(server: server, appKey: appKey, file: directory.appendingPathComponent("switch.json"), configuration: configuration, transport: transport)
         if queue.damagedOnOpen > 0 {
-            // Counted on disk first, then marked as counted: a kill between the two counts it again, never never.
-            let damaged = queue.damagedOnOpen
-            if dropReports.add(damaged, .damaged) { queue.commitDamage() } else { dropReports.add(-damaged, .damaged) }
-            counters.dropped[.damaged] = damaged
-            deliver([.dropped(count: damaged, reason: .damaged)])
+            counters.dropped[.damaged] = queue.damagedOnOpen
+            deliver([.dropped(count: queue.damagedOnOpen, reason: .damaged)])
+            commitDamageIfCounted()
         } else {
             queue.commitDamage()
         }
@@ -254,10 +252,23 @@ final class Engine: @unchecked Sendable {
     /// interval, and before a send); the ledger of counts with it.
     func syncIfDirty() {
         let work = lock.locked { () -> EventQueue.SyncWork in
-            if !isClosed { queue.writeLedger() }
+            if !isClosed {
+                commitDamageIfCounted()
+                queue.writeLedger()
+            }
             return queue.takeSync()
         }
         work.run()
+    }
+
+    /// Counts the damage found on open in drops.json, then lets the queue write what passes
+    /// it (under `lock`, or in init). Counted on disk first, then marked as counted: a kill
+    /// between the two counts it again, never never. While drops.json cannot be written
+    /// (a full disk), tried again at every sync; the head does not move meanwhile.
+    func commitDamageIfCounted() {
+        guard !queue.isDamageCommitted else { return }
+        let damaged = queue.damagedOnOpen
+        if dropReports.add(damaged, .damaged) { queue.commitDamage() } else { dropReports.add(-damaged, .damaged) }
     }
 
     func reportMisuse(_ error: AdTallyError) {

@@ -45,6 +45,9 @@ struct QueuedRecord {
 final class EventQueue {
     static let magic: [UInt8] = [0xAD, 0x7A, 0x11, 0x9E]
     static let headerBytes = 20
+    /// The highest segment number the queue uses (far beyond any device's lifetime of
+    /// 256 KiB segments); a higher one in the folder is damage.
+    static let maxSegment: UInt32 = 1 << 30
     /// Larger than any event the kit writes (each field is bounded); a length above it is damage.
     static let maxRecordBytes = 64 * 1024
 
@@ -77,6 +80,9 @@ final class EventQueue {
     private(set) var lostOnOpen = 0
     /// Written since the last `sync`.
     private(set) var isDirty = false
+    /// The damage found on open is counted on disk (`commitDamage`): until then neither
+    /// the head nor the ledger is written, so a lost segment keeps its count there.
+    private(set) var isDamageCommitted = false
 
     init(folder: URL, segmentBytes: Int) throws {
         self.folder = folder
@@ -85,8 +91,14 @@ final class EventQueue {
         // Segments the kit cannot open as files (a directory in a segment's place) are lost.
         var lost: Set<UInt32> = []
         var segments: [UInt32] = []
+        var strays = 0
         for (number, kind) in Self.segmentEntries(in: folder) {
-            if kind == .regularFile {
+            if number > Self.maxSegment {
+                // No segment the kit wrote has such a number (damage, or a stray file): aside,
+                // one damaged stretch, and never a number the queue must count up to.
+                QueueDamage.moveAside(Self.segmentURL(folder, number).path)
+                strays += 1
+            } else if kind == .regularFile {
                 segments.append(number)
             } else {
                 QueueDamage.moveAside(Self.segmentURL(folder, number).path)
@@ -94,7 +106,7 @@ final class EventQueue {
             }
         }
         segments.sort()
-        let ledger = QueueDamage.readLedger(folder)
+        let ledger = QueueDamage.readLedger(folder).filter { $0.key <= Self.maxSegment }
         // A head that is missing or torn: from the oldest segment, sent again (the server
         // counts each id once), rather than a guess that could pass unsent events.
         let seen = Set(segments).union(lost).union(ledger.keys)
@@ -104,6 +116,10 @@ final class EventQueue {
         for number in segments where number >= head.segment {
             do {
                 contents[number] = try Self.read(Self.segmentURL(folder, number))
+            } catch let error as SegmentReadError where !error.isLost {
+                // A failure that may pass (out of descriptors, an I/O error, a file locked by
+                // data protection): nothing is given up; opening fails, and is tried again later.
+                throw AdTallyError.storage(error.description)
             } catch {
                 QueueDamage.moveAside(Self.segmentURL(folder, number).path)
                 lost.insert(number)
@@ -113,25 +129,25 @@ final class EventQueue {
         // Lost: a segment from the head on that the ledger or the folder knew of and that
         // cannot be read now; and a gap between readable ones the ledger never saw (its
         // count unknown, one damaged stretch like any other).
-        var lostEvents = 0
+        var lostEvents = strays
         let highest = seen.max() ?? head.segment
-        if head.segment <= highest {
-            for number in head.segment...highest where contents[number] == nil {
-                if let count = ledger[number] {
-                    lostEvents += count
-                } else if lost.contains(number) || (readable.first.map { number > $0 } ?? false) && (readable.last.map { number < $0 } ?? false) {
-                    lostEvents += 1
-                }
+        let from = head.segment
+        var missing = seen.filter { $0 >= from && contents[$0] == nil }
+        for (before, after) in zip(readable, readable.dropFirst()) where after - before > 1 {
+            // A gap wider than any queue's segments is one damaged stretch, not enumerated.
+            if after - before > 4096 {
+                lostEvents += 1
+            } else {
+                for number in (before + 1)..<after { missing.insert(number) }
             }
+        }
+        for number in missing {
+            lostEvents += ledger[number] ?? 1
+            // Known as lost from now on (a zero in the ledger): not counted again at the next launch.
+            segmentCounts[number] = 0
+            segmentSizes[number] = 0
         }
         lostOnOpen = lostEvents
-        // Known as lost from now on (a zero in the ledger): not counted again at the next launch.
-        if head.segment <= highest {
-            for number in head.segment...highest where contents[number] == nil {
-                segmentCounts[number] = 0
-                segmentSizes[number] = 0
-            }
-        }
         if contents[head.segment] == nil {
             // The head's own segment is gone: the queue goes on from the next one there is.
             head = QueuePosition(segment: readable.first ?? (highest + (seen.isEmpty ? 0 : 1)), offset: 0)
@@ -178,6 +194,7 @@ final class EventQueue {
         // not again at every launch (the stretches counted are kept in `damage`).
         let known = Set(Self.readDamage(folder))
         damagedOnOpen = damage.subtracting(known).count + lostEvents
+        isDamageCommitted = damagedOnOpen == 0
         ledgerWritten = ledger
         openHead()
         try openForAppend()
@@ -185,6 +202,7 @@ final class EventQueue {
 
     /// Marks the damage found on open as counted (once its count is on disk).
     func commitDamage() {
+        isDamageCommitted = true
         if damage != Set(Self.readDamage(folder)) { Self.writeDamage(folder, damage) }
         writeLedger(force: true)
         // The head as opened (it may have moved past a lost segment).
@@ -193,7 +211,7 @@ final class EventQueue {
 
     /// Writes the per-segment counts when they changed since the last write.
     func writeLedger(force: Bool = false) {
-        guard force || segmentCounts != ledgerWritten else { return }
+        guard isDamageCommitted, force || segmentCounts != ledgerWritten else { return }
         if QueueDamage.writeLedger(folder, segmentCounts) { ledgerWritten = segmentCounts }
     }
 
@@ -212,7 +230,7 @@ final class EventQueue {
 
     static func writeDamage(_ folder: URL, _ damage: Set<QueuePosition>) {
         let text = damage.sorted().map { "\($0.segment) \($0.offset)\n" }.joined()
-        try? Data(text.utf8).write(to: folder.appendingPathComponent("damage"), options: .atomic)
+        QueueDamage.replace(folder.appendingPathComponent("damage"), with: Array(text.utf8))
     }
 
     deinit {
@@ -365,14 +383,20 @@ final class EventQueue {
 
     func readPlan() -> ReadPlan {
         var ranges: [(segment: UInt32, from: Int, to: Int)] = []
-        var segment = head.segment
-        while segment <= tail.segment {
+        // The segments known, not every number between (a gap may be wide: damage).
+        for segment in known(from: head.segment, through: tail.segment) {
             let end = segment == tail.segment ? tail.offset : (segmentSizes[segment] ?? 0)
             let from = segment == head.segment ? head.offset : 0
             if from < end { ranges.append((segment, from, end)) }
-            segment += 1
         }
         return ReadPlan(folder: folder, ranges: ranges, tail: tail)
+    }
+
+    /// The numbers of the segments the queue knows in `from...through`, in order.
+    private func known(from: UInt32, through: UInt32) -> [UInt32] {
+        guard from <= through else { return [] }
+        return Set(segmentSizes.keys).union(segmentCounts.keys).union([tail.segment])
+            .filter { $0 >= from && $0 <= through }.sorted()
     }
 
     /// Records read from a plan, and the first segment that could not be read (lost:
@@ -457,14 +481,15 @@ final class EventQueue {
         head = newHead
         // Bytes passed: whole segments from the old head, then the part of the new head's.
         var passedBytes = 0
-        for number in oldHead.segment..<max(oldHead.segment, head.segment) {
+        let passed = head.segment > oldHead.segment ? known(from: oldHead.segment, through: head.segment - 1) : []
+        for number in passed {
             passedBytes += (segmentSizes[number] ?? 0) - (number == oldHead.segment ? oldHead.offset : 0)
         }
         passedBytes += head.offset - (head.segment == oldHead.segment ? oldHead.offset : 0)
         pendingBytes = max(0, pendingBytes - passedBytes)
         pendingCount = max(0, pendingCount - records)
         var left = records
-        for number in oldHead.segment...head.segment {
+        for number in passed + [head.segment] {
             let inSegment = segmentCounts[number] ?? 0
             if number < head.segment {
                 left -= inSegment
@@ -474,9 +499,7 @@ final class EventQueue {
                 segmentCounts[number] = max(0, inSegment - left)
             }
         }
-        if oldHead.segment < head.segment {
-            for number in oldHead.segment..<head.segment { unlink(Self.segmentURL(folder, number).path) }
-        }
+        for number in passed { unlink(Self.segmentURL(folder, number).path) }
         // Best effort (a full disk must not stop the head): the counts as they are now.
         writeLedger()
         return records
@@ -487,7 +510,8 @@ final class EventQueue {
     func dropOldestSegment() throws -> Int {
         guard head.segment < tail.segment else { return 0 }
         let dropped = segmentCounts[head.segment] ?? 0
-        try advance(to: QueuePosition(segment: head.segment + 1, offset: 0), records: dropped)
+        let next = known(from: head.segment + 1, through: tail.segment).first ?? tail.segment
+        try advance(to: QueuePosition(segment: next, offset: 0), records: dropped)
         return dropped
     }
 
@@ -511,6 +535,8 @@ final class EventQueue {
     }
 
     private func writeHead(_ head: QueuePosition) throws {
+        // Nothing that passes lost events reaches the disk before their count does.
+        guard isDamageCommitted else { throw AdTallyError.storage("the queue's damage is not counted on disk yet") }
         if headFD < 0 { openHead() }
         guard headFD >= 0 else { throw AdTallyError.storage("cannot open the queue's head file (\(String(cString: strerror(errno))))") }
         let line = Self.headLine(head)
@@ -554,7 +580,7 @@ final class EventQueue {
         } else if parts.count != 2 {
             return nil
         }
-        guard let segment = UInt32(parts[0]), let offset = Int(parts[1]), offset >= 0 else { return nil }
+        guard let segment = UInt32(parts[0]), segment <= maxSegment, let offset = Int(parts[1]), offset >= 0 else { return nil }
         return QueuePosition(segment: segment, offset: offset)
     }
 
@@ -564,7 +590,7 @@ final class EventQueue {
         var path: String
         var code: Int32
 
-        var isLost: Bool { [ENOENT, EISDIR, EACCES, EPERM, ENOTDIR, ELOOP].contains(code) }
+        var isLost: Bool { [ENOENT, EISDIR, ENOTDIR, ELOOP].contains(code) }
         var description: String { "cannot read \(path) (\(String(cString: strerror(code))))" }
     }
 

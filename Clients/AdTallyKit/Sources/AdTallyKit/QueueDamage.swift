@@ -63,6 +63,35 @@ enum QueueDamage {
         }
     }
 
+    /// Replaces `url`'s contents by a new file renamed over it, without fsync: these small
+    /// files are written under the lock `record()` takes, where no sync may run
+    /// (Foundation's `.atomic` write fsyncs). A crash leaves the old file or the new one;
+    /// power loss may take the last write, as it may the last second of events.
+    @discardableResult
+    static func replace(_ url: URL, with bytes: [UInt8]) -> Bool {
+        clearForFile(url.path)
+        let temporary = url.path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return false }
+        var done = 0
+        while done < bytes.count {
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, bytes.count - done) }
+            if written < 0 && errno == EINTR { continue }
+            guard written > 0 else {
+                close(fd)
+                unlink(temporary)
+                return false
+            }
+            done += written
+        }
+        close(fd)
+        guard rename(temporary, url.path) == 0 else {
+            unlink(temporary)
+            return false
+        }
+        return true
+    }
+
     // MARK: - The ledger
 
     static func ledgerURL(_ folder: URL) -> URL { folder.appendingPathComponent("counts") }
@@ -85,8 +114,6 @@ enum QueueDamage {
     @discardableResult
     static func writeLedger(_ folder: URL, _ counts: [UInt32: Int]) -> Bool {
         let text = counts.keys.sorted().map { "\($0) \(counts[$0]!)\n" }.joined()
-        let url = ledgerURL(folder)
-        clearForFile(url.path)
-        return (try? Data(text.utf8).write(to: url, options: .atomic)) != nil
+        return replace(ledgerURL(folder), with: Array(text.utf8))
     }
 }

@@ -159,6 +159,14 @@ extension Engine {
         switch outcome {
         case .delivered(let receipt):
             guard finish() else { break }
+            // Events the bound dropped while their batch was out, then stored by the server:
+            // not dropped after all. Their count is still in the open report (reports are
+            // sealed only between batches), so it is taken back there and here.
+            let storedMeanwhile = fresh.filter { $0.end <= head }.count
+            if storedMeanwhile > 0 {
+                dropReports.add(-storedMeanwhile, .queueFull)
+                counters.dropped[.queueFull] = max(0, (counters.dropped[.queueFull] ?? 0) - storedMeanwhile)
+            }
             counters.delivered += fresh.count - receipt.rejected.count
             counters.deadLettered += receipt.rejected.count
             for rejection in receipt.rejected {
@@ -268,7 +276,7 @@ extension Engine {
                 guard !isClosed else { return false }
                 lastSend = Date()
                 switch answer?.status {
-                case 200 where answer?.mediaType == "application/json":
+                case 200 where answer.map(Self.isDropReceipt) ?? false:
                     dropReports.remove(report.id)
                     return true
                 case 400, 404:
@@ -300,6 +308,12 @@ extension Engine {
             }
             guard done else { return }
         }
+    }
+
+    /// AdTally's answer to a drop report: JSON with its `recorded` flag.
+    static func isDropReceipt(_ answer: WireAnswer) -> Bool {
+        struct Wire: Decodable { var recorded: Bool }
+        return answer.mediaType == "application/json" && (try? JSONDecoder().decode(Wire.self, from: answer.body)) != nil
     }
 
     static func id(of json: [UInt8]) -> UUID? {

@@ -167,7 +167,7 @@ final class Switchboard: @unchecked Sendable {
                 kept.fetchedAt = now
                 kept.maxAge = maxAge
                 answers[key] = kept
-            case 404 where answer.mediaType == "application/problem+json":
+            case 404 where Problem(answer) != nil:
                 // AdTally's own 404: no policy answers; the app's default applies until one does.
                 answers[key] = Answer(network: nil, etag: nil, maxAge: maxAge, fetchedAt: now)
             default:

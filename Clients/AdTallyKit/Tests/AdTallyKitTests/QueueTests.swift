@@ -126,6 +126,21 @@ final class QueueTests: XCTestCase {
         XCTAssertEqual(fresh.pendingCount, 1)
     }
 
+    /// Names and lines no queue of the kit's writes — a segment numbered near the top of
+    /// the range, a ledger or head naming UInt32.max — open at once, counted, without a trap.
+    func testStrayNumbersNeitherHangNorTrap() throws {
+        var queue: EventQueue? = try EventQueue(folder: folder, segmentBytes: 256)
+        try queue!.append(json: record("kept"), occurredAtMillis: 0)
+        queue = nil
+        try Data("x".utf8).write(to: EventQueue.segmentURL(folder, 99_999_999))
+        try Data("4294967295 0\n".utf8).write(to: folder.appendingPathComponent("counts"))
+        try Data("4294967295 0\n".utf8).write(to: folder.appendingPathComponent("head"))
+        let reopened = try EventQueue(folder: folder, segmentBytes: 256)
+        XCTAssertEqual(reopened.damagedOnOpen, 1, "the stray segment, one damaged stretch")
+        XCTAssertEqual(try reopened.read(limit: 10, maxBytes: 1 << 20).map { String(decoding: $0.json, as: UTF8.self) }, [#"{"id":"kept"}"#])
+        for _ in 0..<30 { try reopened.append(json: record("more"), occurredAtMillis: 0) }
+    }
+
     func testATornRecordInTheMiddleLosesOnlyItself() throws {
         func segmentBytes(_ names: [String]) throws -> Data {
             let place = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-kit-part-\(UUID().uuidString)")
