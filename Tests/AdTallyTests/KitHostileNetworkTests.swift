@@ -12,7 +12,9 @@ import Glibc
 /// once the middlebox turns clean, nothing is dead-lettered but AdTally's own rejections,
 /// its peak RSS stays under `rssBoundKiB`, and the switch hands the app no name the server
 /// could not have sent. The queue's damage cases check that lost events equal counted drops.
-@Suite("AdTallyKit against a hostile network")
+/// One at a time (each runs a server and child processes; seven at once loaded the
+/// shared two cores enough to time out other suites' reads).
+@Suite("AdTallyKit against a hostile network", .serialized)
 struct KitHostileNetworkTests {
     /// The child's peak RSS bound (a debug build: Foundation, libcurl and the kit, about
     /// 40 MiB in these runs), through a 200 MiB answer too.
