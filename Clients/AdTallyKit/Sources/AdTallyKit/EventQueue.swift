@@ -333,8 +333,16 @@ final class EventQueue {
     /// Starts a new segment. The sealed one is synced later, by whoever takes the sync
     /// work, never here: this runs inside `record`.
     private func rotate() throws {
+        try startSegment(syncingOld: true)
+        // The sealed segment's count is final: in the ledger before it can be lost.
+        writeLedger()
+    }
+
+    /// Moves the tail to a new segment; the old one's descriptor is handed to the next
+    /// sync when `syncingOld` and it holds unsynced writes, else closed.
+    private func startSegment(syncingOld: Bool) throws {
         if writeFD >= 0 {
-            if isDirty { retiredFDs.append(writeFD) } else { close(writeFD) }
+            if syncingOld && isDirty { retiredFDs.append(writeFD) } else { close(writeFD) }
         }
         writeFD = -1
         isDirty = false
@@ -342,8 +350,6 @@ final class EventQueue {
         segmentSizes[tail.segment] = 0
         segmentCounts[tail.segment] = 0
         try openForAppend()
-        // The sealed segment's count is final: in the ledger before it can be lost.
-        writeLedger()
     }
 
     private func openForAppend() throws {
@@ -361,13 +367,7 @@ final class EventQueue {
     /// The segment being appended to was lost (deleted under the kit): later records go
     /// to a new one.
     private func abandonTail() throws {
-        if writeFD >= 0 { close(writeFD) }
-        writeFD = -1
-        isDirty = false
-        tail = QueuePosition(segment: tail.segment + 1, offset: 0)
-        segmentSizes[tail.segment] = 0
-        segmentCounts[tail.segment] = 0
-        try openForAppend()
+        try startSegment(syncingOld: false)
     }
 
     // MARK: - Reading and finishing
