@@ -18,7 +18,13 @@ let package = Package(
         .systemLibrary(name: "AdTallyKitZlib", path: "Sources/AdTallyKitZlib"),
         // libcurl on Linux only (Debian: libcurl4-openssl-dev); Apple platforms use URLSession.
         .systemLibrary(name: "AdTallyKitCurl", path: "Sources/AdTallyKitCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
-        .target(name: "AdTallyKit", dependencies: ["AdTallyKitZlib", .target(name: "AdTallyKitCurl", condition: .when(platforms: [.linux]))]),
+        // PrivacyInfo.xcprivacy: the required-reason APIs the kit calls, shipped inside the
+        // target's folder so that it reaches the app (PrivacyManifestTests checks it).
+        .target(
+            name: "AdTallyKit",
+            dependencies: ["AdTallyKitZlib", .target(name: "AdTallyKitCurl", condition: .when(platforms: [.linux]))],
+            resources: [.copy("PrivacyInfo.xcprivacy")]
+        ),
         // Command-line helpers the three executables below share (not a product).
         .target(name: "KitCommandLine"),
         // Sends a banner and an interstitial's life to a server: the first thing to try after `adtally demo`.
