@@ -59,6 +59,8 @@ final class EventQueue {
     private var retiredFDs: [Int32] = []
     /// A segment was created since the last sync: the folder needs one too.
     private var isFolderDirty = false
+    /// Segments the head passed, to be removed by the next sync's work (outside the lock).
+    private var finishedSegments: [String] = []
     /// The head file, kept open and rewritten in place: moving the head needs no new space.
     private var headFD: Int32 = -1
     /// The segment being appended to and its size.
@@ -237,6 +239,7 @@ final class EventQueue {
         if writeFD >= 0 { close(writeFD) }
         if headFD >= 0 { close(headFD) }
         for fd in retiredFDs { close(fd) }
+        for path in finishedSegments { unlink(path) }
     }
 
     // MARK: - Appending
@@ -288,11 +291,15 @@ final class EventQueue {
     struct SyncWork {
         var descriptors: [Int32] = []
         var folder: URL?
+        /// Segments the head passed: removed here, outside the lock, since an unlink may
+        /// wait on the file system's journal behind another process's sync.
+        var finished: [String] = []
 
-        var isEmpty: Bool { descriptors.isEmpty && folder == nil }
+        var isEmpty: Bool { descriptors.isEmpty && folder == nil && finished.isEmpty }
 
         /// Does it (outside any lock), closing the descriptors.
         func run() {
+            for path in finished { unlink(path) }
             for fd in descriptors {
                 EventQueue.sync(fd)
                 close(fd)
@@ -315,6 +322,8 @@ final class EventQueue {
         }
         work.descriptors += retiredFDs
         retiredFDs = []
+        work.finished = finishedSegments
+        finishedSegments = []
         if isFolderDirty {
             work.folder = folder
             isFolderDirty = false
@@ -499,7 +508,7 @@ final class EventQueue {
                 segmentCounts[number] = max(0, inSegment - left)
             }
         }
-        for number in passed { unlink(Self.segmentURL(folder, number).path) }
+        finishedSegments += passed.map { Self.segmentURL(folder, $0).path }
         // Best effort (a full disk must not stop the head): the counts as they are now.
         writeLedger()
         return records
