@@ -27,8 +27,15 @@ start)
   # A hot standby needs max_connections at least the primary's (1000 in the test cluster).
   # No hot_standby_feedback: through the slot it would hold back vacuum in every
   # database of the shared test cluster (another test checks what vacuum gives back).
-  as_server "$bindir/pg_ctl" start -w -t 60 -D "$dir/data" -l "$dir/postgres.log" \
-    -o "-c listen_addresses='' -c port=$port -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -c fsync=off -c max_connections=1000 -c hot_standby=on" >/dev/null
+  # A standby accepts connections only once it is consistent and has seen a snapshot of
+  # the primary's running transactions; on a loaded CI machine that took over 60 s once,
+  # so it gets 180, and a failure shows why from the replica's own log.
+  if ! as_server "$bindir/pg_ctl" start -w -t 180 -D "$dir/data" -l "$dir/postgres.log" \
+    -o "-c listen_addresses='' -c port=$port -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -c fsync=off -c max_connections=1000 -c hot_standby=on" >/dev/null; then
+    echo "the replica's log (last 30 lines):" >&2
+    tail -n 30 "$dir/postgres.log" >&2 || true
+    exit 1
+  fi
   ;;
 stop)
   dir=$2 primary=${3:-} primary_port=${4:-5432}
