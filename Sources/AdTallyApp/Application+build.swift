@@ -29,6 +29,8 @@ public struct AppServices: Sendable {
     public let exportsRoot: String
     /// The key the networks' API credentials are encrypted with (nil: the database's own).
     public let credentialsKey: String?
+    /// Where the server's own requests may go (ADTALLY_OUTBOUND_ALLOW).
+    public let outbound: OutboundGate
     /// Runs due export slots while this server leads.
     public let exportRunner: ExportRunner
     /// Writes the report engine's recent numbers where Grafana reads them.
@@ -67,10 +69,12 @@ public struct AppServices: Sendable {
         self.exports = ExportStore(pool: database.pool)
         self.exportsRoot = settings.exportsRoot
         self.credentialsKey = settings.credentialsKey
+        let outbound = OutboundGate(policy: settings.outboundAllow)
+        self.outbound = outbound
         var runner = ExportRunner.Configuration(identity: Self.identity(settings))
         runner.catchUp = .seconds(settings.exportCatchUpDays * 86_400)
         runner.exportsRoot = settings.exportsRoot
-        runner.pulls = NetworkPulls(pool: database.pool, key: settings.credentialsKey, fetch: NetworkPullClient.fetch)
+        runner.pulls = NetworkPulls(pool: database.pool, key: settings.credentialsKey, fetch: NetworkPullClient(gate: outbound).fetch)
         // The server's own reports run on pools HTTP readers never take (Database.backgroundReads).
         let background = database.backgroundReportEngine(logger: logger)
         self.exportRunner = ExportRunner(configuration: exportRunner ?? runner, leaderPool: database.leaderPool, engine: background, logger: Logger(label: "adtally.exports"))
@@ -85,7 +89,7 @@ public struct AppServices: Sendable {
         var evaluator = AlertEvaluator.Configuration(identity: Self.identity(settings))
         evaluator.dashboardBase = settings.publicURL
         evaluator.credentialsKey = settings.credentialsKey
-        evaluator.send = WebhookClient.send
+        evaluator.send = WebhookClient(gate: outbound).send
         self.alertEvaluator = AlertEvaluator(
             configuration: alertEvaluator ?? evaluator, leaderPool: database.alertLeaderPool, engine: background, logger: Logger(label: "adtally.alerts")
         )
@@ -150,7 +154,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     ).register(on: routes)
     // A test notification is sent even where a test server's evaluator sends nothing.
     var alerting = services.alertEvaluator.configuration
-    if alerting.send == nil { alerting.send = WebhookClient.send }
+    if alerting.send == nil { alerting.send = WebhookClient(gate: services.outbound).send }
     AlertRoutes(store: services.alerts, engine: services.reports, authenticator: authenticator, alerting: alerting).register(on: routes)
     OpenAPIDocument.register(on: routes)
     return Application(

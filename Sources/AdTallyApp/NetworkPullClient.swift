@@ -24,27 +24,27 @@ import NIOHTTP1
 ///
 /// A body over `NetworkReport.maxBytes`, a status other than 200, a redirect, or a
 /// whole exchange (token and report) over two minutes is an error; no error names the
-/// credential (MAX's key is in the query, which errors leave out).
-public enum NetworkPullClient {
+/// credential (MAX's key is in the query, which errors leave out). Every request (the
+/// token's too: its URI comes from the credential) goes only where the `OutboundGate`
+/// lets it, with no redirects: a report comes from the endpoint given, or not at all.
+public struct NetworkPullClient: Sendable {
     struct Failure: Error, CustomStringConvertible {
         var description: String
     }
 
-    /// Its own client: no redirects (a report comes from the endpoint given, or not at all).
-    static let client = HTTPClient(
-        eventLoopGroupProvider: .singleton,
-        configuration: .init(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))
-    )
-
     /// The longest a whole pull (token and report) may take.
     static let deadline: Duration = .seconds(120)
 
-    public static func fetch(_ request: NetworkPullRequest) async throws -> [UInt8] {
+    public let gate: OutboundGate
+
+    public init(gate: OutboundGate) { self.gate = gate }
+
+    public func fetch(_ request: NetworkPullRequest) async throws -> [UInt8] {
         try await withThrowingTaskGroup(of: [UInt8].self) { group in
             group.addTask { try await exchange(request) }
             group.addTask {
-                try await Task.sleep(for: deadline)
-                throw Failure(description: "\(shown(request.endpoint)) took longer than \(deadline.components.seconds) s")
+                try await Task.sleep(for: Self.deadline)
+                throw Failure(description: "\(Self.shown(request.endpoint)) took longer than \(Self.deadline.components.seconds) s")
             }
             defer { group.cancelAll() }
             return try await group.next()!
@@ -59,7 +59,7 @@ public enum NetworkPullClient {
     }
 
     /// The bearer token for AdMob or LevelPlay: minted from the credential's JSON, or the credential itself.
-    static func bearer(_ request: NetworkPullRequest) async throws -> String {
+    func bearer(_ request: NetworkPullRequest) async throws -> String {
         guard request.credential.hasPrefix("{") else { return request.credential }
         // JSON that does not parse is a broken credential, never a token to send.
         guard let object = try? JSONSerialization.jsonObject(with: Data(request.credential.utf8)) as? [String: Any] else {
@@ -92,39 +92,43 @@ public enum NetworkPullClient {
         default:
             return request.credential
         }
-        let body = try await send(http, shown: shown(uri), limit: 1 << 16)
+        let body = try await send(http, shown: Self.shown(uri), field: request.source == .admob ? "credential: token_uri" : "credential: auth_uri", limit: 1 << 16)
         let text = String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         // Google answers {"access_token": …}; LevelPlay the token itself, as a JSON string or bare.
         if let object = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed]) {
             if let token = (object as? [String: Any])?["access_token"] as? String, !token.isEmpty { return token }
             if let token = object as? String, !token.isEmpty { return token }
         }
-        guard !text.isEmpty, !text.hasPrefix("{") else { throw Failure(description: "\(shown(uri)) answered no token") }
+        guard !text.isEmpty, !text.hasPrefix("{") else { throw Failure(description: "\(Self.shown(uri)) answered no token") }
         return text
     }
 
     /// Sends a request; the body when the answer is 200 (at most `limit` bytes).
-    static func send(_ http: HTTPClientRequest, shown: String, limit: Int) async throws -> [UInt8] {
-        let response: HTTPClientResponse
+    func send(_ http: HTTPClientRequest, shown: String, field: String, limit: Int) async throws -> [UInt8] {
         do {
-            response = try await client.execute(http, timeout: .seconds(60))
+            return try await gate.execute(http, field: field, connect: .seconds(10), read: .seconds(60), timeout: .seconds(60)) { response in
+                guard response.status == .ok else {
+                    // A little of the network's own words (its error JSON), never the request.
+                    var excerpt = (try? await response.body.collect(upTo: 2048)).map { String(buffer: $0) } ?? ""
+                    excerpt = String(excerpt.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(300))
+                    throw Failure(description: "\(shown) answered HTTP \(response.status.code)\(excerpt.isEmpty ? "" : ": \(excerpt)")")
+                }
+                do {
+                    return Array(try await response.body.collect(upTo: limit).readableBytesView)
+                } catch is NIOTooManyBytesError {
+                    throw Failure(description: "\(shown) answered more than \(limit) bytes, the most a report may have")
+                }
+            }
+        } catch let error as Failure {
+            throw error
+        } catch let refused as OutboundGate.Refused {
+            throw refused
         } catch {
             throw Failure(description: "\(shown) did not answer: \(type(of: error))")
         }
-        guard response.status == .ok else {
-            // A little of the network's own words (its error JSON), never the request.
-            var excerpt = (try? await response.body.collect(upTo: 2048)).map { String(buffer: $0) } ?? ""
-            excerpt = String(excerpt.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(300))
-            throw Failure(description: "\(shown) answered HTTP \(response.status.code)\(excerpt.isEmpty ? "" : ": \(excerpt)")")
-        }
-        do {
-            return Array(try await response.body.collect(upTo: limit).readableBytesView)
-        } catch is NIOTooManyBytesError {
-            throw Failure(description: "\(shown) answered more than \(limit) bytes, the most a report may have")
-        }
     }
 
-    static func exchange(_ request: NetworkPullRequest) async throws -> [UInt8] {
+    func exchange(_ request: NetworkPullRequest) async throws -> [UInt8] {
         guard var components = URLComponents(string: request.endpoint), let host = components.host else {
             throw Failure(description: "endpoint: not a URL")
         }
@@ -168,6 +172,6 @@ public enum NetworkPullClient {
             throw Failure(description: "source: a generic CSV has no API")
         }
         http.headers.add(name: "Accept", value: "application/json, text/csv")
-        return try await send(http, shown: shown, limit: NetworkReport.maxBytes)
+        return try await send(http, shown: shown, field: "endpoint", limit: NetworkReport.maxBytes)
     }
 }

@@ -62,6 +62,10 @@ public struct Settings: Sendable {
     /// from the environment only, never a flag a process list shows). Without it, a key kept
     /// in the database (server_secrets) is used, and a dump of the database holds both.
     public var credentialsKey: String?
+    /// Where AdTally's own requests (alert webhooks, network pulls) may go besides the
+    /// public internet (`ADTALLY_OUTBOUND_ALLOW`: CIDRs, addresses or host names, comma
+    /// separated); loopback, link-local, private and reserved ranges are refused otherwise.
+    public var outboundAllow = OutboundPolicy.defaultPolicy
     /// Where users reach this service (`ADTALLY_PUBLIC_URL`, e.g. `https://adtally.example.com`;
     /// default `http://HOST:PORT`): the dashboard links in alert notifications start with it.
     public var publicURL: String = ""
@@ -231,6 +235,13 @@ public struct Settings: Sendable {
             .standardizedFileURL.path
         settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
         settings.credentialsKey = text(nil, "ADTALLY_CREDENTIALS_KEY")
+        if let allow = text(nil, "ADTALLY_OUTBOUND_ALLOW") {
+            do {
+                settings.outboundAllow = try OutboundPolicy(allowing: allow)
+            } catch {
+                throw SettingsError.invalid("ADTALLY_OUTBOUND_ALLOW", allow, "a comma-separated list of CIDRs, addresses and host names (\(error.rule))")
+            }
+        }
         if let url = text(nil, "ADTALLY_PUBLIC_URL") {
             // The rule of every URL AdTally links or sends to, and no query (links append theirs).
             guard (try? FieldError.checkURL(url, field: "ADTALLY_PUBLIC_URL")) != nil, URL(string: url)?.query == nil

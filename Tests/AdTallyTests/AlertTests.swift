@@ -62,7 +62,7 @@ struct AlertTests {
         configuration.retryBase = .milliseconds(50)
         configuration.dashboardBase = "http://adtally.test"
         configuration.credentialsKey = key
-        configuration.send = WebhookClient.send
+        configuration.send = WebhookClient(gate: .loopbackAllowed).send
         if let now { configuration.now = now }
         var logger = Logger(label: "adtally.alerts")
         logger.logLevel = .critical
@@ -336,7 +336,7 @@ struct AlertTests {
                     // A test notification: sent now, signed, recorded as a test.
                     var alerting = AlertEvaluator.Configuration(identity: "test")
                     alerting.dashboardBase = "http://adtally.test"
-                    alerting.send = WebhookClient.send
+                    alerting.send = WebhookClient(gate: .loopbackAllowed).send
                     let test = try await store.test("admob-dead", configuration: alerting)
                     #expect(test.status == "delivered" && test.attempts == 1)
                     let sent = try #require(receiver.all.last)
@@ -354,8 +354,8 @@ struct AlertTests {
             try await TestDatabase.withDatabase { conninfo in
                 let (database, _) = try await openWithApp(conninfo, app: "cli-app")
                 await database.close()
-                func adtally(_ arguments: String...) async throws -> (status: Int32, output: String) {
-                    try await runProcess([adtallyBinary()] + arguments + ["--database-url", conninfo])
+                func adtally(_ arguments: String..., environment: [String: String] = [:]) async throws -> (status: Int32, output: String) {
+                    try await runProcess([adtallyBinary()] + arguments + ["--database-url", conninfo], environment: environment)
                 }
                 let both = try await adtally("alerts", "create", "x", "--apps", "cli-app", "--metric", "fill_rate", "--below", "0.5", "--above", "0.9", "--window-minutes", "60", "--webhook", url)
                 #expect(both.status != 0 && both.output.contains("give exactly one of --below"), "\(both.output)")
@@ -377,7 +377,13 @@ struct AlertTests {
                 let readings = try #require((try? JSONSerialization.jsonObject(with: Data(check.output.utf8)) as? [String: Any])?["app_readings"] as? [[String: Any]], "\(check.output)")
                 #expect(readings.count == 1 && readings[0]["app"] as? String == "cli-app" && readings[0]["requests"] as? Int == 0, "\(readings)")
                 #expect((readings[0]["note"] as? String)?.contains("under the rule's minimum of 500") == true && readings[0]["would_be"] as? String == "ok (nothing sent)", "\(readings)")
-                let test = try await adtally("alerts", "test", "rev-drop")
+                // The receiver is on loopback, where nothing is sent unless an operator allows it.
+                let refused = try await adtally("alerts", "test", "rev-drop")
+                #expect(
+                    refused.status != 0 && refused.output.contains("webhook: 127.0.0.1 is loopback (127.0.0.0/8)") && refused.output.contains("ADTALLY_OUTBOUND_ALLOW")
+                        && receiver.all.isEmpty, "\(refused.output)"
+                )
+                let test = try await adtally("alerts", "test", "rev-drop", environment: ["ADTALLY_OUTBOUND_ALLOW": "127.0.0.1"])
                 #expect(test.status == 0 && test.output.contains("test notification delivered"), "\(test.output)")
                 let sent = try #require(receiver.all.last)
                 #expect(sent.json["kind"] as? String == "test" && (sent.json["dashboard"] as? String)?.hasSuffix("/dashboard") == true)

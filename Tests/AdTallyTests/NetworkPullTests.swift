@@ -87,7 +87,7 @@ struct NetworkPullTests {
                     .init(source: .admob, kind: .app, external: "ca-app-pub-1234567890123456~1111111111", target: "exp"),
                     .init(source: .max, kind: .app, external: "com.example.game", target: "exp"),
                 ])
-                let pulls = NetworkPulls(pool: services.database.pool, key: "test-key", fetch: NetworkPullClient.fetch)
+                let pulls = NetworkPulls(pool: services.database.pool, key: "test-key", fetch: NetworkPullClient(gate: .loopbackAllowed).fetch)
                 // AdMob's credential mints an hour's token at the (fixture's) OAuth endpoint first.
                 let oauth = #"{"client_id": "client-1", "client_secret": "s+cret", "refresh_token": "refresh-1", "token_uri": "\#(base)/oauth/token"}"#
                 _ = try await pulls.save(NetworkPull(name: "admob-main", source: .admob, endpoint: base + "/admob/v1/accounts/pub-1/networkReport:generate"), credential: oauth)

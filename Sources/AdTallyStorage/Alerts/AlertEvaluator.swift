@@ -10,6 +10,12 @@ public struct WebhookRequest: Sendable {
     public var url: String
     public var body: [UInt8]
     public var headers: [(String, String)]
+
+    public init(url: String, body: [UInt8], headers: [(String, String)]) {
+        self.url = url
+        self.body = body
+        self.headers = headers
+    }
 }
 
 /// Evaluates the alert rules (DESIGN §12): one server at a time, elected as the export

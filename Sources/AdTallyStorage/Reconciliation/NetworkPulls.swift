@@ -73,6 +73,14 @@ public struct NetworkPullRequest: Sendable {
     /// First and last day, `YYYY-MM-DD`.
     public var from: String
     public var to: String
+
+    public init(source: NetworkReportSource, endpoint: String, credential: String, from: String, to: String) {
+        self.source = source
+        self.endpoint = endpoint
+        self.credential = credential
+        self.from = from
+        self.to = to
+    }
 }
 
 /// Pulls: the accounts (`network_pulls`) and their runs, run by the export runner's

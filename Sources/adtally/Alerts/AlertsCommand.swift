@@ -226,7 +226,7 @@ struct AlertsCommand: AsyncParsableCommand {
             // Sent as the servers send: their link, attempts and backoff.
             var alerting = AlertEvaluator.Configuration(identity: "adtally alerts test")
             alerting.dashboardBase = settings.publicURL
-            alerting.send = WebhookClient.send
+            alerting.send = WebhookClient(gate: OutboundGate(policy: settings.outboundAllow)).send
             let delivery = try await database.withDatabase { database, _ in
                 try await AlertsCommand.refusing { try await AlertsCommand.store(database).test(name, configuration: alerting) }
             }
