@@ -136,7 +136,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     let shares = ReportShares(poolConnections: Database.reportConnections)
     IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: routes)
     AdminRoutes(store: services.appStore, authenticator: authenticator, networks: services.eventStore.networks).register(on: routes)
-    ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares).register(on: routes)
+    ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares, streamLimits: settings.reportStreamLimits).register(on: routes)
     MoneyRoutes(
         store: MoneyStore(pool: services.database.pool), reads: MoneyStore(pool: services.database.reportPool),
         imports: MoneyStore(pool: services.database.adminPool), authenticator: authenticator, shares: shares
@@ -144,7 +144,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator, exportsRoot: services.exportsRoot).register(on: routes)
     ClientDropRoutes(store: ClientDropStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
-    DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares).register(on: routes)
+    DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares, streamLimits: settings.reportStreamLimits).register(on: routes)
     // Network report imports on the admin pool (off ingest's connections); the
     // discrepancy report's own side through the report engine.
     ReconciliationRoutes(

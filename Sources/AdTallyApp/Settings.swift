@@ -1,4 +1,5 @@
 import AdTallyCore
+import AdTallyHTTP
 import Foundation
 import Logging
 import PostgresKit
@@ -66,6 +67,10 @@ public struct Settings: Sendable {
     /// public internet (`ADTALLY_OUTBOUND_ALLOW`: CIDRs, addresses or host names, comma
     /// separated); loopback, link-local, private and reserved ranges are refused otherwise.
     public var outboundAllow = OutboundPolicy.defaultPolicy
+    /// How long a CSV report stream may hold its snapshot, and the least its reader must
+    /// take (`ADTALLY_REPORT_STREAM_MAX_SECONDS`, `…_MIN_BYTES_PER_SECOND` over each
+    /// `…_RATE_WINDOW_SECONDS`): past either, the stream is cut.
+    public var reportStreamLimits = ReportStreamLimits()
     /// Where users reach this service (`ADTALLY_PUBLIC_URL`, e.g. `https://adtally.example.com`;
     /// default `http://HOST:PORT`): the dashboard links in alert notifications start with it.
     public var publicURL: String = ""
@@ -144,6 +149,9 @@ public struct Settings: Sendable {
         public var dbConnectTimeoutSeconds: Int?
         /// `--export-catch-up-days` / `ADTALLY_EXPORT_CATCH_UP_DAYS`.
         public var exportCatchUpDays: Int?
+        public var reportStreamMaxSeconds: Int?
+        public var reportStreamMinBytesPerSecond: Int?
+        public var reportStreamWindowSeconds: Int?
         /// `--mediation-refresh` / `ADTALLY_MEDIATION_REFRESH_SECONDS`.
         public var mediationRefreshSeconds: Int?
         /// `--static-dir` / `ADTALLY_STATIC_DIR`.
@@ -228,6 +236,11 @@ public struct Settings: Sendable {
             ?? defaults.dbStatementTimeoutSeconds
         settings.dbConnectTimeoutSeconds = try number(flags.dbConnectTimeoutSeconds, "ADTALLY_CONNECT_TIMEOUT_SECONDS", range: 2...3600)
             ?? defaults.dbConnectTimeoutSeconds
+        settings.reportStreamLimits = ReportStreamLimits(
+            maxLifetime: .seconds(try number(flags.reportStreamMaxSeconds, "ADTALLY_REPORT_STREAM_MAX_SECONDS", range: 1...86_400) ?? 1800),
+            minBytesPerSecond: try number(flags.reportStreamMinBytesPerSecond, "ADTALLY_REPORT_STREAM_MIN_BYTES_PER_SECOND", range: 0...1 << 30) ?? 4096,
+            window: .seconds(try number(flags.reportStreamWindowSeconds, "ADTALLY_REPORT_STREAM_RATE_WINDOW_SECONDS", range: 1...3600) ?? 30)
+        )
         settings.exportCatchUpDays = try number(flags.exportCatchUpDays, "ADTALLY_EXPORT_CATCH_UP_DAYS", range: 1...366) ?? defaults.exportCatchUpDays
         settings.mediationRefreshSeconds = try number(flags.mediationRefreshSeconds, "ADTALLY_MEDIATION_REFRESH_SECONDS", range: 1...3600)
             ?? defaults.mediationRefreshSeconds

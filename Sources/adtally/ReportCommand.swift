@@ -47,13 +47,14 @@ struct ReportCommand: AsyncParsableCommand {
             do {
                 switch chosen {
                 case .csv:
-                    // Refusals (a missing FX rate, an unknown zone) before the header is written.
-                    try await engine.check(query)
+                    // Refusals (a missing FX rate, an unknown zone) before the header is
+                    // written, from the stream's own snapshot.
                     let layout = ReportLayout(query: query)
                     var bytes: [UInt8] = []
-                    ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &bytes)
-                    try sink.write(bytes)
-                    try await engine.stream(query) { _ in } rows: { rows in
+                    try await engine.stream(query, refusingFirst: true) { _ in
+                        ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &bytes)
+                        try sink.write(bytes)
+                    } rows: { rows in
                         bytes.removeAll(keepingCapacity: true)
                         for row in rows { layout.appendCSV(row, to: &bytes) }
                         try sink.write(bytes)

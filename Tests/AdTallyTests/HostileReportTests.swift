@@ -104,6 +104,62 @@ extension HostileInputTests.Heavy {
         }
     }
 
+    @Test("a CSV reader that trickles loses its stream after a rate window, one that reads steadily loses it at the stream's lifetime: neither holds its snapshot (backend_xmin) past the stated limits")
+    func tricklingReadersAreCut() async throws {
+        var flags = Reports.flags
+        // 4 KiB a second over 3 s windows, 10 s at most (the defaults: 4 KiB/s, 30 s, 30 min).
+        flags.reportStreamMinBytesPerSecond = 4096
+        flags.reportStreamWindowSeconds = 3
+        flags.reportStreamMaxSeconds = 10
+        try await withTestApp(flags: flags) { services, client in
+            let port = try #require(client.port)
+            let keys = try await Ingest.keys(services, app: "victim")
+            // About 25 MB of CSV in 8 chunks of 10,000 rows (the server buffers about two
+            // chunks past a reader that stops), minutes to read at these rates.
+            try await Self.manyRows(services, app: "victim", count: 80_000)
+            /// How long a report stream held a snapshot while `reader` read `bytes` a second.
+            func held(readingPerSecond bytes: Int) async throws -> Duration {
+                // Receive buffers of a few seconds' reading: a receiver advertises no window
+                // until a 16th of its buffer is free, so a buffer of megabytes would make
+                // even a steady reader's stream move in bursts longer than the 3 s windows.
+                let reader = try RawConnection(port: port, from: "127.0.0.3", receiveBuffer: Int32(bytes * 2))
+                defer { reader.close() }
+                reader.send(Self.csvRequest(keys.read))
+                let began = ContinuousClock.now
+                var lastHeld = began
+                var seen = false
+                while ContinuousClock.now - began < .seconds(60) {
+                    let tick = ContinuousClock.now
+                    _ = await reader.readSome(bytes)
+                    let holding = try await Ingest.count(services, """
+                        SELECT count(*)::int FROM pg_stat_activity
+                        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL AND query LIKE 'FETCH%report_rows'
+                        """)
+                    if holding > 0 {
+                        seen = true
+                        lastHeld = ContinuousClock.now
+                    } else if seen {
+                        break
+                    }
+                    let spent = ContinuousClock.now - tick
+                    if spent < .seconds(1) { try await Task.sleep(for: .seconds(1) - spent) }
+                }
+                #expect(seen, "the stream never held a snapshot that pg_stat_activity showed")
+                return lastHeld - began
+            }
+            // 1 KB a second (a quarter of the minimum): cut at the end of its first or second window.
+            let trickle = try await held(readingPerSecond: 1024)
+            #expect(trickle < .seconds(3 * 2 + 4), "a 1 KB/s reader held its snapshot for \(trickle)")
+            // 32 KB a second: fast enough, but cut at the stream's lifetime.
+            let steady = try await held(readingPerSecond: 32 * 1024)
+            #expect(steady >= .seconds(8) && steady < .seconds(10 + 4), "a 32 KB/s reader held its snapshot for \(steady)")
+            // The report connections are free again: a new CSV streams whole.
+            let again = try RawConnection(port: port, from: "127.0.0.4")
+            again.send(Self.csvRequest(keys.read, query: "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&format=csv"))
+            #expect(await Self.status(of: again).hasPrefix("HTTP/1.1 200"))
+        }
+    }
+
     @Test("a response the client stops reading loses its connection after the idle timeout, and its report connection with it")
     func stalledResponseIsCut() async throws {
         var flags = Reports.flags

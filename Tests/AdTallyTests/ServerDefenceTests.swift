@@ -64,6 +64,18 @@ final class RawConnection: @unchecked Sendable {
         await onOwnThread { self.readBlocking(timeout: timeout, until: marker.map { Array($0.utf8) }) }
     }
 
+    /// Reads at most `limit` bytes of what has arrived (waiting up to a second for some):
+    /// how many, and whether the server closed the connection. A reader that trickles.
+    func readSome(_ limit: Int) async -> (count: Int, closed: Bool) {
+        await onOwnThread {
+            var poller = pollfd(fd: self.fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 1000) > 0 else { return (0, false) }
+            var chunk = [UInt8](repeating: 0, count: limit)
+            let count = recv(self.fd, &chunk, limit, 0)
+            return count <= 0 ? (0, true) : (count, false)
+        }
+    }
+
     private func readBlocking(timeout: Duration, until marker: [UInt8]?) -> (text: String, closed: Bool) {
         var received: [UInt8] = []
         let deadline = ContinuousClock.now + timeout

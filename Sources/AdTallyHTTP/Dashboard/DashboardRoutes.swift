@@ -16,6 +16,7 @@ public struct DashboardRoutes: Sendable {
     let authenticator: KeyAuthenticator
     let sessions: DashboardSessions
     let shares: ReportShares
+    let streamLimits: ReportStreamLimits
 
     /// The longest range the page draws.
     static let maxDays = 366
@@ -25,9 +26,10 @@ public struct DashboardRoutes: Sendable {
     static let maxNetworks = 8
 
     /// Creates the routes; sessions are signed with a secret kept in `store`'s database.
-    public init(engine: ReportEngine, authenticator: KeyAuthenticator, store: AppStore, shares: ReportShares) {
+    public init(engine: ReportEngine, authenticator: KeyAuthenticator, store: AppStore, shares: ReportShares, streamLimits: ReportStreamLimits = .init()) {
         self.engine = engine
         self.shares = shares
+        self.streamLimits = streamLimits
         self.authenticator = authenticator
         self.sessions = DashboardSessions(store: store)
     }
@@ -78,14 +80,13 @@ public struct DashboardRoutes: Sendable {
             let selection = try await select(request, key: key)
             if let problem = selection.problem { throw ProblemDetails(.badRequest, detail: problem) }
             let query = try Self.tableQuery(selection, format: .csv)
+            var headers = ReportRoutes.csvHeaders(query)
+            headers[.cacheControl] = "no-store"
             do {
-                try await engine.check(query)
+                return try await ReportRoutes.csvResponse(query, engine: engine, holding: place, channel: context.channel, limits: streamLimits, headers: headers)
             } catch let error as ReportCurrencyError {
                 throw ProblemDetails(.unprocessableContent, title: "FX rate missing", detail: error.description)
             }
-            var headers = ReportRoutes.csvHeaders(query)
-            headers[.cacheControl] = "no-store"
-            return Response(status: .ok, headers: headers, body: ReportRoutes.csvBody(query, engine: engine, holding: place))
         }
         router.get("dashboard/assets/dashboard.css") { _, _ in
             Self.asset(DashboardPage.styleSheet, type: "text/css; charset=utf-8")

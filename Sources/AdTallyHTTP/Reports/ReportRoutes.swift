@@ -12,12 +12,15 @@ public struct ReportRoutes: Sendable {
     let engine: ReportEngine
     let authenticator: KeyAuthenticator
     let shares: ReportShares
+    let streamLimits: ReportStreamLimits
 
-    /// Creates the routes; `shares` keeps one key or address to its part of the report pool.
-    public init(engine: ReportEngine, authenticator: KeyAuthenticator, shares: ReportShares) {
+    /// Creates the routes; `shares` keeps one key or address to its part of the report
+    /// pool, `streamLimits` a CSV reader to a stated rate and lifetime.
+    public init(engine: ReportEngine, authenticator: KeyAuthenticator, shares: ReportShares, streamLimits: ReportStreamLimits = .init()) {
         self.engine = engine
         self.authenticator = authenticator
         self.shares = shares
+        self.streamLimits = streamLimits
     }
 
     /// Adds the routes to a router.
@@ -44,10 +47,11 @@ public struct ReportRoutes: Sendable {
                         body: .init(byteBuffer: ByteBuffer(bytes: document.json()))
                     )
                 case .csv:
-                    // Refusals (422, a zone PostgreSQL does not know) must come before the
-                    // 200 and the first byte: checked here, in a short transaction of its own.
-                    try await engine.check(query)
-                    return Response(status: .ok, headers: Self.csvHeaders(query), body: Self.csvBody(query, engine: engine, holding: place))
+                    // Refusals (422, a zone PostgreSQL does not know) come before the 200
+                    // and the first byte, from the stream's own snapshot.
+                    return try await Self.csvResponse(
+                        query, engine: engine, holding: place, channel: context.channel, limits: streamLimits, headers: Self.csvHeaders(query)
+                    )
                 }
             } catch let error as ReportQueryError {
                 throw Self.problem(error)
@@ -81,42 +85,5 @@ public struct ReportRoutes: Sendable {
     static func csvHeaders(_ query: ReportQuery) -> HTTPFields {
         let name = "adtally-report-\(ReportQuery.formatDate(query.from))-\(ReportQuery.formatDate(query.to)).csv"
         return [.contentType: "text/csv; charset=utf-8; header=present", .contentDisposition: "attachment; filename=\"\(name)\""]
-    }
-
-    /// The CSV, written as the engine fetches it: the header, then one chunk of rows at a
-    /// time. `place` (the request's share of the report pool) is held until the body has
-    /// been written, or dropped unwritten.
-    static func csvBody(_ query: ReportQuery, engine: ReportEngine, holding place: ReportShares.Place) -> ResponseBody {
-        ResponseBody { writer in
-            defer { withExtendedLifetime(place) {} }
-            let layout = ReportLayout(query: query)
-            var out: [UInt8] = []
-            out.reserveCapacity(1 << 16)
-            ReportText.appendCSVRecord(layout.columns.map { .text($0.name) }, to: &out)
-            var pending = out
-            do {
-                try await engine.stream(query) { _ in
-                    try await writer.write(ByteBuffer(bytes: pending))
-                    pending = []
-                } rows: { rows in
-                    out.removeAll(keepingCapacity: true)
-                    for row in rows { layout.appendCSV(row, to: &out) }
-                    try await writer.write(ByteBuffer(bytes: out))
-                }
-            } catch {
-                // The 200 and part of the file are sent: all that is left is to cut the
-                // connection (the client sees a truncated body, never a complete-looking
-                // file) and to say why here, as nothing else will.
-                let logger = Logger(label: "adtally.reports")
-                if error is ChannelError {
-                    // The client left, or stopped reading and was cut (WriteStallHandler): its own doing.
-                    logger.notice("CSV report stream ended: the connection closed", metadata: ["error": "\(error)", "query": "\(query.canonicalText)"])
-                } else {
-                    logger.error("CSV report stream failed", metadata: ["error": "\(error)", "query": "\(query.canonicalText)"])
-                }
-                throw error
-            }
-            try await writer.finish(nil)
-        }
     }
 }

@@ -91,23 +91,6 @@ public struct ReportEngine: Sendable {
         return try rows.map { ReportApp(id: try $0.decode(0), timezone: try $0.decode(1), currency: try $0.decode(2)) }
     }
 
-    /// Runs the checks a report makes before its first row (zone, currencies): for
-    /// callers that must refuse before they start a stream.
-    public func check(_ query: ReportQuery) async throws {
-        try await reads.run { pool, _, _ in
-            try await pool.withTransaction(begin: Self.snapshot) { connection in
-            let plan = try self.plan(query, on: connection)
-            try Self.checkFX(plan, on: connection)
-            if let compared = query.comparedQuery {
-                let earlier = plan.compared(compared.query)
-                try Self.checkFX(earlier, on: connection)
-                let rows = try connection.query("SELECT count(*) FROM (SELECT 1 FROM (\n\(earlier.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)) AS c")
-                if try rows.first?.decode(0, as: Int.self) ?? 0 > Self.maxComparedRows { throw Self.comparisonTooLarge(query) }
-            }
-            }
-        }
-    }
-
     /// How a report's transaction starts: every statement of it (the dirty ranges that
     /// `prepare` reads, the rows, the totals) sees one snapshot (Migrations/0012, invariant 5).
     static let snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
@@ -153,8 +136,11 @@ public struct ReportEngine: Sendable {
     /// grouping or sorting them; any other is grouped and sorted by PostgreSQL first.
     /// `start` runs before the first row, with the notes read in the stream's own
     /// snapshot when `withSummary` (an export's manifest and JSON need them to agree with
-    /// its rows). A caller that must refuse before its first byte runs `check` first; it
-    /// saw an earlier snapshot than the stream's, so every streamed row also carries its
+    /// its rows). Every refusal (an unknown zone, a compared period over the bound, a
+    /// missing FX rate of the compared period, and with `refusingFirst` of this period)
+    /// is thrown before `start`, so a caller that
+    /// must refuse before its first byte sends nothing until `start`: the refusal, the
+    /// comparison and the rows all come from one snapshot. Every streamed row carries its
     /// own FX check, and a row with an amount whose rate is missing fails the stream
     /// instead of leaving the amount out.
     ///
@@ -164,7 +150,8 @@ public struct ReportEngine: Sendable {
     /// them computed apart.
     @discardableResult
     public func stream(
-        _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = false, start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
+        _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = false, refusingFirst: Bool = false,
+        start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws -> ReportCounts? {
         try await reads.run { pool, readFrom, started in
           try await pool.withLease { lease in
@@ -175,6 +162,9 @@ public struct ReportEngine: Sendable {
                 // snapshot and its connection, which other reports and vacuum need.
                 try connection.execute(unsafeSQL: "\(Self.snapshot); SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
                 let plan = try self.plan(query, on: connection)
+                // A caller that cannot take back what it sent (a 200, a CSV header) asks for
+                // a missing FX rate to be refused here, before `start`, not at its row.
+                if refusingFirst { try Self.checkFX(plan, on: connection) }
                 let compared = try query.comparedQuery.map { try Self.compared($0, plan: plan, on: connection) }
                 var summary: ReportSummary?
                 if withSummary {
@@ -398,10 +388,22 @@ public struct ReportEngine: Sendable {
         var rows: [String: ReportCounts] = [:]
         let grouped = try connection.query("SELECT * FROM (\n\(plan.grouped())\n) AS g LIMIT \(Self.maxComparedRows + 1)")
         guard grouped.count <= Self.maxComparedRows else { throw comparisonTooLarge(compared.query) }
+        // The rows add up to the totals (DESIGN §3), so the period is aggregated once;
+        // only sketches (devices, the audience) do not add.
+        let summing = !plan.needsDevices && !plan.needsAudience
+        var totals = ReportCounts()
+        let unratedColumn = compared.query.dimensions.count + ReportPlan.countColumns
         for row in grouped {
             let decoded = try plan.decodeRow(row)
+            if summing {
+                if let missing = try row.decode(unratedColumn + 1, as: String?.self) {
+                    throw ReportCurrencyError(missing: missing, reportCurrency: plan.query.currency)
+                }
+                totals.add(decoded.counts)
+                totals.unratedEvents += try row.decode(unratedColumn, as: Int64.self)
+            }
             rows[ReportPlan.comparisonKey(decoded.dimensions, compared.query.dimensions, shift: compared), default: ReportCounts()].add(decoded.counts)
         }
-        return (rows, try totals(plan, on: connection))
+        return (rows, summing ? totals : try Self.totals(plan, on: connection))
     }
 }
