@@ -188,6 +188,28 @@ struct DashboardTests {
         }
     }
 
+    @Test("the headline compares with the days before only when the app has data for all of them; otherwise it says there is no earlier data")
+    func headlineBeforeTheData() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            let today = Int64(Date().timeIntervalSince1970 / 86_400)
+            func day(_ back: Int64) -> Int64 { (today - back) * 86_400_000_000 + 3_600_000_000 }
+            // New: data from 30 days ago, so the 28 days before the default range are mostly empty.
+            _ = try await services.appStore.createApp(id: "fresh", name: nil)
+            try await Reports.store(services, app: "fresh", (0..<40).map { Reports.event(.request, at: day($0 % 2 == 0 ? 30 : 3) + Int64($0)) })
+            // Old: data 60 and 40 days ago too: the days before are all after its first, and hold some.
+            _ = try await services.appStore.createApp(id: "old", name: nil)
+            try await Reports.store(services, app: "old", (0..<60).map { Reports.event(.request, at: day([60, 40, 3][$0 % 3]) + Int64($0)) })
+            for (app, compares) in [("fresh", false), ("old", true)] {
+                let page = try await client.execute(uri: "/dashboard?app=\(app)", method: .get, headers: [.authorization: "Bearer \(admin)"])
+                let html = String(buffer: page.body)
+                #expect(page.status == .ok)
+                #expect(html.contains("vs the 28 days before") == compares, "\(app)")
+                #expect(html.contains("no earlier data to compare") == !compares, "\(app)")
+            }
+        }
+    }
+
     @Test("hours by hour: every local hour in time order, a DST day's repeated hour twice (east and west of UTC)")
     func localHours() {
         let berlin = DashboardPage.hours(from: ReportQuery.parseDate("2026-10-25")!, to: ReportQuery.parseDate("2026-10-25")!, zone: "Europe/Berlin")

@@ -17,6 +17,8 @@ struct DashboardPage {
     var failure: String?
     /// The range's totals compared with the period before (`compare=previous_period`).
     var summary: ReportDocument?
+    /// The app's first day of data (its zone), for what the headline compares with.
+    var firstDataDay: Int?
     /// The networks drawn (those with the most revenue, then requests), and whether there are more.
     var topNetworks: [String] = []
     var hasMoreNetworks = false
@@ -259,12 +261,19 @@ struct DashboardPage {
         let cells = source.layout.totalCells(source.totals, previous: isCompared ? source.previousTotals : nil)
         let stride = isCompared ? 3 : 1
         let days = selection.to - selection.from + 1
+        // Days before the app's first data are not zeros to compare with: a change against
+        // a period that is partly before it would be the growth of the data, not the app.
+        let earlierStart = selection.from - days
+        let noEarlierData = firstDataDay.map { $0 > earlierStart } ?? true
         var out = "<section class=\"tiles\">"
         for (index, metric) in source.layout.query.metrics.enumerated() where index * stride < cells.count {
             var text = Self.text(cells[index * stride])
             if metric.isMoney, !text.isEmpty { text += " " + source.layout.query.currency }
             out += "<div class=\"tile\" data-metric=\"\(metric.rawValue)\"><span class=\"name\">\(metric.rawValue.replacingOccurrences(of: "_", with: " "))</span><span class=\"value\">\(HTML.escape(text.isEmpty ? "–" : text))</span>"
-            if isCompared, index * stride + 2 < cells.count {
+            if isCompared, noEarlierData {
+                let since = firstDataDay.map { " (its data starts \(ReportQuery.formatDate($0)))" } ?? ""
+                out += "<span class=\"change same\" title=\"\(HTML.escape(selection.app.id))\(HTML.escape(since))\">no earlier data to compare: the \(days) days before start before the app's data</span>"
+            } else if isCompared, index * stride + 2 < cells.count {
                 let before = Self.text(cells[index * stride + 1])
                 if case .ratio(let change) = cells[index * stride + 2] {
                     let sign = change > 0 ? "▲ +" : change < 0 ? "▼ " : "= "

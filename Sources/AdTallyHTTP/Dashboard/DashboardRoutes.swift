@@ -282,6 +282,7 @@ public struct DashboardRoutes: Sendable {
             var page = DashboardPage(selection: selection, key: key, main: main, expiries: expiries, networks: networks)
             page.audience = try await engine.page(try Self.query(selection, dimensions: [selection.grain], metrics: DashboardPage.audienceMetrics(selection.grain)))
             page.summary = summary
+            page.firstDataDay = try await engine.firstDataDay(of: selection.app)
             // The networks' own reports for the same app and days, when any were imported.
             do {
                 let query = try ReconciliationQuery.parse(

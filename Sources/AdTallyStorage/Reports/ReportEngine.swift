@@ -91,6 +91,20 @@ public struct ReportEngine: Sendable {
         return try rows.map { ReportApp(id: try $0.decode(0), timezone: try $0.decode(1), currency: try $0.decode(2)) }
     }
 
+    /// The first day, in `app`'s zone, that holds any of its counts (compacted or not);
+    /// nil when it has none. What a comparison with earlier days needs to know: days
+    /// before it are not "zero", they are before the app's data.
+    public func firstDataDay(of app: ReportApp) async throws -> Int? {
+        try await reads.run { pool, _, _ in
+            try await pool.withTransaction(begin: Self.snapshot) { connection in
+                try connection.query("""
+                    SELECT (least((SELECT min(hour) FROM rollup_1h_compacted WHERE app_id = \(app.id)),
+                                  (SELECT min(bucket) FROM rollup_delta WHERE app_id = \(app.id))) AT TIME ZONE \(app.timezone))::date - DATE '1970-01-01'
+                    """).first?.decode(0, as: Int?.self)
+            }
+        }
+    }
+
     /// How a report's transaction starts: every statement of it (the dirty ranges that
     /// `prepare` reads, the rows, the totals) sees one snapshot (Migrations/0012, invariant 5).
     static let snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
