@@ -14,6 +14,40 @@ struct AdTally: AsyncParsableCommand {
             ExportsCommand.self, MediationCommand.self, NetworksCommand.self, ReconcileCommand.self, AlertsCommand.self, StatusCommand.self, DemoCommand.self,
         ]
     )
+
+    /// As the library's `main`, but a `ValidationError` a subcommand throws while it
+    /// runs ends with that subcommand's usage, not the root's (the library knows the
+    /// subcommand only for errors thrown while parsing).
+    static func main() async {
+        var parsed: (any ParsableCommand)?
+        do {
+            var command = try await asyncParseAsRoot(nil)
+            parsed = command
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let error as ValidationError {
+            guard let parsed, let path = path(to: type(of: parsed)), !path.isEmpty else { exit(withError: error) }
+            let usage = usageString(for: type(of: parsed))
+            FileHandle.standardError.write(Data("Error: \(error.message)\nUsage: \(usage)\n  See 'adtally \(path.joined(separator: " ")) --help' for more information.\n".utf8))
+            Foundation.exit(ExitCode.validationFailure.rawValue)
+        } catch {
+            exit(withError: error)
+        }
+    }
+
+    /// The subcommand names from the root to `command`; nil when it is not in the tree.
+    static func path(to command: any ParsableCommand.Type, from root: any ParsableCommand.Type = AdTally.self) -> [String]? {
+        if root == command { return [] }
+        for sub in root.configuration.subcommands {
+            if let rest = path(to: command, from: sub) {
+                return [sub.configuration.commandName ?? String(describing: sub).lowercased()] + rest
+            }
+        }
+        return nil
+    }
 }
 
 /// Options every command that touches the database shares.

@@ -73,26 +73,28 @@ struct DemoCommand: AsyncParsableCommand {
         let seconds = Double((ContinuousClock.now - started).components.attoseconds) / 1e18 + Double((ContinuousClock.now - started).components.seconds)
         // Every export folder must lie inside the exports root (`--exports-root`).
         let finance = shellQuoted(settings.exportsRoot + "/finance")
+        // The binary as the user ran it (`.build/release/adtally`, or `adtally` on the PATH).
+        let adtally = shellQuoted(CommandLine.arguments.first.flatMap { $0.isEmpty ? nil : $0 } ?? "adtally")
         print("""
             Demo loaded in \(String(format: "%.1f", seconds)) s: \(summary.events) events from \(ReportQuery.formatDate(summary.firstDay)) to \(ReportQuery.formatDate(summary.lastDay)) (UTC)\(summary.rejected > 0 ? ", \(summary.rejected) refused" : ""),
             apps \(DemoLoader.appIDs.joined(separator: ", ")) (Tokyo/JPY, New York/USD, Berlin/EUR), a rate card and EUR-based FX rates.
 
             Try:
-              adtally report --apps demo-puzzle --days 14 --dimensions date,network
-              adtally report --apps demo-news --days 7 --dimensions network,format --metrics requests,fill_rate,taps,ctr,cancel_rate,revenue,ecpm
-              adtally report --apps demo-runner --days 28 --dimensions week,network --metrics impressions,expiries,wasted_fills,revenue,estimated_revenue
-              adtally report --days 28 --dimensions app --metrics requests,revenue,unique_devices --currency EUR
-              adtally report --apps demo-puzzle --days 7 --dimensions country --compare previous_period
+              \(adtally) report --apps demo-puzzle --days 14 --dimensions date,network
+              \(adtally) report --apps demo-news --days 7 --dimensions network,format --metrics requests,fill_rate,taps,ctr,cancel_rate,revenue,ecpm
+              \(adtally) report --apps demo-runner --days 28 --dimensions week,network --metrics impressions,expiries,wasted_fills,revenue,estimated_revenue
+              \(adtally) report --days 28 --dimensions app --metrics requests,revenue,unique_devices --currency EUR
+              \(adtally) report --apps demo-puzzle --days 7 --dimensions country --compare previous_period
 
-            Over HTTP (adtally serve, or make run):
-              curl -H 'Authorization: Bearer \(summary.readKey.secret)' 'http://127.0.0.1:8080/v1/reports?days=7&dimensions=date,network'
+            Over HTTP (\(adtally) serve, or make run):
+              curl -H 'Authorization: Bearer \(summary.readKey.secret)' 'http://127.0.0.1:8080/v1/reports?apps=demo-puzzle&days=7&dimensions=date,network&metrics=requests,fill_rate,impressions,ecpm,revenue&format=csv'
               admin key (every app, exports, rates): \(summary.adminKey.secret)
               charts: http://127.0.0.1:8080/dashboard (sign in with either key)
 
             A daily CSV for finance, written by the running server (inside its exports root, \(settings.exportsRoot)):
               mkdir -p \(finance)
-              adtally exports create demo-daily --cron "0 6 * * *" --tz Asia/Tokyo --dir \(finance) --apps demo-puzzle --days 1 --dimensions date,network
-              adtally exports run-now demo-daily
+              \(adtally) exports create demo-daily --cron "0 6 * * *" --tz Asia/Tokyo --dir \(finance) --apps demo-puzzle --days 1 --dimensions date,network
+              \(adtally) exports run-now demo-daily
             """)
     }
 }

@@ -359,6 +359,8 @@ struct AlertTests {
                 }
                 let both = try await adtally("alerts", "create", "x", "--apps", "cli-app", "--metric", "fill_rate", "--below", "0.5", "--above", "0.9", "--window-minutes", "60", "--webhook", url)
                 #expect(both.status != 0 && both.output.contains("give exactly one of --below"), "\(both.output)")
+                // The usage that follows is the failing subcommand's, not the root's.
+                #expect(both.output.contains("Usage: adtally alerts create [<options>] <name>") && both.output.contains("See 'adtally alerts create --help'"), "\(both.output)")
                 let odd = try await adtally("alerts", "create", "x", "--apps", "cli-app", "--metric", "fill_rate", "--below", "0.5", "--window-minutes", "90", "--webhook", url)
                 #expect(odd.status != 0 && odd.output.contains("--window-minutes: must be whole hours"), "\(odd.output)")
                 let ghost = try await adtally("alerts", "create", "x", "--apps", "ghost", "--metric", "fill_rate", "--below", "0.5", "--window-minutes", "60", "--webhook", url)
