@@ -72,9 +72,9 @@ struct DemoCommand: AsyncParsableCommand {
         if isTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
         let seconds = Double((ContinuousClock.now - started).components.attoseconds) / 1e18 + Double((ContinuousClock.now - started).components.seconds)
         // Every export folder must lie inside the exports root (`--exports-root`).
-        let finance = shellQuoted(settings.exportsRoot + "/finance")
+        let finance = ShellText.quoted(settings.exportsRoot + "/finance")
         // The binary as the user ran it (`.build/release/adtally`, or `adtally` on the PATH).
-        let adtally = shellQuoted(CommandLine.arguments.first.flatMap { $0.isEmpty ? nil : $0 } ?? "adtally")
+        let adtally = ShellText.quoted(CommandLine.arguments.first.flatMap { $0.isEmpty ? nil : $0 } ?? "adtally")
         print("""
             Demo loaded in \(String(format: "%.1f", seconds)) s: \(summary.events) events from \(ReportQuery.formatDate(summary.firstDay)) to \(ReportQuery.formatDate(summary.lastDay)) (UTC)\(summary.rejected > 0 ? ", \(summary.rejected) refused" : ""),
             apps \(DemoLoader.appIDs.joined(separator: ", ")) (Tokyo/JPY, New York/USD, Berlin/EUR), a rate card and EUR-based FX rates.
@@ -97,10 +97,4 @@ struct DemoCommand: AsyncParsableCommand {
               \(adtally) exports run-now demo-daily
             """)
     }
-}
-
-/// `text` as one shell word: single-quoted unless it is plain.
-func shellQuoted(_ text: String) -> String {
-    if !text.isEmpty, text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "/._-+=:,@".contains($0)) }) { return text }
-    return "'" + text.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
 }

@@ -60,6 +60,23 @@ struct ReconciliationTests {
         return try await store.importReport(try NetworkReport.parse(bytes, source: source), fileSHA256: SHA256.hex(bytes), via: "cli")
     }
 
+    @Test("the map command an unknown app's or network's refusal suggests quotes the file's name for a POSIX shell: a name with ' and ; is one word, never code")
+    func suggestedCommandIsQuoted() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            let store = NetworkReportStore(pool: services.database.pool)
+            let name = "it's; touch /tmp/adtally-pwned-$(id -u)"
+            let file = "date,app,network,format,country,impressions,clicks,revenue,currency,timezone\n2026-11-01,\"\(name)\",unity,rewarded,JP,100,3,120.5,JPY,UTC\n"
+            let error = await #expect(throws: FieldError.self) {
+                _ = try await store.importReport(try NetworkReport.parse(Array(file.utf8), source: .csv), fileSHA256: SHA256.hex(Array(file.utf8)), via: "cli")
+            }
+            let rule = try #require(error?.rule)
+            let word = try #require(rule.range(of: "--app ").map { String(rule[$0.upperBound...]) }?.components(separatedBy: " --to APP").first, "\(rule)")
+            let echoed = try await runProcess(["sh", "-c", "printf '%s' " + word])
+            #expect(echoed.status == 0 && echoed.output == name, "\(word) → \(echoed.output)")
+            #expect(!FileManager.default.fileExists(atPath: "/tmp/adtally-pwned-0"))
+        }
+    }
+
     @Test("AdMob's Los Angeles days against AdTally's over the same instants, across the fall-back day; discrepancy and flags as computed by hand")
     func losAngelesDays() async throws {
         try await withServices(flags: Reports.flags) { services in

@@ -275,7 +275,7 @@ public struct NetworkReportStore: Sendable {
                 if apps.contains(line.app) { return line.app }
                 if let bare, apps.contains(bare) { return bare }
                 throw FieldError(
-                    "\(line.position): app", "\"\(line.app.prefix(80))\" is no AdTally app and is not mapped to one; map it (adtally networks map --source \(source) --app '\(line.app.prefix(80))' --to APP, or --app-map FILE)"
+                    "\(line.position): app", "\"\(line.app.prefix(80))\" is no AdTally app and is not mapped to one; map it (adtally networks map --source \(source) --app \(ShellText.quoted(String(line.app.prefix(200)))) --to APP, or --app-map FILE)"
                 )
             }
             // The networks each app's events name: a network report's name that is not a
@@ -290,7 +290,7 @@ public struct NetworkReportStore: Sendable {
                 if let name = NetworkNames.plain(line.network, source: report.source), admitted[app]?.contains(name) == true { return name }
                 if let known = NetworkNames.known(line.network) { return known }
                 throw FieldError(
-                    "\(line.position): network", "\"\(line.network.prefix(80))\" is neither a known spelling of a network nor one \(app)'s events name; map it (adtally networks map --source \(source) --network '\(line.network.prefix(80))' --to NAME)"
+                    "\(line.position): network", "\"\(line.network.prefix(80))\" is neither a known spelling of a network nor one \(app)'s events name; map it (adtally networks map --source \(source) --network \(ShellText.quoted(String(line.network.prefix(200)))) --to NAME)"
                 )
             }
             struct Key: Hashable { var app, network: String; var day: Int; var format: String; var country: String; var currency: String }
