@@ -34,6 +34,14 @@ public enum Server {
             if !applied.isEmpty { logger.info("database migrated", metadata: ["applied": "\(applied.joined(separator: ", "))"]) }
             var services = AppServices(settings: settings, database: database, logger: logger)
             await warnOfSchedulesOutsideTheRoot(services, logger: logger)
+            // Webhook URLs stored before they were encrypted (Migrations/0020).
+            let sealed = try await services.alerts.sealPlainWebhooks()
+            if sealed > 0 { logger.notice("webhook URLs encrypted", metadata: ["count": "\(sealed)"]) }
+            if settings.credentialsKey == nil {
+                logger.warning(
+                    "ADTALLY_CREDENTIALS_KEY is not set: the networks' credentials, the webhooks' URLs and secrets are encrypted with a key kept in the database (server_secrets), so a dump of the database holds both the secrets and their key; set it in every server's environment"
+                )
+            }
             services.limits.idsPrunedBeforeMicros = try await services.eventStore.widenIDHorizon(to: settings.maxEventAge)
             let app = buildApplication(settings: settings, services: services, logger: logger)
             var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)

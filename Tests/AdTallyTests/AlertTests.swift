@@ -397,6 +397,8 @@ struct AlertTests {
                 #expect(paused.output.contains(#""paused" : true"#) || paused.output.contains(#""paused":true"#), "\(paused.output)")
                 let status = try await adtally("status")
                 #expect(status.output.contains("alerts:      1 rules, 0 firing, no evaluator"), "\(status.output)")
+                // No ADTALLY_CREDENTIALS_KEY here: the rule's secret and URL were sealed with a key the database holds.
+                #expect(status.output.contains("secrets:     encrypted with a key kept in this database") && status.output.contains("a dump of the database holds both"), "\(status.output)")
                 // With a server up, it names the server that evaluates (the lock's holder).
                 try await withReadyServer(conninfo) { _, _ in
                     var named = ""

@@ -183,4 +183,47 @@ struct OutboundTests {
             }
         }
     }
+
+    @Test("a webhook URL is stored encrypted, answered redacted (scheme, host, last 4) by the API and the history, and URLs stored in plain text before are sealed at start; sending still reaches the whole URL")
+    func webhookURLsAreSecrets() async throws {
+        try await AlertTests.withReceiver { receiver, url in
+            try await withTestApp { services, client in
+                let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+                _ = try await services.appStore.createApp(id: "hooked", name: nil)
+                let readable = try await services.reports.readableApps(only: nil)
+                let secretURL = url + "?token=tokenSECRETxyz9"
+                let store = AlertStore(pool: services.database.pool, key: "test-key")
+                let rule = AlertRule(name: "sealed", apps: ["hooked"], metric: .fillRate, condition: .below, threshold: 0.5, windowMinutes: 60, webhook: secretURL)
+                let created = try await store.create(rule, secret: "0123456789abcdef-secret", readable: readable)
+                let shown = "http://127.0.0.1:\(URL(string: url)!.port!)/...xyz9"
+                #expect(created.rule.webhook == shown)
+                let answer = try await client.execute(uri: "/v1/alerts/sealed", method: .get, headers: [.authorization: "Bearer \(admin)"]) { String(buffer: $0.body) }
+                #expect(answer.contains(#""webhook":"\#(shown)""#) || answer.contains(#""webhook" : "\#(shown)""#), "\(answer)")
+                #expect(!answer.contains("tokenSECRET"), "\(answer)")
+                // A test notification reaches the whole URL; its delivery is shown redacted.
+                var alerting = AlertEvaluator.Configuration(identity: "test")
+                alerting.send = WebhookClient(gate: .loopbackAllowed).send
+                let delivery = try await store.test("sealed", configuration: alerting)
+                #expect(delivery.status == "delivered" && delivery.webhook == shown, "\(delivery)")
+                #expect(receiver.all.count == 1)
+                // Nothing of the URL's token is in any row a dump would hold.
+                func plainRows() async throws -> Int {
+                    try await services.database.pool.query("""
+                        SELECT (SELECT count(*) FROM alert_rules r WHERE r::text LIKE '%tokenSECRET%')
+                             + (SELECT count(*) FROM alert_deliveries d WHERE d::text LIKE '%tokenSECRET%')
+                        """).first!.decode(0, as: Int.self)
+                }
+                #expect(try await plainRows() == 0)
+                // A rule stored before URLs were sealed (Migrations/0020) is sealed when a server starts.
+                try await services.database.pool.query("""
+                    UPDATE alert_rules SET webhook_url = \(secretURL), webhook_url_sealed = NULL, webhook_shown = NULL WHERE name = 'sealed'
+                    """)
+                #expect(try await plainRows() == 1)
+                #expect(try await store.rule("sealed").webhook == shown)
+                #expect(try await store.sealPlainWebhooks() == 1)
+                #expect(try await plainRows() == 0)
+                #expect(try await store.test("sealed", configuration: alerting).status == "delivered" && receiver.all.count == 2)
+            }
+        }
+    }
 }

@@ -222,8 +222,10 @@ public final class AlertEvaluator: Sendable {
                     timezone: zone, currency: money, at: now, dashboard: base.map { Self.dashboardLink($0, app: name, reading: observed, zone: zone) }
                 )
                 try connection.query("""
-                    INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, next_attempt_at)
-                    VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: notification.json(), as: UTF8.self)), 'pending', \(now))
+                    INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, webhook_url_sealed, webhook_shown, body, status, next_attempt_at)
+                    SELECT \(delivery), \(notification.eventID), webhook_url, webhook_url_sealed, webhook_shown,
+                           \(String(decoding: notification.json(), as: UTF8.self)), 'pending', \(now)
+                    FROM alert_rules WHERE name = \(rule.name)
                     """)
                 return transition
             }
@@ -398,7 +400,7 @@ public final class AlertEvaluator: Sendable {
         let started = ContinuousClock.now
         while !Task.isCancelled, ContinuousClock.now - started < configuration.deliveryBudget {
             let now = configuration.now()
-            let claimed = try await lease.run { connection -> (id: UUID, url: String, body: [UInt8], attempt: Int, rule: String, kind: String)? in
+            let claimed = try await lease.run { connection -> (id: UUID, body: [UInt8], attempt: Int, rule: String, kind: String)? in
                 let rows = try connection.query("""
                     WITH next AS (
                         SELECT d.delivery_id FROM alert_deliveries d
@@ -408,10 +410,10 @@ public final class AlertEvaluator: Sendable {
                     )
                     UPDATE alert_deliveries d SET status = 'sending', attempts = attempts + 1, next_attempt_at = \(now)
                     FROM next, alert_events e WHERE d.delivery_id = next.delivery_id AND e.event_id = d.event_id
-                    RETURNING d.delivery_id, d.webhook_url, d.body, d.attempts, e.rule, e.kind
+                    RETURNING d.delivery_id, d.body, d.attempts, e.rule, e.kind
                     """)
                 guard let row = rows.first else { return nil }
-                return (try row.decode(0), try row.decode(1), Array(try row.decode(2, as: String.self).utf8), try row.decode(3), try row.decode(4), try row.decode(5))
+                return (try row.decode(0), Array(try row.decode(1, as: String.self).utf8), try row.decode(2), try row.decode(3), try row.decode(4))
             }
             guard let claimed else { return }
             let outcome: Outcome
@@ -425,12 +427,14 @@ public final class AlertEvaluator: Sendable {
                 let passKey = key ?? ""
                 let secret = try await lease.run { connection in try AlertStore.secret(connection, rule: claimed.rule, key: passKey) }
                 guard let secret else { throw FieldError("rule", "the rule \(claimed.rule) was deleted") }
-                outcome = await Self.attempt(Self.request(url: claimed.url, body: claimed.body, secret: secret, delivery: claimed.id, kind: claimed.kind), send: send)
+                let url = try await lease.run { connection in try AlertStore.webhookURL(connection, delivery: claimed.id, key: passKey) }
+                guard let url else { throw FieldError("webhook", "the delivery's webhook could not be read") }
+                outcome = await Self.attempt(Self.request(url: url, body: claimed.body, secret: secret, delivery: claimed.id, kind: claimed.kind), send: send)
             } catch let error as PostgresError where error.isUnreachable {
                 throw error
             } catch {
                 // A secret that no longer decrypts (ADTALLY_CREDENTIALS_KEY changed): a failed attempt like any other.
-                outcome = .failed(status: nil, error: "the webhook's secret could not be read: \(error)")
+                outcome = .failed(status: nil, error: "the webhook's secret or URL could not be read: \(error)")
             }
             let retryAt = configuration.now().addingTimeInterval(
                 ExportRunner.seconds(retryDelay(attempt: claimed.attempt, base: configuration.retryBase, cap: configuration.retryCap)))

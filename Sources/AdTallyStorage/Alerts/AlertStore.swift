@@ -59,7 +59,8 @@ public struct AlertDelivery: Sendable, Equatable, Encodable {
         case lastStatus = "last_status", nextAttemptAt = "next_attempt_at", deliveredAt = "delivered_at"
     }
 
-    static let columns = "delivery_id, webhook_url, status, attempts, last_status, error, next_attempt_at, delivered_at"
+    /// The webhook as it is shown: redacted (Migrations/0020).
+    static let columns = "delivery_id, coalesce(webhook_shown, adtally_redact_url(webhook_url)), status, attempts, last_status, error, next_attempt_at, delivered_at"
 
     init(_ row: PostgresRow, at offset: Int = 0) throws {
         id = try row.decode(offset, as: UUID.self).uuidString.lowercased()
@@ -125,7 +126,7 @@ public struct AlertStore: Sendable {
 
     static let columns = """
         name, to_json(apps)::text, metric, filters::text, condition, threshold, window_minutes, min_requests, every_seconds,
-        renotify_minutes, webhook_url, paused, created_at, updated_at
+        renotify_minutes, coalesce(webhook_shown, adtally_redact_url(webhook_url)), paused, created_at, updated_at
         """
 
     static func rule(_ row: PostgresRow) throws -> AlertRule {
@@ -168,9 +169,10 @@ public struct AlertStore: Sendable {
         let filters = String(decoding: try JSONEncoder().encode(rule.filters), as: UTF8.self)
         let rows = try await pool.query("""
             INSERT INTO alert_rules (name, apps, metric, filters, condition, threshold, window_minutes, min_requests, every_seconds,
-                                     renotify_minutes, webhook_url, webhook_secret, paused)
+                                     renotify_minutes, webhook_url_sealed, webhook_shown, webhook_secret, paused)
             VALUES (\(rule.name), \(array: rule.apps)::text[], \(rule.metric.rawValue), \(filters)::jsonb, \(rule.condition.rawValue), \(rule.threshold),
-                    \(rule.windowMinutes), \(rule.minRequests), \(rule.everySeconds), \(rule.renotifyMinutes), \(rule.webhook),
+                    \(rule.windowMinutes), \(rule.minRequests), \(rule.everySeconds), \(rule.renotifyMinutes),
+                    pgp_sym_encrypt(\(rule.webhook), \(key)), adtally_redact_url(\(rule.webhook)),
                     pgp_sym_encrypt(\(secret ?? made!), \(key)), \(rule.isPaused))
             ON CONFLICT (name) DO NOTHING
             RETURNING \(unsafeRaw: Self.columns)
@@ -228,7 +230,7 @@ public struct AlertStore: Sendable {
                    \(unsafeRaw: AlertDelivery.columns)
             FROM (SELECT * FROM alert_events WHERE \(name)::text IS NULL OR rule = \(name) ORDER BY event_id DESC LIMIT \(min(max(limit, 1), 10_000))) e
             LEFT JOIN alert_deliveries d ON d.event_id = e.event_id
-            ORDER BY e.event_id DESC, d.webhook_url
+            ORDER BY e.event_id DESC, d.delivery_id
             """)
         var events: [AlertEvent] = []
         for row in rows {
@@ -243,6 +245,41 @@ public struct AlertStore: Sendable {
             if try row.decode(11, as: UUID?.self) != nil { events[events.count - 1].deliveries.append(try AlertDelivery(row, at: 11)) }
         }
         return events
+    }
+
+    /// A rule's webhook URL, decrypted (for sending).
+    static func webhookURL(_ connection: PostgresConnection, rule name: String, key: String) throws -> String? {
+        try connection.query("""
+            SELECT coalesce(pgp_sym_decrypt(webhook_url_sealed, \(key)), webhook_url) FROM alert_rules WHERE name = \(name)
+            """).first?.decode(0, as: String.self)
+    }
+
+    /// A delivery's webhook URL, decrypted (for sending).
+    static func webhookURL(_ connection: PostgresConnection, delivery: UUID, key: String) throws -> String? {
+        try connection.query("""
+            SELECT coalesce(pgp_sym_decrypt(webhook_url_sealed, \(key)), webhook_url) FROM alert_deliveries WHERE delivery_id = \(delivery)
+            """).first?.decode(0, as: String?.self)
+    }
+
+    /// Encrypts the webhook URLs still stored in plain text (rules and deliveries made
+    /// before Migrations/0020) with the servers' key, and forgets the plain text. Each
+    /// server runs it when it starts; returns how many were sealed.
+    public func sealPlainWebhooks() async throws -> Int {
+        let key = try await AppStore(pool: pool).credentialsKey(key)
+        return try await pool.withTransaction { connection in
+            var sealed = 0
+            for table in ["alert_rules", "alert_deliveries"] {
+                sealed += try connection.query("""
+                    WITH sealed AS (
+                        UPDATE \(unsafeRaw: table) SET webhook_url_sealed = pgp_sym_encrypt(webhook_url, \(key)),
+                               webhook_shown = adtally_redact_url(webhook_url), webhook_url = NULL
+                        WHERE webhook_url IS NOT NULL RETURNING 1
+                    )
+                    SELECT count(*) FROM sealed
+                    """).first?.decode(0, as: Int.self) ?? 0
+            }
+            return sealed
+        }
     }
 
     /// A rule's webhook secret, decrypted (for signing).
@@ -270,11 +307,13 @@ public struct AlertStore: Sendable {
             )
             let body = notification.json()
             try connection.query("""
-                INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, body, status, attempts, next_attempt_at)
-                VALUES (\(delivery), \(notification.eventID), \(rule.webhook), \(String(decoding: body, as: UTF8.self)), 'sending', 1, now())
+                INSERT INTO alert_deliveries (delivery_id, event_id, webhook_url, webhook_url_sealed, webhook_shown, body, status, attempts, next_attempt_at)
+                SELECT \(delivery), \(notification.eventID), webhook_url, webhook_url_sealed, webhook_shown, \(String(decoding: body, as: UTF8.self)), 'sending', 1, now()
+                FROM alert_rules WHERE name = \(rule.name)
                 """)
-            guard let secret = try Self.secret(connection, rule: rule.name, key: key) else { throw AlertStoreError.unknown(name) }
-            return (AlertEvaluator.request(url: rule.webhook, body: body, secret: secret, delivery: delivery, kind: "test"), delivery)
+            guard let secret = try Self.secret(connection, rule: rule.name, key: key), let url = try Self.webhookURL(connection, rule: rule.name, key: key)
+            else { throw AlertStoreError.unknown(name) }
+            return (AlertEvaluator.request(url: url, body: body, secret: secret, delivery: delivery, kind: "test"), delivery)
         }
         let outcome = await AlertEvaluator.attempt(request, send: send)
         return try await pool.withTransaction { connection in

@@ -76,6 +76,9 @@ public struct ServiceStatus: Sendable, Encodable {
     /// Alert rules, and how many rule-and-app pairs fire now.
     public var alertRules = 0
     public var alertsFiring = 0
+    /// Whether the key secrets are encrypted with is kept in this database
+    /// (server_secrets: no ADTALLY_CREDENTIALS_KEY was set when they were stored).
+    public var credentialsKeyInDatabase = false
     /// Events apps' queues dropped unsent over the last 7 days (AdTallyKit's reports), per app and reason.
     public var clientDrops: [ClientDrops] = []
 
@@ -97,6 +100,7 @@ public struct ServiceStatus: Sendable, Encodable {
         case exportRunner = "export_runner", exportRunnerSince = "export_runner_since", exportSchedules = "export_schedules"
         case exportRunsFailed = "export_runs_failed", lastRuns = "last_runs", clientDrops = "client_drops_7d"
         case alertEvaluator = "alert_evaluator", alertRules = "alert_rules", alertsFiring = "alerts_firing"
+        case credentialsKeyInDatabase = "credentials_key_in_database"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -122,6 +126,7 @@ public struct ServiceStatus: Sendable, Encodable {
         try container.encode(alertEvaluator, forKey: .alertEvaluator)
         try container.encode(alertRules, forKey: .alertRules)
         try container.encode(alertsFiring, forKey: .alertsFiring)
+        try container.encode(credentialsKeyInDatabase, forKey: .credentialsKeyInDatabase)
     }
 
     /// Reads the status in one transaction.
@@ -183,6 +188,9 @@ public struct ServiceStatus: Sendable, Encodable {
             status.alertEvaluator = try Leadership.holder(connection, table: "alert_leader", lockKey: AlertEvaluator.lockKey)?.runner
             status.alertRules = try alerts.decode(0)
             status.alertsFiring = try alerts.decode(1)
+            status.credentialsKeyInDatabase = try connection.query(
+                "SELECT EXISTS (SELECT 1 FROM server_secrets WHERE name = 'network_pull_credentials')"
+            )[0].decode(0)
             status.exportRunsFailed = try exports.decode(1)
             status.lastRuns = runs
             status.clientDrops = try connection.query("""
