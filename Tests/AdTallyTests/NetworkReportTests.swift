@@ -109,6 +109,42 @@ struct NetworkReportTests {
         #expect(Self.refusal(String(decoding: try Self.fixture("generic.csv"), as: UTF8.self), .csv, zone: "UTC")?.field == "timezone")
     }
 
+    @Test("files a publisher saves by mistake are refused by name: a header alone, another source's file, UTF-16, semicolons or tabs, a day after tomorrow; a UTF-8 BOM is read past")
+    func publishersMistakes() throws {
+        let maxHeader = "day,application,package_name,platform,network,ad_format,country,impressions,estimated_revenue"
+        // A header alone, or any one-line file, recognised nothing: refused, naming what was expected and what was seen.
+        for (text, source) in [(maxHeader + "\n", NetworkReportSource.max), ("hello world\n", .max), ("[]", .levelplay), ("date,app,network,format,country,impressions,clicks,revenue,currency\n", .csv)] {
+            let error = Self.refusal(text, source)
+            #expect(error?.field == "file" && error?.rule.contains("has no line of \(source.expectedShape)") == true, "\(text): \(String(describing: error))")
+        }
+        #expect(Self.refusal("hello world\n", .max)?.rule.hasSuffix("it begins \"hello world\"") == true)
+        // MAX's JSON saved with a BOM is MAX's JSON.
+        let json = #"{"code": 200, "results": [{"day": "2026-11-01", "package_name": "com.example.game", "platform": "android", "network": "APPLOVIN_NETWORK", "ad_format": "BANNER", "country": "us", "impressions": "10", "estimated_revenue": "0.5"}]}"#
+        let bom = try NetworkReport.parse([0xEF, 0xBB, 0xBF] + Array(json.utf8), source: .max)
+        #expect(bom.lines.count == 1 && bom.lines[0].impressions == 10)
+        // UTF-16, with or without its byte order mark.
+        let utf16 = Array(maxHeader.utf16).flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }
+        for bytes in [[0xFF, 0xFE] + utf16, utf16] {
+            #expect(throws: FieldError.self) { try NetworkReport.parse(bytes, source: .max) }
+            #expect((try? NetworkReport.parse(bytes, source: .max)) == nil)
+            do { _ = try NetworkReport.parse(bytes, source: .max) } catch { #expect(error.rule.contains("UTF-16")) }
+        }
+        // Europe's semicolons and "Unicode Text"'s tabs.
+        for separator in [";", "\t"] {
+            let text = maxHeader.replacingOccurrences(of: ",", with: separator) + "\n2026-11-01" + String(repeating: separator + "x", count: 8) + "\n"
+            let error = Self.refusal(text, .max)
+            #expect(error?.field == "header" && error?.rule.contains(separator == ";" ? "separated by semicolons" : "separated by tabs") == true, "\(String(describing: error))")
+        }
+        // 2099 for 2019: after tomorrow in the file's zone, refused naming the line.
+        let future = maxHeader + "\n2099-11-01,Game,com.example.game,android,APPLOVIN_NETWORK,BANNER,us,10,0.5\n"
+        let late = Self.refusal(future, .max)
+        #expect(late?.field == "line 2: day" && late?.rule.contains("2099-11-01, after tomorrow in UTC") == true, "\(String(describing: late))")
+        // Tomorrow itself is a day that has begun somewhere: taken.
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let tomorrow = ReportQuery.formatDate(Int(1_800_000_000 / 86_400) + 1)
+        #expect(try NetworkReport.parse(Array((maxHeader + "\n\(tomorrow),Game,com.example.game,android,APPLOVIN_NETWORK,BANNER,us,10,0.5\n").utf8), source: .max, now: now).lines.count == 1)
+    }
+
     @Test("hostile files are refused whole, naming the line and the rule: wrong columns, huge numbers, formula cells, a truncated stream, too many bytes")
     func hostileFiles() throws {
         let header = "date,app,network,format,country,impressions,clicks,revenue,currency\n"

@@ -14,6 +14,16 @@ public enum NetworkReportSource: String, Sendable, CaseIterable, Codable {
     case csv
 
     /// The zone a source's days are in when the file does not say.
+    /// What a file of this source holds, as an error says it.
+    public var expectedShape: String {
+        switch self {
+        case .admob: "an AdMob report (the JSON of networkReport:generate or mediationReport:generate: a header, rows, a footer)"
+        case .max: "a MAX report (CSV with day, package_name or application, network, ad_format, country, impressions, estimated_revenue; or its JSON with results)"
+        case .levelplay: "a LevelPlay report (a JSON array of rows with date, appKey, adFormat or adUnits, adNetwork or providerName, countryCode, impressions, revenue)"
+        case .csv: "the generic CSV (a header naming date, app, network, format, country, impressions, clicks, revenue, currency, then a line per row)"
+        }
+    }
+
     public var defaultZone: String {
         switch self {
         case .admob: "America/Los_Angeles"
@@ -115,7 +125,13 @@ public struct NetworkReport: Sendable, Equatable {
     /// Reads a report in `source`'s shape; `zone` overrides the zone it is in (a generic
     /// CSV's `--timezone`, an AdMob account whose reports are in UTC). Every error names
     /// the line (or row) and the field, and nothing of a refused file is kept.
-    public static func parse(_ bytes: [UInt8], source: NetworkReportSource, zone: String? = nil) throws(FieldError) -> NetworkReport {
+    public static func parse(_ file: [UInt8], source: NetworkReportSource, zone: String? = nil, now: Date = Date()) throws(FieldError) -> NetworkReport {
+        // A UTF-8 byte order mark (Excel's "CSV UTF-8", a JSON report saved by some
+        // editors) is not part of the text; UTF-16 is another encoding, refused by name.
+        let bytes = file.starts(with: [0xEF, 0xBB, 0xBF]) ? Array(file.dropFirst(3)) : file
+        if bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF]) || bytes.prefix(2).contains(0) {
+            throw FieldError("file", "is UTF-16 (as Excel's \"Unicode Text\" saves it), not UTF-8: save it as \"CSV UTF-8\" (or export it again from the network) and import that")
+        }
         guard bytes.count <= maxBytes else { throw FieldError("file", "is \(bytes.count) bytes; a network report may have at most \(maxBytes) (split it by month)") }
         if let zone, !ReportQuery.isZone(zone) { throw FieldError("timezone", "\"\(zone)\" is not an IANA time zone (e.g. UTC, America/Los_Angeles)") }
         // A report is read whole: what it holds bounds the memory that takes. JSON by its
@@ -139,6 +155,14 @@ public struct NetworkReport: Sendable, Equatable {
             }
         } else if longest > maxLineBytes {
             throw FieldError("file", "has a line longer than \(maxLineBytes) bytes")
+        } else {
+            // Europe's spreadsheets write CSV with semicolons, "Unicode Text" with tabs.
+            let header = String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self)
+            if !header.contains(",") {
+                for (separator, name) in [(";", "semicolons"), ("\t", "tabs")] where header.contains(separator) {
+                    throw FieldError("header", "is separated by \(name) (\"\(Self.excerpt(header))\"); AdTally reads comma-separated files: export the report again as CSV with commas")
+                }
+            }
         }
         var report: NetworkReport
         switch source {
@@ -149,11 +173,26 @@ public struct NetworkReport: Sendable, Equatable {
         }
         if let zone { report.zone = zone }
         guard report.lines.count <= maxLines else { throw FieldError("file", "has \(report.lines.count) lines; at most \(maxLines) (split it by month)") }
+        // An import that recognises nothing is a wrong file (another source's, a header
+        // alone), not an empty day: a file that states its range (AdMob's) may be empty.
+        if report.lines.isEmpty, !report.hasRange, report.leftOut.isEmpty {
+            let begins = String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self)
+            throw FieldError("file", "has no line of \(source.expectedShape); it begins \"\(Self.excerpt(begins))\"")
+        }
+        // A day that has not begun in the file's own zone is a typo (2099 for 2019), not data.
+        if let today = try? ReportQuery.today(in: report.zone, now: now), let late = report.lines.first(where: { $0.day > today + 1 }) {
+            throw FieldError("\(late.position): day", "is \(ReportQuery.formatDate(late.day)), after tomorrow in \(report.zone): a network reports days that have begun")
+        }
         return report
     }
 }
 
 extension NetworkReport {
+    /// The first 120 characters of a line, printable, for an error that says what it saw.
+    static func excerpt(_ text: String) -> String {
+        String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F && $0 != "\"" }.prefix(120)).replacingOccurrences(of: "\t", with: "\\t")
+    }
+
     /// A network's name for an app or an ad source, checked as an import checks it
     /// (no formula, no control characters, at most 200 bytes): for mappings.
     public static func externalName(_ text: String, field: String) throws(FieldError) -> String {
