@@ -60,6 +60,18 @@ struct ReconciliationTests {
         return try await store.importReport(try NetworkReport.parse(bytes, source: source), fileSHA256: SHA256.hex(bytes), via: "cli")
     }
 
+    @Test("an import byte for byte identical to an earlier one of its source is stored again and says which")
+    func identicalReimport() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            try await Self.fixture(services)
+            let store = NetworkReportStore(pool: services.database.pool)
+            let first = try await Self.importFile(store, "generic.csv", .csv)
+            #expect(first.identicalTo == nil)
+            let again = try await Self.importFile(store, "generic.csv", .csv)
+            #expect(again.identicalTo == first.importID && again.replaced > 0, "\(again)")
+        }
+    }
+
     @Test("the map command an unknown app's or network's refusal suggests quotes the file's name for a POSIX shell: a name with ' and ; is one word, never code")
     func suggestedCommandIsQuoted() async throws {
         try await withServices(flags: Reports.flags) { services in

@@ -226,9 +226,13 @@ public struct NetworkReportStore: Sendable {
         public var warnings: [String]
         /// Lines left out and why (LevelPlay's offerwall).
         public var leftOut: [String: Int]
+        /// The earlier import of the same source whose file had the same bytes (nil:
+        /// none): networks restate old months, so it is stored again, and said.
+        public var identicalTo: Int64?
 
         enum CodingKeys: String, CodingKey {
             case source, timezone, lines, rows, apps, networks, replaced, warnings
+            case identicalTo = "identical_to"
             case importID = "import_id"
             case firstDay = "first_day"
             case lastDay = "last_day"
@@ -259,6 +263,9 @@ public struct NetworkReportStore: Sendable {
                         \(report.lines.count), \(report.isDelayed), \(report.hasRange), \(array: report.warnings)::text[], \(via))
                 RETURNING import_id
                 """).first!.decode(0, as: Int64.self)
+            let identical = try connection.query("""
+                SELECT max(import_id) FROM network_imports WHERE source = \(source) AND file_sha256 = \(fileSHA256) AND import_id <> \(importID)
+                """).first?.decode(0, as: Int64?.self)
             let written = Array(Set(report.lines.map(\.app)))
             let bareNames = written.compactMap { $0.split(separator: "/", maxSplits: 1).count == 2 ? String($0.split(separator: "/", maxSplits: 1)[1]) : nil }
             let apps = Set(try connection.query("""
@@ -344,7 +351,7 @@ public struct NetworkReportStore: Sendable {
                 importID: importID, source: report.source, timezone: report.zone,
                 firstDay: report.firstDay.map(ReportQuery.formatDate), lastDay: report.lastDay.map(ReportQuery.formatDate),
                 lines: report.lines.count, rows: keys.count, apps: Set(keys.map(\.app)).sorted(), networks: Set(keys.map(\.network)).sorted(),
-                replaced: replaced, warnings: report.warnings, leftOut: report.leftOut
+                replaced: replaced, warnings: report.warnings, leftOut: report.leftOut, identicalTo: identical
             )
         }
     }
