@@ -48,6 +48,7 @@ struct NetworksCommand: AsyncParsableCommand {
             print("import \(result.importID): \(result.lines) lines, \(result.rows) rows, \(result.firstDay ?? "-") to \(result.lastDay ?? "-") (\(result.timezone)); "
                 + "apps \(result.apps.joined(separator: ",")); networks \(result.networks.joined(separator: ","))")
             if result.replaced > 0 { print("replaced: \(result.replaced) app-network-days an earlier import had (a restatement)") }
+            for missing in result.fxMissing { print("warning: \(missing)") }
             if let earlier = result.identicalTo { print("identical: the file is byte for byte import \(earlier)'s; its figures replace that import's as a restatement would") }
             for warning in result.warnings { print("network warning: \(warning)") }
             for (what, count) in result.leftOut.sorted(by: { $0.key < $1.key }) { print("left out: \(count) \(what) lines (AdTally has no such format)") }

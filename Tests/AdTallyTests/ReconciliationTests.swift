@@ -72,6 +72,23 @@ struct ReconciliationTests {
         }
     }
 
+    @Test("an import in a currency no FX rate converts into the app's says so, naming app, currency and days; the reconciliation's 422 then gives only advice that holds")
+    func importWithoutFXRates() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            try await Self.fixture(services)
+            let store = NetworkReportStore(pool: services.database.pool)
+            let file = "date,app,network,format,country,impressions,clicks,revenue,currency,timezone\n2026-11-01,game,unity,rewarded,US,100,3,12.5,CHF,UTC\n2026-11-02,game,unity,rewarded,US,90,1,11,CHF,UTC\n"
+            let result = try await store.importReport(try NetworkReport.parse(Array(file.utf8), source: .csv), fileSHA256: SHA256.hex(Array(file.utf8)), via: "cli")
+            #expect(result.fxMissing == [
+                "game: no FX rate converts CHF to USD on 2 days from 2026-11-01 to 2026-11-02; its reconciliation in USD over them is refused (422) until the rates are imported (adtally fx import, POST /v1/fx)",
+            ], "\(result.fxMissing)")
+            let refused = await #expect(throws: ReportCurrencyError.self) {
+                _ = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-02"), ("dimensions", "date,network")])
+            }
+            #expect(refused?.description.contains("or ask for currency=CHF if every amount of the report is in CHF") == true, "\(String(describing: refused))")
+        }
+    }
+
     @Test("the map command an unknown app's or network's refusal suggests quotes the file's name for a POSIX shell: a name with ' and ; is one word, never code")
     func suggestedCommandIsQuoted() async throws {
         try await withServices(flags: Reports.flags) { services in

@@ -179,6 +179,21 @@ public struct NetworkReport: Sendable, Equatable {
             let begins = String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self)
             throw FieldError("file", "has no line of \(source.expectedShape); it begins \"\(Self.excerpt(begins))\"")
         }
+        // The same app, network, format, country and day with the same figures twice is a
+        // file pasted twice (or a copy's lines appended), which would double the network's
+        // side. The same keys with other figures are a finer breakdown (ad units,
+        // placements), summed as before.
+        struct Repeat: Hashable { var day: Int; var app, network: String; var format: AdFormat; var country: String?; var impressions: Int64; var clicks: Int64?; var revenue: Int64; var currency: String }
+        var seen: [Repeat: String] = [:]
+        for line in report.lines {
+            let key = Repeat(
+                day: line.day, app: line.app, network: line.network, format: line.format, country: line.country, impressions: line.impressions, clicks: line.clicks,
+                revenue: line.revenueMicros, currency: line.currency
+            )
+            if let first = seen.updateValue(line.position, forKey: key) {
+                throw FieldError(line.position, "repeats \(first): the same app, network, format, country and day with the same figures (a file pasted twice would double the network's side); remove one")
+            }
+        }
         // A day that has not begun in the file's own zone is a typo (2099 for 2019), not data.
         if let today = try? ReportQuery.today(in: report.zone, now: now), let late = report.lines.first(where: { $0.day > today + 1 }) {
             throw FieldError("\(late.position): day", "is \(ReportQuery.formatDate(late.day)), after tomorrow in \(report.zone): a network reports days that have begun")

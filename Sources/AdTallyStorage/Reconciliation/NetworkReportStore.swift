@@ -229,8 +229,13 @@ public struct NetworkReportStore: Sendable {
         /// The earlier import of the same source whose file had the same bytes (nil:
         /// none): networks restate old months, so it is stored again, and said.
         public var identicalTo: Int64?
+        /// The app × currency pairs whose earnings no FX rate converts into the app's
+        /// currency on some of their days: the reconciliation of those days in the app's
+        /// currency is refused (422) until the rates are imported.
+        public var fxMissing: [String] = []
 
         enum CodingKeys: String, CodingKey {
+            case fxMissing = "fx_missing"
             case source, timezone, lines, rows, apps, networks, replaced, warnings
             case identicalTo = "identical_to"
             case importID = "import_id"
@@ -342,6 +347,24 @@ public struct NetworkReportStore: Sendable {
                     """)
                 start += Self.chunk
             }
+            // Earnings in a currency no FX rate converts to the app's own on their day.
+            let earning = keys.filter { sums[$0]!.revenue != 0 }
+            let fxMissing = try connection.query("""
+                SELECT r.app_id, r.currency, a.currency, min(r.day)::text, max(r.day)::text, count(DISTINCT r.day)::int
+                FROM unnest(\(array: earning.map(\.app))::text[], \(array: earning.map(\.currency))::text[], \(array: earning.map { ReportQuery.formatDate($0.day) })::date[])
+                     AS r (app_id, currency, day)
+                JOIN apps a ON a.app_id = r.app_id
+                WHERE r.currency <> a.currency::text AND NOT EXISTS (
+                    SELECT 1 FROM fx_rates t JOIN fx_rates f ON f.day = t.day AND f.base = t.base AND f.currency = r.currency
+                    WHERE t.day = r.day AND t.currency = a.currency::text
+                )
+                GROUP BY 1, 2, 3 ORDER BY 1, 2
+                """).map { row -> String in
+                let (app, currency, appCurrency): (String, String, String) = (try row.decode(0), try row.decode(1), try row.decode(2))
+                let (first, last, days): (String, String, Int) = (try row.decode(3), try row.decode(4), try row.decode(5))
+                return "\(app): no FX rate converts \(currency) to \(appCurrency) on \(days) day\(days == 1 ? "" : "s") from \(first) to \(last); "
+                    + "its reconciliation in \(appCurrency) over them is refused (422) until the rates are imported (adtally fx import, POST /v1/fx)"
+            }
             let pairs = Array(Set(keys.map { "\($0.app)\u{1}\($0.network)" })).sorted().map { $0.split(separator: "\u{1}", omittingEmptySubsequences: false).map(String.init) }
             try connection.query("""
                 INSERT INTO network_import_pairs (app_id, network, import_id)
@@ -351,7 +374,7 @@ public struct NetworkReportStore: Sendable {
                 importID: importID, source: report.source, timezone: report.zone,
                 firstDay: report.firstDay.map(ReportQuery.formatDate), lastDay: report.lastDay.map(ReportQuery.formatDate),
                 lines: report.lines.count, rows: keys.count, apps: Set(keys.map(\.app)).sorted(), networks: Set(keys.map(\.network)).sorted(),
-                replaced: replaced, warnings: report.warnings, leftOut: report.leftOut, identicalTo: identical
+                replaced: replaced, warnings: report.warnings, leftOut: report.leftOut, identicalTo: identical, fxMissing: fxMissing
             )
         }
     }

@@ -28,7 +28,10 @@ public struct ReportCurrencyError: Error, Sendable, CustomStringConvertible {
             ? "there are no FX rates at all for that date (a weekend or holiday? adtally fx import --fill-gaps carries the last rate over it)"
             : "there is no \(currency) rate for that date"
         return "no FX rate converts \(from) to \(reportCurrency) on \(date) (UTC): \(missing), and the report has \(from) amounts on it; "
-            + "import it (adtally fx import, POST /v1/fx), or ask for currency=\(from)"
+            + "import it (adtally fx import, POST /v1/fx)"
+            // The other way round only helps a report whose amounts are all in `from`: any
+            // other currency in it would need a `from` rate for that date too.
+            + ", or ask for currency=\(from) if every amount of the report is in \(from)"
     }
 }
 
