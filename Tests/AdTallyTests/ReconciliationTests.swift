@@ -38,6 +38,8 @@ struct ReconciliationTests {
                 }
             }
         }
+        // The app's first event: imports of days before it are refused.
+        add(1, .request, "2026-10-01T00:00:00Z")
         add(10, .impression, "2026-10-31T07:30:00Z")
         add(20, .impression, "2026-11-01T06:30:00Z")
         add(50, .impression, "2026-11-01T12:00:00Z", revenue: 10_000)
@@ -78,6 +80,11 @@ struct ReconciliationTests {
             try await Self.fixture(services)
             let store = NetworkReportStore(pool: services.database.pool)
             let file = "date,app,network,format,country,impressions,clicks,revenue,currency,timezone\n2026-11-01,game,unity,rewarded,US,100,3,12.5,CHF,UTC\n2026-11-02,game,unity,rewarded,US,90,1,11,CHF,UTC\n"
+            // Days before the app's first event (2026-10-01) are refused, naming the line.
+            let early = "date,app,network,format,country,impressions,clicks,revenue,currency,timezone\n2026-11-01,game,unity,rewarded,US,1,0,1,USD,UTC\n1900-09-30,game,unity,rewarded,US,1,0,1,USD,UTC\n"
+            await #expect(throws: FieldError("line 3: day", "is 1900-09-30, before game's first event in AdTally (2026-10-01 in UTC): there is nothing to compare it with")) {
+                _ = try await store.importReport(try NetworkReport.parse(Array(early.utf8), source: .csv), fileSHA256: SHA256.hex(Array(early.utf8)), via: "cli")
+            }
             let result = try await store.importReport(try NetworkReport.parse(Array(file.utf8), source: .csv), fileSHA256: SHA256.hex(Array(file.utf8)), via: "cli")
             #expect(result.fxMissing == [
                 "game: no FX rate converts CHF to USD on 2 days from 2026-11-01 to 2026-11-02; its reconciliation in USD over them is refused (422) until the rates are imported (adtally fx import, POST /v1/fx)",
@@ -288,6 +295,8 @@ struct ReconciliationTests {
     func hostileImports() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
             _ = try await services.appStore.createApp(id: "game", name: nil, timezone: "UTC", currency: "USD")
+            // Its first event: a network's days before it are refused.
+            try await Reports.store(services, app: "game", [Reports.event(.request, at: Reports.micros("2026-10-01T00:00:00Z"))])
             let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
             let read = try await services.appStore.createKey(app: "game", scope: .read).secret
             let good = "date,app,network,format,country,impressions,clicks,revenue,currency\n2026-11-01,game,admob,banner,US,1,0,1,USD\n"

@@ -271,6 +271,18 @@ public struct NetworkReportStore: Sendable {
             let identical = try connection.query("""
                 SELECT max(import_id) FROM network_imports WHERE source = \(source) AND file_sha256 = \(fileSHA256) AND import_id <> \(importID)
                 """).first?.decode(0, as: Int64?.self)
+            // Each app's first day of data in AdTally, in the file's zone: a network's day
+            // before it has nothing to be compared with (1900 for 2019 is a typo).
+            var firstDays: [String: Int] = [:]
+            func firstDay(of app: String) throws -> Int? {
+                if let known = firstDays[app] { return known == Int.min ? nil : known }
+                let day = try connection.query("""
+                    SELECT (least((SELECT min(hour) FROM rollup_1h_compacted WHERE app_id = \(app)),
+                                  (SELECT min(bucket) FROM rollup_delta WHERE app_id = \(app))) AT TIME ZONE \(report.zone))::date - DATE '1970-01-01'
+                    """).first?.decode(0, as: Int?.self)
+                firstDays[app] = day ?? Int.min
+                return day
+            }
             let written = Array(Set(report.lines.map(\.app)))
             let bareNames = written.compactMap { $0.split(separator: "/", maxSplits: 1).count == 2 ? String($0.split(separator: "/", maxSplits: 1)[1]) : nil }
             let apps = Set(try connection.query("""
@@ -309,6 +321,15 @@ public struct NetworkReportStore: Sendable {
             var sums: [Key: (impressions: Int64, clicks: Int64?, revenue: Int64)] = [:]
             for line in report.lines {
                 let app = try app(of: line)
+                guard let first = try firstDay(of: app) else {
+                    throw FieldError("\(line.position): app", "\(app) has no events in AdTally yet: there is nothing to compare the network's figures with")
+                }
+                guard line.day >= first else {
+                    throw FieldError(
+                        "\(line.position): day",
+                        "is \(ReportQuery.formatDate(line.day)), before \(app)'s first event in AdTally (\(ReportQuery.formatDate(first)) in \(report.zone)): there is nothing to compare it with"
+                    )
+                }
                 // An unknown country is ZZ, as an event's is (Migrations/0001).
                 let key = Key(app: app, network: try network(of: line, app: app), day: line.day, format: line.format.rawValue, country: line.country ?? "ZZ", currency: line.currency)
                 var sum = sums[key] ?? (0, 0, 0)
