@@ -107,10 +107,10 @@ extension HostileInputTests.Heavy {
     @Test("a CSV reader that trickles loses its stream after a rate window, one that reads steadily loses it at the stream's lifetime: neither holds its snapshot (backend_xmin) past the stated limits")
     func tricklingReadersAreCut() async throws {
         var flags = Reports.flags
-        // 4 KiB a second over 3 s windows, 10 s at most (the defaults: 4 KiB/s, 30 s, 30 min).
+        // 4 KiB a second over 5 s windows, 16 s at most (the defaults: 4 KiB/s, 30 s, 30 min).
         flags.reportStreamMinBytesPerSecond = 4096
-        flags.reportStreamWindowSeconds = 3
-        flags.reportStreamMaxSeconds = 10
+        flags.reportStreamWindowSeconds = 5
+        flags.reportStreamMaxSeconds = 16
         try await withTestApp(flags: flags) { services, client in
             let port = try #require(client.port)
             let keys = try await Ingest.keys(services, app: "victim")
@@ -121,16 +121,24 @@ extension HostileInputTests.Heavy {
             func held(readingPerSecond bytes: Int) async throws -> Duration {
                 // Receive buffers of a few seconds' reading: a receiver advertises no window
                 // until a 16th of its buffer is free, so a buffer of megabytes would make
-                // even a steady reader's stream move in bursts longer than the 3 s windows.
+                // even a steady reader's stream move in bursts longer than the windows.
                 let reader = try RawConnection(port: port, from: "127.0.0.3", receiveBuffer: Int32(bytes * 2))
                 defer { reader.close() }
                 reader.send(Self.csvRequest(keys.read))
                 let began = ContinuousClock.now
+                // The reader on a task of its own, at its rate whatever the sampling below costs.
+                let reading = Task {
+                    while !Task.isCancelled {
+                        let tick = ContinuousClock.now
+                        if await reader.readSome(bytes).closed { return }
+                        let spent = ContinuousClock.now - tick
+                        if spent < .seconds(1) { try? await Task.sleep(for: .seconds(1) - spent) }
+                    }
+                }
+                defer { reading.cancel() }
                 var lastHeld = began
                 var seen = false
-                while ContinuousClock.now - began < .seconds(60) {
-                    let tick = ContinuousClock.now
-                    _ = await reader.readSome(bytes)
+                while ContinuousClock.now - began < .seconds(90) {
                     let holding = try await Ingest.count(services, """
                         SELECT count(*)::int FROM pg_stat_activity
                         WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL AND query LIKE 'FETCH%report_rows'
@@ -141,18 +149,19 @@ extension HostileInputTests.Heavy {
                     } else if seen {
                         break
                     }
-                    let spent = ContinuousClock.now - tick
-                    if spent < .seconds(1) { try await Task.sleep(for: .seconds(1) - spent) }
+                    try await Task.sleep(for: .milliseconds(500))
                 }
+                reading.cancel()
+                await reading.value
                 #expect(seen, "the stream never held a snapshot that pg_stat_activity showed")
                 return lastHeld - began
             }
             // 1 KB a second (a quarter of the minimum): cut at the end of its first or second window.
             let trickle = try await held(readingPerSecond: 1024)
-            #expect(trickle < .seconds(3 * 2 + 4), "a 1 KB/s reader held its snapshot for \(trickle)")
-            // 32 KB a second: fast enough, but cut at the stream's lifetime.
-            let steady = try await held(readingPerSecond: 32 * 1024)
-            #expect(steady >= .seconds(8) && steady < .seconds(10 + 4), "a 32 KB/s reader held its snapshot for \(steady)")
+            #expect(trickle < .seconds(5 * 2 + 5), "a 1 KB/s reader held its snapshot for \(trickle)")
+            // 64 KB a second (16 times the minimum): cut at the stream's lifetime, not before.
+            let steady = try await held(readingPerSecond: 64 * 1024)
+            #expect(steady >= .seconds(14) && steady < .seconds(16 + 5), "a 64 KB/s reader held its snapshot for \(steady)")
             // The report connections are free again: a new CSV streams whole.
             let again = try RawConnection(port: port, from: "127.0.0.4")
             again.send(Self.csvRequest(keys.read, query: "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&format=csv"))
