@@ -166,6 +166,16 @@ extension HostileInputTests.Heavy {
             let again = try RawConnection(port: port, from: "127.0.0.4")
             again.send(Self.csvRequest(keys.read, query: "from=2025-11-03&to=2025-11-03&tz=UTC&dimensions=date&format=csv"))
             #expect(await Self.status(of: again).hasPrefix("HTTP/1.1 200"))
+            // A HEAD reads no body: it starts no stream that would hold a snapshot with no reader.
+            let head = try RawConnection(port: port, from: "127.0.0.5")
+            head.send(Self.csvRequest(keys.read).replacingOccurrences(of: "GET ", with: "HEAD "))
+            #expect(await Self.status(of: head).hasPrefix("HTTP/1.1 200"))
+            try await Task.sleep(for: .seconds(2))
+            let held = try await Ingest.count(services, """
+                SELECT count(*)::int FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction' AND query LIKE 'FETCH%report_rows'
+                """)
+            #expect(held == 0, "a HEAD left a report transaction open")
         }
     }
 

@@ -83,7 +83,7 @@ public struct DashboardRoutes: Sendable {
             var headers = ReportRoutes.csvHeaders(query)
             headers[.cacheControl] = "no-store"
             do {
-                return try await ReportRoutes.csvResponse(query, engine: engine, holding: place, channel: context.channel, limits: streamLimits, headers: headers)
+                return try await ReportRoutes.csvResponse(request, query, engine: engine, holding: place, channel: context.channel, limits: streamLimits, headers: headers)
             } catch let error as ReportCurrencyError {
                 throw ProblemDetails(.unprocessableContent, title: "FX rate missing", detail: error.description)
             }

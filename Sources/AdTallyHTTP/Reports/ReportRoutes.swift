@@ -50,7 +50,7 @@ public struct ReportRoutes: Sendable {
                     // Refusals (422, a zone PostgreSQL does not know) come before the 200
                     // and the first byte, from the stream's own snapshot.
                     return try await Self.csvResponse(
-                        query, engine: engine, holding: place, channel: context.channel, limits: streamLimits, headers: Self.csvHeaders(query)
+                        request, query, engine: engine, holding: place, channel: context.channel, limits: streamLimits, headers: Self.csvHeaders(query)
                     )
                 }
             } catch let error as ReportQueryError {

@@ -14,8 +14,9 @@ import Synchronization
 public struct ReportStreamLimits: Sendable, Equatable {
     /// The longest a stream's transaction may stay open (`ADTALLY_REPORT_STREAM_MAX_SECONDS`).
     public var maxLifetime: Duration = .seconds(1800)
-    /// The least a reader must take, on average over each `window` after the first
-    /// (`ADTALLY_REPORT_STREAM_MIN_BYTES_PER_SECOND`; 0: no minimum).
+    /// The least a reader must take, on average over each `window` in which rows were
+    /// waiting for it: a window in which the database was still computing rows does not
+    /// count (`ADTALLY_REPORT_STREAM_MIN_BYTES_PER_SECOND`; 0: no minimum).
     public var minBytesPerSecond = 4096
     /// The span the rate is measured over (`ADTALLY_REPORT_STREAM_RATE_WINDOW_SECONDS`).
     public var window: Duration = .seconds(30)
@@ -158,12 +159,13 @@ final class ReportChunkPipe: Sendable {
 
     func wrote(_ count: Int) { state.withLock { $0.bytesWritten += count } }
 
-    /// Bytes written so far, and whether the producer (the transaction) has ended.
-    var progress: (bytes: Int, producerEnded: Bool, cut: Bool) {
+    /// Bytes written so far; whether the producer (the transaction) has ended; whether
+    /// the consumer is waiting for the database (then the reader is not the slow one).
+    var progress: (bytes: Int, producerEnded: Bool, cut: Bool, waitingForRows: Bool) {
         state.withLock { state in
             let ended: Bool
             if case .some = state.produced { ended = true } else { ended = false }
-            return (state.bytesWritten, ended, state.cut != nil)
+            return (state.bytesWritten, ended, state.cut != nil, state.takeWaiter != nil)
         }
     }
 }
@@ -179,8 +181,12 @@ extension ReportRoutes {
     /// connection closed: a truncated body) when it outlives `limits.maxLifetime` or the
     /// reader takes less than `limits.minBytesPerSecond` over a window.
     static func csvResponse(
-        _ query: ReportQuery, engine: ReportEngine, holding place: ReportShares.Place, channel: any Channel, limits: ReportStreamLimits, headers: HTTPFields
+        _ request: Request, _ query: ReportQuery, engine: ReportEngine, holding place: ReportShares.Place, channel: any Channel, limits: ReportStreamLimits,
+        headers: HTTPFields
     ) async throws -> Response {
+        // A HEAD (routes answer HEAD with GET's handler and drop the body) reads nothing:
+        // a stream started for it would hold its snapshot with no reader.
+        if request.method == .head { return Response(status: .ok, headers: headers) }
         let pipe = ReportChunkPipe()
         let layout = ReportLayout(query: query)
         let logger = Logger(label: "adtally.reports")
@@ -197,7 +203,10 @@ extension ReportRoutes {
             do {
                 var out: [UInt8] = []
                 out.reserveCapacity(1 << 16)
-                try await engine.stream(query, refusingFirst: true) { _ in
+                // The stream's transaction is cut by the watchdog below; PostgreSQL's own idle
+                // cut (for a server that died) must not come first, while a chunk of rows
+                // is written at the slowest rate allowed.
+                try await engine.stream(query, refusingFirst: true, idleInTransaction: limits.maxLifetime) { _ in
                     pipe.started()
                 } rows: { rows in
                     out.removeAll(keepingCapacity: true)
@@ -227,6 +236,11 @@ extension ReportRoutes {
                 if progress.producerEnded || progress.cut { return }
                 let now = clock.now
                 var reason: String?
+                if progress.waitingForRows {
+                    // The database is computing the next rows: not the reader's time.
+                    windowStart = now
+                    windowBytes = progress.bytes
+                }
                 if now - begun >= limits.maxLifetime {
                     reason = "it was still reading after \(limits.maxLifetime.components.seconds) s, the longest a report stream may hold its snapshot (ADTALLY_REPORT_STREAM_MAX_SECONDS)"
                 } else if now - windowStart >= limits.window {

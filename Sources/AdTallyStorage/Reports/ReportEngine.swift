@@ -99,13 +99,16 @@ public struct ReportEngine: Sendable {
     /// before it are not "zero", they are before the app's data.
     public func firstDataDay(of app: ReportApp) async throws -> Int? {
         try await reads.run { pool, _, _ in
-            try await pool.withTransaction(begin: Self.snapshot) { connection in
-                try connection.query("""
-                    SELECT (least((SELECT min(hour) FROM rollup_1h_compacted WHERE app_id = \(app.id)),
-                                  (SELECT min(bucket) FROM rollup_delta WHERE app_id = \(app.id))) AT TIME ZONE \(app.timezone))::date - DATE '1970-01-01'
-                    """).first?.decode(0, as: Int?.self)
-            }
+            try await pool.withTransaction(begin: Self.snapshot) { connection in try Self.firstDataDay(of: app.id, in: app.timezone, on: connection) }
         }
+    }
+
+    /// The same for `app` in `zone`, on a connection the caller holds (an import's).
+    static func firstDataDay(of app: String, in zone: String, on connection: PostgresConnection) throws -> Int? {
+        try connection.query("""
+            SELECT (least((SELECT min(hour) FROM rollup_1h_compacted WHERE app_id = \(app)),
+                          (SELECT min(bucket) FROM rollup_delta WHERE app_id = \(app))) AT TIME ZONE \(zone))::date - DATE '1970-01-01'
+            """).first?.decode(0, as: Int?.self)
     }
 
     /// How a report's transaction starts: every statement of it (the dirty ranges that
@@ -167,7 +170,7 @@ public struct ReportEngine: Sendable {
     /// them computed apart.
     @discardableResult
     public func stream(
-        _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = false, refusingFirst: Bool = false,
+        _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = false, refusingFirst: Bool = false, idleInTransaction: Duration = .seconds(60),
         start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws -> ReportCounts? {
         try await reads.run { pool, readFrom, started in
@@ -175,9 +178,10 @@ public struct ReportEngine: Sendable {
             let (plan, compared, summary, grain) = try await lease.run { connection -> (ReportPlan, [String: ReportCounts]?, ReportSummary?, GrainReader?) in
                 // Every row will be read: plan the cursor for the whole result, not for
                 // its first rows (PostgreSQL's default for cursors, cursor_tuple_fraction 0.1).
-                // A client that reads nothing for a minute loses its transaction, its
-                // snapshot and its connection, which other reports and vacuum need.
-                try connection.execute(unsafeSQL: "\(Self.snapshot); SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '60s'")
+                // A client that reads nothing for `idleInTransaction` (a minute, unless the
+                // caller cuts slow readers itself) loses its transaction, its snapshot and
+                // its connection, which other reports and vacuum need.
+                try connection.execute(unsafeSQL: "\(Self.snapshot); SET LOCAL cursor_tuple_fraction = 1; SET LOCAL idle_in_transaction_session_timeout = '\(max(1, idleInTransaction.components.seconds))s'")
                 let plan = try self.plan(query, on: connection)
                 // A caller that cannot take back what it sent (a 200, a CSV header) asks for
                 // a missing FX rate to be refused here, before `start`, not at its row.
