@@ -51,7 +51,7 @@ struct NetworksCommand: AsyncParsableCommand {
             for missing in result.fxMissing { print("warning: \(missing)") }
             if let earlier = result.identicalTo { print("identical: the file is byte for byte import \(earlier)'s; its figures replace that import's as a restatement would") }
             for warning in result.warnings { print("network warning: \(warning)") }
-            for (what, count) in result.leftOut.sorted(by: { $0.key < $1.key }) { print("left out: \(count) \(what) lines (AdTally has no such format)") }
+            for (what, count) in result.leftOut.sorted(by: { $0.key < $1.key }) { print("left out: \(count) \(what) lines" + (what == "offerwall" ? " (AdTally has no such format)" : "")) }
         }
     }
 

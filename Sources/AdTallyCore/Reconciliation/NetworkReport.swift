@@ -125,12 +125,20 @@ public struct NetworkReport: Sendable, Equatable {
     /// Reads a report in `source`'s shape; `zone` overrides the zone it is in (a generic
     /// CSV's `--timezone`, an AdMob account whose reports are in UTC). Every error names
     /// the line (or row) and the field, and nothing of a refused file is kept.
-    public static func parse(_ file: [UInt8], source: NetworkReportSource, zone: String? = nil, now: Date = Date()) throws(FieldError) -> NetworkReport {
+    ///
+    /// A file a person chose that holds no line the source's shape recognises is the
+    /// wrong file; an API's answer for days without traffic may be empty (`fromAPI`).
+    public static func parse(
+        _ file: [UInt8], source: NetworkReportSource, zone: String? = nil, now: Date = Date(), fromAPI: Bool = false
+    ) throws(FieldError) -> NetworkReport {
         // A UTF-8 byte order mark (Excel's "CSV UTF-8", a JSON report saved by some
         // editors) is not part of the text; UTF-16 is another encoding, refused by name.
         let bytes = file.starts(with: [0xEF, 0xBB, 0xBF]) ? Array(file.dropFirst(3)) : file
-        if bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF]) || bytes.prefix(2).contains(0) {
+        if bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF]) {
             throw FieldError("file", "is UTF-16 (as Excel's \"Unicode Text\" saves it), not UTF-8: save it as \"CSV UTF-8\" (or export it again from the network) and import that")
+        }
+        if bytes.prefix(2).contains(0) {
+            throw FieldError("file", "starts with NUL bytes: it is UTF-16 without its mark, or not text at all; save it as \"CSV UTF-8\" and import that")
         }
         guard bytes.count <= maxBytes else { throw FieldError("file", "is \(bytes.count) bytes; a network report may have at most \(maxBytes) (split it by month)") }
         if let zone, !ReportQuery.isZone(zone) { throw FieldError("timezone", "\"\(zone)\" is not an IANA time zone (e.g. UTC, America/Los_Angeles)") }
@@ -175,23 +183,22 @@ public struct NetworkReport: Sendable, Equatable {
         guard report.lines.count <= maxLines else { throw FieldError("file", "has \(report.lines.count) lines; at most \(maxLines) (split it by month)") }
         // An import that recognises nothing is a wrong file (another source's, a header
         // alone), not an empty day: a file that states its range (AdMob's) may be empty.
-        if report.lines.isEmpty, !report.hasRange, report.leftOut.isEmpty {
+        if !fromAPI, report.lines.isEmpty, !report.hasRange, report.leftOut.isEmpty {
             let begins = String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self)
             throw FieldError("file", "has no line of \(source.expectedShape); it begins \"\(Self.excerpt(begins))\"")
         }
-        // The same app, network, format, country and day with the same figures twice is a
-        // file pasted twice (or a copy's lines appended), which would double the network's
-        // side. The same keys with other figures are a finer breakdown (ad units,
-        // placements), summed as before.
-        struct Repeat: Hashable { var day: Int; var app, network: String; var format: AdFormat; var country: String?; var impressions: Int64; var clicks: Int64?; var revenue: Int64; var currency: String }
-        var seen: [Repeat: String] = [:]
-        for line in report.lines {
-            let key = Repeat(
-                day: line.day, app: line.app, network: line.network, format: line.format, country: line.country, impressions: line.impressions, clicks: line.clicks,
-                revenue: line.revenueMicros, currency: line.currency
-            )
-            if let first = seen.updateValue(line.position, forKey: key) {
-                throw FieldError(line.position, "repeats \(first): the same app, network, format, country and day with the same figures (a file pasted twice would double the network's side); remove one")
+        // A CSV line written twice, byte for byte, is a file pasted twice (or a copy's lines
+        // appended), which would double the network's side. Lines that differ only in
+        // columns AdTally does not read (ad units, placements) are a finer breakdown,
+        // summed later as before.
+        if !NetworkReportParsers.startsJSON(bytes) {
+            var seen: [ArraySlice<UInt8>: Int] = [:]
+            for (index, raw) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() where index > 0 {
+                let line = raw.last == 0x0D ? raw.dropLast() : raw
+                guard line.contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x2C }) else { continue }
+                if let first = seen.updateValue(index + 1, forKey: line) {
+                    throw FieldError("line \(index + 1)", "repeats line \(first) byte for byte (a file pasted twice would double the network's side); remove one")
+                }
             }
         }
         // A day that has not begun in the file's own zone is a typo (2099 for 2019), not data.

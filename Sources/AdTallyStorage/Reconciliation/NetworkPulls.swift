@@ -252,7 +252,7 @@ public struct NetworkPulls: Sendable {
             }
             guard let credential else { throw FieldError("credential", "the pull was deleted") }
             let body = try await fetch(NetworkPullRequest(source: claim.pull.source, endpoint: claim.pull.endpoint, credential: credential, from: from, to: to))
-            let report = try NetworkReport.parse(body, source: claim.pull.source)
+            let report = try NetworkReport.parse(body, source: claim.pull.source, fromAPI: true)
             let result = try await NetworkReportStore(pool: pool).importReport(report, fileSHA256: SHA256.hex(body), via: "pull")
             let durationMs = Int64((ContinuousClock.now - started).components.seconds * 1000)
             try await lease.run { connection in

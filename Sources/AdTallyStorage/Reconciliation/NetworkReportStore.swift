@@ -276,10 +276,7 @@ public struct NetworkReportStore: Sendable {
             var firstDays: [String: Int] = [:]
             func firstDay(of app: String) throws -> Int? {
                 if let known = firstDays[app] { return known == Int.min ? nil : known }
-                let day = try connection.query("""
-                    SELECT (least((SELECT min(hour) FROM rollup_1h_compacted WHERE app_id = \(app)),
-                                  (SELECT min(bucket) FROM rollup_delta WHERE app_id = \(app))) AT TIME ZONE \(report.zone))::date - DATE '1970-01-01'
-                    """).first?.decode(0, as: Int?.self)
+                let day = try ReportEngine.firstDataDay(of: app, in: report.zone, on: connection)
                 firstDays[app] = day ?? Int.min
                 return day
             }
@@ -319,12 +316,21 @@ public struct NetworkReportStore: Sendable {
             }
             struct Key: Hashable { var app, network: String; var day: Int; var format: String; var country: String; var currency: String }
             var sums: [Key: (impressions: Int64, clicks: Int64?, revenue: Int64)] = [:]
+            // A file a person chose is refused at such a line (1900 for 2019 is a typo); a
+            // pull's restatement window may reach before an app's first event, and its
+            // lines there are left out and counted instead.
+            var leftOut = report.leftOut
             for line in report.lines {
                 let app = try app(of: line)
-                guard let first = try firstDay(of: app) else {
-                    throw FieldError("\(line.position): app", "\(app) has no events in AdTally yet: there is nothing to compare the network's figures with")
-                }
-                guard line.day >= first else {
+                let first = try firstDay(of: app)
+                guard let first, line.day >= first else {
+                    if via == "pull" {
+                        leftOut["before the app's first event", default: 0] += 1
+                        continue
+                    }
+                    guard let first else {
+                        throw FieldError("\(line.position): app", "\(app) has no events in AdTally yet: there is nothing to compare the network's figures with")
+                    }
                     throw FieldError(
                         "\(line.position): day",
                         "is \(ReportQuery.formatDate(line.day)), before \(app)'s first event in AdTally (\(ReportQuery.formatDate(first)) in \(report.zone)): there is nothing to compare it with"
@@ -395,7 +401,7 @@ public struct NetworkReportStore: Sendable {
                 importID: importID, source: report.source, timezone: report.zone,
                 firstDay: report.firstDay.map(ReportQuery.formatDate), lastDay: report.lastDay.map(ReportQuery.formatDate),
                 lines: report.lines.count, rows: keys.count, apps: Set(keys.map(\.app)).sorted(), networks: Set(keys.map(\.network)).sorted(),
-                replaced: replaced, warnings: report.warnings, leftOut: report.leftOut, identicalTo: identical, fxMissing: fxMissing
+                replaced: replaced, warnings: report.warnings, leftOut: leftOut, identicalTo: identical, fxMissing: fxMissing
             )
         }
     }
