@@ -92,7 +92,7 @@ public struct NetworkPullClient: Sendable {
         default:
             return request.credential
         }
-        let body = try await send(http, shown: Self.shown(uri), field: request.source == .admob ? "credential: token_uri" : "credential: auth_uri", limit: 1 << 16)
+        let body = try await send(http, shown: Self.shown(uri), field: object[request.source == .admob ? "token_uri" : "auth_uri"] == nil ? "the token endpoint" : request.source == .admob ? "credential: token_uri" : "credential: auth_uri", limit: 1 << 16)
         let text = String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         // Google answers {"access_token": …}; LevelPlay the token itself, as a JSON string or bare.
         if let object = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed]) {

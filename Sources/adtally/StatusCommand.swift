@@ -126,11 +126,15 @@ struct StatusCommand: AsyncParsableCommand {
             lines.append("             \(run.schedule) \(run.slot)\(run.pass == 2 ? " final" : "") \(run.status)\(run.finishedAt.map { " at \(isoText($0))" } ?? "")\(run.error.map { ": \($0)" } ?? "")")
         }
         lines.append("alerts:      \(status.alertRules) rules, \(status.alertsFiring) firing, " + (status.alertEvaluator.map { "evaluated by \($0)" } ?? "no evaluator (no adtally serve is running)"))
-        lines.append(
-            status.credentialsKeyInDatabase
-                ? "secrets:     encrypted with a key kept in this database (server_secrets): a dump of the database holds both the secrets (credentials, webhook URLs and secrets) and their key; set ADTALLY_CREDENTIALS_KEY"
-                : "secrets:     encrypted with ADTALLY_CREDENTIALS_KEY, which this database does not hold"
-        )
+        let keySetHere = !(ProcessInfo.processInfo.environment["ADTALLY_CREDENTIALS_KEY"] ?? "").isEmpty
+        switch (status.credentialsKeyInDatabase, keySetHere) {
+        case (true, false):
+            lines.append("secrets:     encrypted with a key kept in this database (server_secrets): a dump of the database holds both the secrets (credentials, webhook URLs and secrets) and their key; set ADTALLY_CREDENTIALS_KEY")
+        case (true, true):
+            lines.append("secrets:     ADTALLY_CREDENTIALS_KEY is set here, but this database also holds a key (server_secrets): secrets stored by a server or command run without it are encrypted with that one, and a dump holds both")
+        case (false, _):
+            lines.append("secrets:     no key is kept in this database: secrets are encrypted with ADTALLY_CREDENTIALS_KEY")
+        }
         if status.clientDrops.isEmpty {
             lines.append("app queues:  no events dropped unsent in the last 7 days")
         } else {

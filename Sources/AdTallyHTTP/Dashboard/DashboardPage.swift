@@ -272,7 +272,7 @@ struct DashboardPage {
             out += "<div class=\"tile\" data-metric=\"\(metric.rawValue)\"><span class=\"name\">\(metric.rawValue.replacingOccurrences(of: "_", with: " "))</span><span class=\"value\">\(HTML.escape(text.isEmpty ? "–" : text))</span>"
             if isCompared, noEarlierData {
                 let since = firstDataDay.map { " (its data starts \(ReportQuery.formatDate($0)))" } ?? ""
-                out += "<span class=\"change same\" title=\"\(HTML.escape(selection.app.id))\(HTML.escape(since))\">no earlier data to compare: the \(days) days before start before the app's data</span>"
+                out += "<span class=\"change same\" title=\"\(HTML.escape(selection.app.id))\(HTML.escape(since))\">no earlier data to compare: the \(days) days before begin before the app's first data</span>"
             } else if isCompared, index * stride + 2 < cells.count {
                 let before = Self.text(cells[index * stride + 1])
                 if case .ratio(let change) = cells[index * stride + 2] {
