@@ -1,6 +1,6 @@
 import AdTallyApp
 import AdTallyCore
-import AdTallyStorage
+@testable import AdTallyStorage
 import AdTallyTestSupport
 import Foundation
 import PostgresKit
@@ -126,6 +126,58 @@ struct RollupCompactorTests {
             #expect(try await Ingest.count(services, size) < RollupCompactor.shrinkDeltaTableAboveMB)
             #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m_compacted") == 300_000)
         }
+    }
+
+    @Test("a pass is bounded by time too: one cut by its own timeout is tried again smaller at once, so a stalled group holds back only itself, for seconds and not the pool's 60")
+    func passesBoundedByTime() async throws {
+        try await withServices { services in
+            for app in ["a", "b"] { _ = try await services.appStore.createApp(id: app, name: nil) }
+            func deltas(app: String, hour: Int, rows: Int) async throws {
+                try await services.database.pool.query("""
+                    INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                                              action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+                    SELECT \(app), to_timestamp(1700006400 + \(hour) * 3600), 'admob', 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+                    FROM generate_series(1, \(rows))
+                    """)
+            }
+            // b's hour 2 is compacted already; another transaction then holds its row, as a
+            // long writer (or a checkpoint storm's slowness) would.
+            try await deltas(app: "b", hour: 2, rows: 1)
+            try await services.compactor.compactOnce()
+            try await deltas(app: "a", hour: 0, rows: 10)
+            try await deltas(app: "a", hour: 1, rows: 10)
+            try await deltas(app: "b", hour: 2, rows: 10)
+            let holder = try PostgresConnection(connecting: services.database.pool.configuration.conninfo)
+            _ = try holder.execute(unsafeSQL: "BEGIN; SELECT * FROM rollup_1h_compacted WHERE app_id = 'b' FOR UPDATE")
+
+            let compactor = RollupCompactor(
+                store: services.eventStore, limits: .init(rows: 1_000, target: .seconds(10), timeout: .seconds(1))
+            )
+            let started = ContinuousClock.now
+            // The first pass takes all three groups and is cut; the ones after it fold a's
+            // hours, and only the pass of b's one group fails, after its own second.
+            await #expect(throws: RollupCompactor.PassTimedOut.self) { try await compactor.compactOnce() }
+            #expect(ContinuousClock.now - started < .seconds(20))
+            #expect(try await Ingest.count(services, "SELECT coalesce(sum(requests), 0)::int FROM rollup_1h_compacted WHERE app_id = 'a'") == 20)
+            #expect(try await Self.pendingDeltas(services) == 10)
+            #expect(compactor.budget.current < 1_000)
+
+            _ = try holder.execute(unsafeSQL: "ROLLBACK")
+            #expect(try await compactor.compactOnce() == 10)
+            #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_1h_compacted WHERE app_id = 'b'") == 11)
+            #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_day_compacted") == 31)
+        }
+    }
+
+    @Test("a pass's budget follows its time: smaller in proportion past the target, twice as large under half of it, never past the most")
+    func passBudgetFollowsTime() {
+        let limits = RollupCompactor.PassLimits(rows: 100_000, target: .seconds(10), timeout: .seconds(30))
+        #expect(RollupCompactor.nextBudget(rows: 100_000, moved: 100_000, more: true, elapsed: .seconds(40), limits: limits) == 25_000)
+        #expect(RollupCompactor.nextBudget(rows: 25_000, moved: 25_000, more: true, elapsed: .seconds(2), limits: limits) == 50_000)
+        #expect(RollupCompactor.nextBudget(rows: 80_000, moved: 80_000, more: true, elapsed: .seconds(1), limits: limits) == 100_000)
+        #expect(RollupCompactor.nextBudget(rows: 50_000, moved: 50_000, more: true, elapsed: .seconds(7), limits: limits) == 50_000)
+        // The last pass of a backlog does not grow the next one.
+        #expect(RollupCompactor.nextBudget(rows: 50_000, moved: 10, more: false, elapsed: .milliseconds(5), limits: limits) == 50_000)
     }
 
     @Test("a group spanning many apps and networks sums each pair apart")

@@ -87,10 +87,15 @@ public struct RollupCompactor: Sendable {
     static let lockKey = Int64(0x4164_526F_6C6C)
 
     /// A compactor over a store's database; `identity` names it in `rollup_compaction_passes`.
-    public init(store: EventStore, identity: String = "adtally pid \(getpid())", logger: Logger = Logger(label: "adtally.rollups")) {
+    public init(
+        store: EventStore, identity: String = "adtally pid \(getpid())", limits: PassLimits = PassLimits(),
+        logger: Logger = Logger(label: "adtally.rollups")
+    ) {
         self.pool = store.pool
         self.identity = identity
         self.logger = logger
+        self.limits = limits
+        self.budget = PassBudget(rows: limits.rows)
     }
 
     /// The most delta rows one pass folds (`pass`): a backlog (an import of history,
@@ -99,6 +104,56 @@ public struct RollupCompactor: Sendable {
     /// backlog in one statement ran past it.
     public static let passRows = 100_000
 
+    /// How much one pass may do: rows, and time. Rows alone did not bound a pass: in a
+    /// checkpoint storm (the bench's load) 100,000 rows took past the pool's 60 s
+    /// statement timeout, and the pass was cancelled and tried again whole, over and over.
+    public struct PassLimits: Sendable {
+        /// The most delta rows of one pass.
+        public var rows: Int
+        /// The time a pass aims at: one that takes longer makes the next one smaller in
+        /// proportion, one that takes under half of it lets the next grow back (to `rows`).
+        public var target: Duration
+        /// The pass's own statement timeout, under the pool's: a pass cut by it is tried
+        /// again at a quarter of its rows, at once; only a pass of one app's one bucket
+        /// that is cut fails (and is tried again at the next tick).
+        public var timeout: Duration
+
+        public init(rows: Int = RollupCompactor.passRows, target: Duration = .seconds(10), timeout: Duration = .seconds(30)) {
+            self.rows = max(1, rows)
+            self.target = target
+            self.timeout = timeout
+        }
+    }
+
+    let limits: PassLimits
+    /// The rows the next pass may take (between 1 and `limits.rows`), as the last passes' times set it.
+    let budget: PassBudget
+
+    /// What a running pass took, and whether its transaction is running.
+    final class PassProgress: Sendable {
+        private let state = Mutex((rows: 0, groups: 0, inTransaction: false))
+        func withLock<T>(_ body: (inout (rows: Int, groups: Int, inTransaction: Bool)) -> T) -> T { state.withLock { body(&$0) } }
+    }
+
+    final class PassBudget: Sendable {
+        private let rows: Mutex<Int>
+        init(rows: Int) { self.rows = Mutex(rows) }
+        var current: Int { rows.withLock { $0 } }
+        func set(_ value: Int) { rows.withLock { $0 = value } }
+    }
+
+    /// A pass cut by its own timeout (`PassLimits.timeout`).
+    public struct PassTimedOut: Error, CustomStringConvertible {
+        /// The delta rows it tried to move, and in how many app x bucket groups.
+        public var rows: Int
+        public var groups: Int
+        public var timeout: Duration
+        public var description: String {
+            "a compaction pass of \(rows) delta rows (\(groups) app x 15-minute groups) ran past its own timeout of \(timeout) and was cancelled; it is tried again smaller"
+        }
+    }
+    private let timeouts = Counter(label: "adtally_rollup_compaction_timeouts_total")
+
     /// Moves every delta row committed before the call, a span of buckets per pass
     /// (at most `passRows` rows unless one bucket holds more, each pass its own transaction); returns how many it moved
     /// (0 when another process is compacting right now).
@@ -106,40 +161,84 @@ public struct RollupCompactor: Sendable {
     public func compactOnce() async throws -> Int {
         var total = 0
         while true {
-            let (moved, more) = try await pass()
-            total += moved
-            if !more { return total }
+            do {
+                let (moved, more) = try await pass()
+                total += moved
+                if !more { return total }
+            } catch let cut as PassTimedOut {
+                // Cut by its own timeout: try again at once with a quarter of the rows; a
+                // pass of one group that is cut is a failure (the next tick tries again).
+                timeouts.increment()
+                guard cut.groups > 1 else { throw cut }
+                let next = max(1, cut.rows / 4)
+                budget.set(next)
+                logger.warning("rollup compaction pass cut by its own timeout; trying again smaller", metadata: [
+                    "delta_rows": "\(cut.rows)", "next_pass_rows": "\(next)", "timeout": "\(limits.timeout)",
+                ])
+            }
         }
     }
 
-    /// One pass: every delta when there are at most `passRows`, else those of the oldest
-    /// buckets up to `passRows` rows (at least one bucket); `more` when others were left.
+    /// One pass: every delta when there are at most the budget's rows, else those of the
+    /// oldest app x bucket groups up to it (at least one group); `more` when others were left.
     func pass() async throws -> (moved: Int, more: Bool) {
         let started = ContinuousClock.now
         let identity = self.identity
-        let result = try await pool.withConnection { connection -> (moved: Int, more: Bool) in
+        let rowBudget = budget.current, timeout = limits.timeout
+        let timeoutMS = max(1, Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        // What the pass took, for its timeout's error.
+        let taken = PassProgress()
+        let result: (moved: Int, more: Bool)
+        do {
+            result = try await passOnConnection(rowBudget: rowBudget, timeoutMS: timeoutMS, identity: identity, taken: taken)
+        } catch let error as PostgresError where error.sqlState == .queryCanceled && taken.withLock({ $0.inTransaction }) {
+            let (rows, groups, _) = taken.withLock { $0 }
+            throw PassTimedOut(rows: rows, groups: groups, timeout: timeout)
+        }
+        if result.moved > 0 {
+            let elapsed = ContinuousClock.now - started
+            passTimer.record(duration: elapsed)
+            movedCounter.increment(by: result.moved)
+            logger.debug("rollups compacted", metadata: ["delta_rows": "\(result.moved)", "seconds": "\(elapsed)"])
+            budget.set(Self.nextBudget(rows: rowBudget, moved: result.moved, more: result.more, elapsed: elapsed, limits: limits))
+        }
+        return result
+    }
+
+    /// `pass`'s work on one connection: the transaction that moves the deltas, then the
+    /// vacuums. `taken` says what the transaction took and whether it was running.
+    private func passOnConnection(
+        rowBudget: Int, timeoutMS: Int, identity: String, taken: PassProgress
+    ) async throws -> (moved: Int, more: Bool) {
+        try await pool.withConnection { connection -> (moved: Int, more: Bool) in
             // nil: another process holds the compaction lock.
             let result: (moved: Int, more: Bool)? = try connection.withTransaction { connection in
                 let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
                 guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return nil }
                 let lockedAt = try lock.decode(1, as: String.self)
-                // The rows per bucket (a few hundred buckets a week), oldest first: the pass ends
-                // at the bucket where `passRows` is reached (rows are far from even over a day).
+                // The pass's own timeout, under the pool's (for this transaction only).
+                try connection.query("SELECT set_config('statement_timeout', \(String(timeoutMS)), true)")
+                taken.withLock { $0.inTransaction = true }
+                // The rows per app and bucket (a few hundred buckets a week), oldest first: the
+                // pass ends at the group where its budget is reached (rows are far from even
+                // over a day, and one app may hold most of a bucket).
                 // Computed apart: on Citus a DELETE's condition may not read the table it deletes from.
-                var seen = 0
-                var end: String?
-                for row in try connection.query("SELECT bucket::text, count(*) FROM rollup_delta GROUP BY bucket ORDER BY bucket") {
-                    let rows = try row.decode(1, as: Int.self)
-                    if seen > 0 && seen + rows > Self.passRows {
-                        end = try row.decode(0, as: String.self)
+                var seen = 0, groups = 0
+                var end: (bucket: String, app: String)?
+                for row in try connection.query("SELECT bucket::text, app_id, count(*) FROM rollup_delta GROUP BY bucket, app_id ORDER BY bucket, app_id") {
+                    let rows = try row.decode(2, as: Int.self)
+                    if seen > 0 && seen + rows > rowBudget {
+                        end = (try row.decode(0, as: String.self), try row.decode(1, as: String.self))
                         break
                     }
                     seen += rows
+                    groups += 1
                 }
+                taken.withLock { $0.rows = seen; $0.groups = groups }
                 let more = end != nil
-                let statement = more
-                    ? PostgresQuery(unsafeSQL: Self.boundedMoveStatement, binds: [PostgresBind(text: end, type: 1184)])
-                    : PostgresQuery(unsafeSQL: Self.moveStatement)
+                let statement = end.map { end in
+                    PostgresQuery(unsafeSQL: Self.boundedMoveStatement, binds: [PostgresBind(text: end.bucket, type: 1184), PostgresBind(text: end.app, type: 25)])
+                } ?? PostgresQuery(unsafeSQL: Self.moveStatement)
                 let moved = try connection.query(statement).first?.decode(0, as: Int.self) ?? 0
                 if moved > 0 {
                     try connection.query("""
@@ -149,6 +248,7 @@ public struct RollupCompactor: Sendable {
                 }
                 return (moved, more)
             }
+            taken.withLock { $0.inTransaction = false }
             guard let result else { return (0, false) }
             if result.moved > 0 && !result.more {
                 // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
@@ -168,13 +268,18 @@ public struct RollupCompactor: Sendable {
             }
             return result
         }
-        if result.moved > 0 {
-            let elapsed = ContinuousClock.now - started
-            passTimer.record(duration: elapsed)
-            movedCounter.increment(by: result.moved)
-            logger.debug("rollups compacted", metadata: ["delta_rows": "\(result.moved)"])
+    }
+
+    /// The next pass's rows after one that moved `moved` of a budget of `rows` in `elapsed`:
+    /// smaller in proportion when it took longer than the target, twice as many (up to
+    /// the most) when a backlog pass took under half of it.
+    static func nextBudget(rows: Int, moved: Int, more: Bool, elapsed: Duration, limits: PassLimits) -> Int {
+        if elapsed > limits.target {
+            let scaled = Double(moved) * (limits.target / elapsed)
+            return max(1, min(rows, Int(scaled)))
         }
-        return result
+        if more && elapsed < limits.target / 2 { return min(limits.rows, rows * 2) }
+        return rows
     }
 
     /// Re-prices one chunk of the ranges a card change left dirty (`RatePricing.repriceChunk`):
@@ -214,15 +319,15 @@ public struct RollupCompactor: Sendable {
     }
 
     /// Deletes every delta row the statement sees (rows committed later stay for the
-    /// next pass; `boundedMoveStatement`: those of the buckets before `$1`) and adds their sums to every compacted table (15-minute, hourly and
+    /// next pass; `boundedMoveStatement`: those of the (bucket, app) groups before `($1, $2)`) and adds their sums to every compacted table (15-minute, hourly and
     /// daily grains, Migrations/0004; priced, Migrations/0012); returns the number of
     /// rows moved. Whole-table, not by ctid: on Citus a ctid names a row only within
     /// one shard. No ORDER BY: only one compactor writes the compacted tables at a
     /// time, so row lock order cannot deadlock, and hashing the groups is cheaper than
     /// sorting the deltas twice.
-    /// `moveStatement` for the buckets before `$1` only.
+    /// `moveStatement` for the (bucket, app) groups before `($1, $2)` only.
     static let boundedMoveStatement = moveStatement.replacingOccurrences(
-        of: "DELETE FROM rollup_delta RETURNING *", with: "DELETE FROM rollup_delta WHERE bucket < $1 RETURNING *"
+        of: "DELETE FROM rollup_delta RETURNING *", with: "DELETE FROM rollup_delta WHERE (bucket, app_id) < ($1, $2) RETURNING *"
     )
 
     static let moveStatement = """
