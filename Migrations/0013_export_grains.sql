@@ -1,3 +1,4 @@
+-- adtally: outside-transaction
 -- AdTally schema, part 13: exports that stream a stored grain (issue 25, item 2).
 --
 -- Why: an export of every app's hour x app x network x format (or date x app x
@@ -25,8 +26,15 @@
 -- made every compaction update write these indexes too (no more HOT updates), and the
 -- bench's week-at-a-time backlog pass then ran past the 60 s statement timeout. The
 -- compactor's cost weighs more than the export's.
+--
+-- Built CONCURRENTLY (issue 41; the first line runs the file outside a transaction, a
+-- statement at a time, each recorded once done): on a database with months of rollups
+-- a plain CREATE INDEX holds a lock that stops every compaction pass (and so the
+-- rollups' freshness) for the whole build. A build a crash cut is dropped and built
+-- again by the next migrate. The file's earlier text (the same indexes, built plainly)
+-- is known to the migrator, so a database that applied it is current.
 
-CREATE INDEX rollup_1h_by_hour ON rollup_1h_compacted (hour, app_id, network, format);
-CREATE INDEX rollup_priced_1h_by_hour ON rollup_priced_1h (hour, app_id, network, format, currency);
-CREATE INDEX rollup_day_by_day ON rollup_day_compacted (day, app_id, network, format);
-CREATE INDEX rollup_priced_day_by_day ON rollup_priced_day (day, app_id, network, format, utc_day, currency);
+CREATE INDEX CONCURRENTLY rollup_1h_by_hour ON rollup_1h_compacted (hour, app_id, network, format);
+CREATE INDEX CONCURRENTLY rollup_priced_1h_by_hour ON rollup_priced_1h (hour, app_id, network, format, currency);
+CREATE INDEX CONCURRENTLY rollup_day_by_day ON rollup_day_compacted (day, app_id, network, format);
+CREATE INDEX CONCURRENTLY rollup_priced_day_by_day ON rollup_priced_day (day, app_id, network, format, utc_day, currency);

@@ -1,4 +1,4 @@
-import AdTallyStorage
+@testable import AdTallyStorage
 import AdTallyTestSupport
 import Foundation
 import PostgresKit
@@ -70,6 +70,65 @@ struct MigrationTests {
             }
             #expect(applied.sorted() == ["0001_first.sql", "0002_second.sql"])
         }
+    }
+
+    @Test("an outside-transaction migration builds its index CONCURRENTLY; one cut midway is resumed: its done statements are not run again, a half-built index is dropped and built again")
+    func outsideTransactionResumes() async throws {
+        try await TestDatabase.withPool { pool in
+            let base = [("0001_table.sql", "CREATE TABLE t (v int); CREATE TABLE runs (n int); INSERT INTO t VALUES (1), (1), (2);")]
+            let concurrent = ("0002_index.sql", """
+                -- adtally: outside-transaction
+                -- A statement that must run once, then an index that fails while t holds a duplicate.
+                INSERT INTO runs VALUES (1);
+                CREATE UNIQUE INDEX CONCURRENTLY t_v
+                    ON t (v);
+                CREATE INDEX CONCURRENTLY IF NOT EXISTS runs_n ON runs (n);
+                """)
+            #expect(try Migration(fileName: concurrent.0, sql: concurrent.1).statements.count == 3)
+            try await migrator(base).migrate(pool)
+            // The build fails as a crash midway would leave it: an INVALID index, the first
+            // statement done, the migration not recorded.
+            await #expect(throws: PostgresError.self) { try await migrator(base + [concurrent]).migrate(pool) }
+            let half = try await pool.query("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 't_v'")
+            #expect(try half.first?.decode(0, as: Bool.self) == false)
+            #expect(try await migrator(base + [concurrent]).status(pool).pending == ["0002_index.sql"])
+
+            try await pool.query("DELETE FROM t WHERE v = 1")
+            #expect(try await migrator(base + [concurrent]).migrate(pool) == ["0002_index.sql"])
+            let rows = try await pool.query("""
+                SELECT (SELECT count(*)::int FROM runs), (SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 't_v'),
+                       to_regclass('runs_n') IS NOT NULL, (SELECT count(*)::int FROM schema_migration_steps)
+                """)
+            #expect(try rows[0].decode(0, as: Int.self) == 1)
+            #expect(try rows[0].decode(1, as: Bool.self) == true)
+            #expect(try rows[0].decode(2, as: Bool.self))
+            #expect(try rows[0].decode(3, as: Int.self) == 0)
+            #expect(try await migrator(base + [concurrent]).migrate(pool) == [])
+        }
+    }
+
+    @Test("a file rewritten on purpose (0013's indexes built CONCURRENTLY) is current where its earlier text was applied; any other edit is still refused")
+    func knownRewriteAccepted() async throws {
+        try await TestDatabase.withPool { pool in
+            let folder = Migrator.defaultDirectory(explicit: nil)
+            let current = try Migrator(directory: folder)
+            try await current.migrate(pool)
+            // As a database that applied 0013 before it was rewritten records it.
+            let earlier = try #require(Migration.rewrites["0013_export_grains.sql"]?.first)
+            try await pool.query("UPDATE schema_migrations SET checksum = \(earlier) WHERE version = 13")
+            #expect(try await current.status(pool).isCurrent)
+            try await pool.query("UPDATE schema_migrations SET checksum = 'something else' WHERE version = 13")
+            await #expect(throws: MigrationError.self) { try await current.status(pool) }
+        }
+    }
+
+    @Test("the statements of an outside-transaction file and the index each builds")
+    func statementsSplit() throws {
+        #expect(Migrator.concurrentIndexName("CREATE INDEX CONCURRENTLY a_b ON t (x)") == "a_b")
+        #expect(Migrator.concurrentIndexName("create unique index concurrently if not exists \"q\" on t (x)") == "q")
+        #expect(Migrator.concurrentIndexName("CREATE INDEX a_b ON t (x)") == nil)
+        #expect(Migrator.concurrentIndexName("CREATE INDEX CONCURRENTLY ON t (x)") == nil)
+        #expect(Migrator.concurrentIndexName("INSERT INTO t VALUES (1)") == nil)
     }
 
     @Test("file names must be NNNN_name.sql and versions unique")

@@ -13,6 +13,40 @@ public struct Migration: Sendable, Equatable {
     public var sql: String
     /// SHA-256 of the file's bytes, recorded when applied.
     public var checksum: String
+    /// The file's first line is `-- adtally: outside-transaction`: its statements run one
+    /// at a time outside a transaction (`CREATE INDEX CONCURRENTLY` cannot run inside
+    /// one), each recorded once done, so a migration a crash cut midway is resumed at
+    /// its first statement not done. Each statement ends with `;` at the end of a line.
+    public var outsideTransaction: Bool { sql.hasPrefix(Self.outsideTransactionMark) }
+
+    static let outsideTransactionMark = "-- adtally: outside-transaction"
+
+    /// Files rewritten after they were released, with the checksums their earlier text
+    /// had: a database that applied the earlier text is current. Only a rewrite that
+    /// leaves the schema as the earlier text did belongs here.
+    static let rewrites: [String: Set<String>] = [
+        // Its four indexes built CONCURRENTLY (issue 41): the same indexes, without
+        // holding ingest's compaction and the reports' rollups while they are built.
+        "0013_export_grains.sql": ["0145de7390111fdd1952a38f51d97700b9870c0927d2a721ed26d72e0f983b89"],
+    ]
+
+    /// The statements of an outside-transaction migration, each without its `;`.
+    var statements: [String] {
+        var statements: [String] = []
+        var current: [Substring] = []
+        for line in sql.split(separator: "\n", omittingEmptySubsequences: false) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if current.isEmpty && (trimmed.isEmpty || trimmed.hasPrefix("--")) { continue }
+            current.append(line)
+            if trimmed.hasSuffix(";") {
+                statements.append(current.joined(separator: "\n").trimmingCharacters(in: .whitespacesAndNewlines).dropLastSemicolon())
+                current = []
+            }
+        }
+        let rest = current.joined(separator: "\n").trimmingCharacters(in: .whitespacesAndNewlines)
+        if !rest.isEmpty { statements.append(rest) }
+        return statements
+    }
 
     /// Creates a migration from its file name and text.
     public init(fileName: String, sql: String) throws {
@@ -133,12 +167,16 @@ public struct Migrator: Sendable {
             try Self.verify(applied: applied, against: migrations)
             var appliedNow: [String] = []
             for migration in migrations where applied[migration.version] == nil {
-                try connection.withTransaction { connection in
-                    try connection.execute(unsafeSQL: migration.sql)
-                    try connection.query("""
-                        INSERT INTO schema_migrations (version, file_name, checksum)
-                        VALUES (\(migration.version), \(migration.fileName), \(migration.checksum))
-                        """)
+                if migration.outsideTransaction {
+                    try Self.applyOutsideTransaction(migration, on: connection, logger: logger)
+                } else {
+                    try connection.withTransaction { connection in
+                        try connection.execute(unsafeSQL: migration.sql)
+                        try connection.query("""
+                            INSERT INTO schema_migrations (version, file_name, checksum)
+                            VALUES (\(migration.version), \(migration.fileName), \(migration.checksum))
+                            """)
+                    }
                 }
                 logger.info("applied migration", metadata: ["file": "\(migration.fileName)"])
                 appliedNow.append(migration.fileName)
@@ -168,8 +206,69 @@ public struct Migrator: Sendable {
                 file_name  text NOT NULL,
                 checksum   text NOT NULL,
                 applied_at timestamptz NOT NULL DEFAULT now()
+            );
+            -- The statements of an outside-transaction migration done so far.
+            CREATE TABLE IF NOT EXISTS schema_migration_steps (
+                version   integer NOT NULL,
+                step      integer NOT NULL,
+                statement text NOT NULL,
+                done_at   timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (version, step)
             )
             """)
+    }
+
+    /// Runs an outside-transaction migration's statements not yet done, one at a time,
+    /// recording each; then records the migration. An index a crash (or a failure) left
+    /// half built — `CREATE INDEX CONCURRENTLY` leaves it INVALID — is dropped and built
+    /// again; one already built whole is kept.
+    static func applyOutsideTransaction(_ migration: Migration, on connection: PostgresConnection, logger: Logger) throws {
+        var done = Set<Int>()
+        for row in try connection.query("SELECT step FROM schema_migration_steps WHERE version = \(migration.version)") {
+            done.insert(try row.decode(0, as: Int.self))
+        }
+        for (step, statement) in migration.statements.enumerated() where !done.contains(step + 1) {
+            if let index = concurrentIndexName(statement) {
+                let found = try connection.query("""
+                    SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                    WHERE c.relname = \(index) AND c.relnamespace = current_schema()::regnamespace
+                    """)
+                if let valid = try found.first?.decode(0, as: Bool.self) {
+                    if valid {
+                        logger.info("index already built", metadata: ["file": "\(migration.fileName)", "index": "\(index)"])
+                    } else {
+                        logger.warning("dropping an index a failed or cut migration left half built", metadata: ["file": "\(migration.fileName)", "index": "\(index)"])
+                        try connection.execute(unsafeSQL: "DROP INDEX CONCURRENTLY IF EXISTS \"\(index)\"")
+                    }
+                }
+                if try found.first?.decode(0, as: Bool.self) != true {
+                    let started = ContinuousClock.now
+                    try connection.execute(unsafeSQL: statement)
+                    logger.info("index built", metadata: ["file": "\(migration.fileName)", "index": "\(index)", "seconds": "\(ContinuousClock.now - started)"])
+                }
+            } else {
+                try connection.execute(unsafeSQL: statement)
+            }
+            try connection.query("INSERT INTO schema_migration_steps (version, step, statement) VALUES (\(migration.version), \(step + 1), \(statement))")
+        }
+        try connection.withTransaction { connection in
+            try connection.query("""
+                INSERT INTO schema_migrations (version, file_name, checksum)
+                VALUES (\(migration.version), \(migration.fileName), \(migration.checksum))
+                """)
+            try connection.query("DELETE FROM schema_migration_steps WHERE version = \(migration.version)")
+        }
+    }
+
+    /// The index a `CREATE [UNIQUE] INDEX CONCURRENTLY [IF NOT EXISTS] name ON …` builds.
+    static func concurrentIndexName(_ statement: String) -> String? {
+        let words = statement.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "\t" }).map { $0.lowercased() }
+        guard words.first == "create", let index = words.firstIndex(of: "index"), index <= 2,
+              words.count > index + 2, words[index + 1] == "concurrently" else { return nil }
+        var name = index + 2
+        if words.count > name + 3, words[name] == "if", words[name + 1] == "not", words[name + 2] == "exists" { name += 3 }
+        guard name < words.count, words[name] != "on" else { return nil }
+        return words[name].trimmingCharacters(in: CharacterSet(charactersIn: "\""))
     }
 
     private static func appliedChecksums(_ connection: PostgresConnection) throws -> [Int: (name: String, checksum: String)] {
@@ -186,9 +285,15 @@ public struct Migrator: Sendable {
             guard let migration = byVersion[version] else {
                 throw MigrationError.missingFile(version: version, fileName: record.name)
             }
-            if migration.checksum != record.checksum {
+            if migration.checksum != record.checksum && !(Migration.rewrites[migration.fileName]?.contains(record.checksum) ?? false) {
                 throw MigrationError.editedAfterApply(fileName: migration.fileName, recorded: record.checksum, current: migration.checksum)
             }
         }
+    }
+}
+
+extension String {
+    fileprivate func dropLastSemicolon() -> String {
+        hasSuffix(";") ? String(dropLast()) : self
     }
 }
