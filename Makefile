@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test test-only test-citus screenshot bench-ingest bench-report bench-scaling bench-mediation bench-client bench-citus fuzz
+.PHONY: deps build build-release run test test-only test-citus screenshot bench-ingest bench-report bench-backlog bench-scaling bench-mediation bench-client bench-citus fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -74,6 +74,13 @@ bench-report: build-release
 bench-ingest: build-release
 	$(SWIFT) build -c release --product adtally-bench
 	bench/ingest.sh
+
+## bench-backlog: on the bench's 10 M loaded events, with ingest running at a steady rate:
+## migration 0013's indexes built again (CONCURRENTLY) and a week of the largest app's
+## deltas folded (passes, the longest, cut or failed ones); ingest's ack p99 and max in each.
+bench-backlog: build-release
+	$(SWIFT) build -c release --product adtally-bench
+	bench/backlog.sh
 
 ## bench-scaling: the figures of docs/scaling.md: bytes per event (raw, ledger), rollups and
 ## sketches per app-month, COPY rows per core; extrapolated to 1 B events a month.

@@ -135,6 +135,10 @@ extension Bench {
         @Option(help: "batches.jsonl from generate.") var batches: String
         @Option(help: "Concurrent connections.") var connections = 8
         @Option(help: "Server process id, for its peak RSS.") var serverPID: Int32?
+        @Option(help: "Batches per second over all connections (0: as fast as the server takes them).") var rate: Double = 0
+        @Option(help: "Stop (after the batches in flight) once this file exists.") var stopFile: String?
+        @Option(help: "Skip this many batches of the file first (to go on where an earlier drive stopped).") var skip = 0
+        @Option(help: "Create this file once the batches are read and sending starts.") var readyFile: String?
 
         func run() async throws {
             var keyByApp: [String: String] = [:]
@@ -165,22 +169,32 @@ extension Bench {
             configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: connections)
             let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
             let baseURL = url
-            let next = Counter()
+            let next = Counter(start: skip)
+            let rate = self.rate, stopFile = self.stopFile
             let cpuBefore = Self.cpuSeconds()
             let started = ContinuousClock.now
-            let results = try await withThrowingTaskGroup(of: ([Double], Int, Int).self) { group in
+            if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: nil) }
+            let results = try await withThrowingTaskGroup(of: ([Double], Int, Int, Int).self) { group in
                 for _ in 0..<connections {
                     group.addTask {
                         var latencies: [Double] = []
                         var accepted = 0
                         var failures = 0
+                        var sentEvents = 0
                         while let index = next.take(below: bodies.count) {
+                            if let stopFile, FileManager.default.fileExists(atPath: stopFile) { break }
+                            if rate > 0 {
+                                // Paced: batch i leaves at started + i / rate, whoever sends it.
+                                let due = started + .milliseconds(Int64(Double(index - skip) * 1000 / rate))
+                                if due > ContinuousClock.now { try await Task.sleep(until: due, clock: .continuous) }
+                            }
                             var request = HTTPClientRequest(url: baseURL + "/v1/events")
                             request.method = .POST
                             request.headers.add(name: "Authorization", value: "Bearer \(bodies[index].key)")
                             request.headers.add(name: "Content-Type", value: "application/json")
                             request.body = .bytes(bodies[index].body)
                             let sent = ContinuousClock.now
+                            sentEvents += bodies[index].events
                             let response = try await client.execute(request, timeout: .seconds(30))
                             let body = try await response.body.collect(upTo: 1 << 20)
                             let elapsed = ContinuousClock.now - sent
@@ -194,10 +208,10 @@ extension Bench {
                                 failures += 1
                             }
                         }
-                        return (latencies, accepted, failures)
+                        return (latencies, accepted, failures, sentEvents)
                     }
                 }
-                return try await group.reduce(into: [([Double], Int, Int)]()) { $0.append($1) }
+                return try await group.reduce(into: [([Double], Int, Int, Int)]()) { $0.append($1) }
             }
             let elapsed = ContinuousClock.now - started
             let driverCPU = Self.cpuSeconds() - cpuBefore
@@ -206,7 +220,7 @@ extension Bench {
             let latencies = results.flatMap(\.0).sorted()
             let accepted = results.map(\.1).reduce(0, +)
             let failures = results.map(\.2).reduce(0, +)
-            let sent = bodies.map(\.events).reduce(0, +)
+            let sent = results.map(\.3).reduce(0, +)
             func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
             print("events_sent=\(sent)")
             print("events_accepted=\(accepted)")
@@ -215,6 +229,8 @@ extension Bench {
             print("events_per_second=\(String(format: "%.0f", Double(accepted) / seconds))")
             print("ack_latency_p50_ms=\(String(format: "%.1f", percentile(0.50)))")
             print("ack_latency_p99_ms=\(String(format: "%.1f", percentile(0.99)))")
+            print("ack_latency_max_ms=\(String(format: "%.1f", latencies.last ?? 0))")
+            print("batches_sent=\(latencies.count)")
             print("driver_cpu_seconds=\(String(format: "%.2f", driverCPU))")
             if let serverPID, let status = try? String(contentsOfFile: "/proc/\(serverPID)/status", encoding: .utf8),
                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }) {
@@ -235,7 +251,8 @@ extension Bench.Drive {
 
 /// Hands out batch indexes to the connections.
 final class Counter: Sendable {
-    private let value = Mutex(0)
+    private let value: Mutex<Int>
+    init(start: Int = 0) { value = Mutex(start) }
     func take(below bound: Int) -> Int? {
         value.withLock { value in
             guard value < bound else { return nil }

@@ -34,6 +34,8 @@ struct NetworksCommand: AsyncParsableCommand {
         var appMap: String?
         @Option(help: "The zone the report's days are in, when not the source's own (AdMob: its header's, else America/Los_Angeles; the others: UTC).")
         var timezone: String?
+        @Flag(help: "Take a report whose zone differs from the same source's earlier figures for an app's network (the network's reporting zone changed); their days no longer compared are listed.")
+        var replaceZone = false
         @Argument(help: "The report file.") var file: String
 
         func run() async throws {
@@ -43,11 +45,21 @@ struct NetworksCommand: AsyncParsableCommand {
             let result = try await database.withDatabase { database, _ in
                 let store = NetworkReportStore(pool: database.pool)
                 if !mappings.isEmpty { try await store.setMappings(mappings) }
-                return try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "cli")
+                return try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "cli", replaceZone: replaceZone)
             }
             print("import \(result.importID): \(result.lines) lines, \(result.rows) rows, \(result.firstDay ?? "-") to \(result.lastDay ?? "-") (\(result.timezone)); "
                 + "apps \(result.apps.joined(separator: ",")); networks \(result.networks.joined(separator: ","))")
-            if result.replaced > 0 { print("replaced: \(result.replaced) app-network-days an earlier import had (a restatement)") }
+            for restated in result.restated {
+                print("replaced: \(restated.app) \(restated.network) \(restated.days.joined(separator: ", ")) (\(restated.dayCount) day\(restated.dayCount == 1 ? "" : "s") of import "
+                    + restated.earlierImports.map(String.init).joined(separator: ", ") + (restated.earlierTimezone.map { ", which was in \($0)" } ?? "") + ")")
+                for dropped in restated.formatsDropped {
+                    let money = dropped.revenueMicros.sorted { $0.key < $1.key }.map { "\(Money.format(micros: Int128($0.value), currency: $0.key)) \($0.key)" }.joined(separator: ", ")
+                    print("  \(dropped.format): none in this file, so zero from now on on \(dropped.dayCount) of those days (it had \(dropped.impressions) impressions" + (money.isEmpty ? "" : ", \(money)") + ")")
+                }
+            }
+            for ended in result.comparisonsEnded {
+                print("no longer compared: \(ended.app) \(ended.network) \(ended.days.joined(separator: ", ")) from \(ended.source) (\(ended.timezone)), in a range that includes this import's days")
+            }
             for missing in result.fxMissing { print("warning: \(missing)") }
             if let earlier = result.identicalTo { print("identical: the file is byte for byte import \(earlier)'s; its figures replace that import's as a restatement would") }
             for warning in result.warnings { print("network warning: \(warning)") }

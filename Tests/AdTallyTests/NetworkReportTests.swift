@@ -99,6 +99,65 @@ struct NetworkReportTests {
         #expect(report.lines.map { NetworkNames.adTally($0.network, source: .levelplay) } == ["ironsource", "unity", "admob"])
     }
 
+    @Test("the networks' dashboard exports (what most publishers download): AdMob's, MAX's and LevelPlay's CSV, by their column names, with country names, grouped thousands, currency signs and the header's currency; the totals line left out and counted")
+    func dashboardExports() throws {
+        let admob = try NetworkReport.parse(try Self.fixture("admob-export.csv"), source: .admob)
+        #expect(admob.zone == "America/Los_Angeles")
+        #expect(admob.leftOut == ["totals line": 1])
+        #expect(admob.lines.map(\.day) == [Self.day("2026-11-01"), Self.day("2026-11-01"), Self.day("2026-11-02")])
+        #expect(admob.lines.map(\.app) == ["Word Game (Android)", "Word Game (Android)", "Word Game (Android)"])
+        #expect(admob.lines.map(\.network) == ["admob", "admob", "admob"])
+        #expect(admob.lines.map(\.format) == [.banner, .interstitial, .rewarded])
+        #expect(admob.lines.map(\.country) == ["US", "TR", nil])
+        #expect(admob.lines.map(\.impressions) == [1_027_080, 2_400, 100])
+        #expect(admob.lines.map(\.clicks) == [5_135, 24, 0])
+        #expect(admob.lines.map(\.revenueMicros) == [1_234_560_000, 12_300_000, 50_000])
+        #expect(admob.lines.map(\.currency) == ["USD", "USD", "USD"])
+        // The account's zone when it is not Los Angeles, as the API's import takes it.
+        #expect(try NetworkReport.parse(try Self.fixture("admob-export.csv"), source: .admob, zone: "Asia/Tokyo").zone == "Asia/Tokyo")
+        let euros = String(decoding: try Self.fixture("admob-export.csv"), as: UTF8.self).replacingOccurrences(of: "Estimated earnings (USD)", with: "Estimated earnings (EUR)")
+        #expect(try NetworkReport.parse(Array(euros.utf8), source: .admob).lines.map(\.currency) == ["EUR", "EUR", "EUR"])
+
+        let max = try NetworkReport.parse(try Self.fixture("max-export.csv"), source: .max)
+        #expect(max.zone == "UTC" && max.leftOut == ["totals line": 1])
+        #expect(max.lines.map(\.app) == ["android/com.example.game", "ios/com.example.game"])
+        #expect(max.lines.map(\.format) == [.banner, .rewarded])
+        #expect(max.lines.map(\.impressions) == [12_000, 300])
+        #expect(max.lines.map(\.revenueMicros) == [24_500_000, 6_100_000])
+        #expect(max.lines.map(\.currency) == ["USD", "USD"])
+        #expect(max.lines.map { NetworkNames.adTally($0.network, source: .max) } == ["applovin", "meta"])
+
+        let levelplay = try NetworkReport.parse(try Self.fixture("levelplay-export.csv"), source: .levelplay)
+        #expect(levelplay.zone == "UTC" && levelplay.leftOut == ["offerwall": 1])
+        #expect(levelplay.lines.map(\.app) == ["1a2b3c4d5", "1a2b3c4d5"])
+        #expect(levelplay.lines.map(\.format) == [.rewarded, .interstitial])
+        #expect(levelplay.lines.map(\.country) == ["US", "KR"])
+        #expect(levelplay.lines.map(\.clicks) == [30, 12])
+        #expect(levelplay.lines.map(\.revenueMicros) == [18_750_000, 4_000_000])
+        #expect(levelplay.lines.map { NetworkNames.adTally($0.network, source: .levelplay) } == ["ironsource", "unity"])
+    }
+
+    @Test("a dashboard export AdTally cannot read is refused naming the header it saw and what it takes; a decimal comma, a slashed date, an unknown country name and an amount without a currency are refused by name")
+    func dashboardExportsRefused() throws {
+        // A report with no earnings column: the header seen and the shapes taken are named.
+        let noRevenue = Self.refusal("Date,App,Format,Impressions,Clicks\n2026-11-01,Game,Banner,10,1\n", .admob)
+        #expect(noRevenue?.field == "header", "\(String(describing: noRevenue))")
+        #expect(noRevenue?.rule.contains("has no revenue column (a header named estimatedearnings") == true)
+        #expect(noRevenue?.rule.contains("it reads \"Date,App,Format,Impressions,Clicks\"") == true)
+        #expect(noRevenue?.rule.contains(NetworkReportSource.admob.expectedShape) == true)
+        let header = "Date,App,Format,Country,Impressions,Estimated earnings (USD)\n"
+        #expect(Self.refusal(header + "2026-11-01,Game,Banner,US,10,\"0,25\"\n", .admob)?.rule.contains("decimal comma") == true)
+        #expect(Self.refusal(header + "11/01/2026,Game,Banner,US,10,0.25\n", .admob)?.rule.contains("month-first or day-first") == true)
+        #expect(Self.refusal(header + "2026-11-01,Game,Banner,Atlantis,10,0.25\n", .admob)?.field == "line 2: country")
+        #expect(Self.refusal(header + "2026-11-01,Game,Banner,US,\"1,23\",0.25\n", .admob)?.field == "line 2: impressions")
+        let noCurrency = "Date,App,Format,Country,Impressions,Estimated earnings\n2026-11-01,Game,Banner,US,10,0.25\n"
+        #expect(Self.refusal(noCurrency, .admob)?.rule.contains("names no currency") == true)
+        #expect(try NetworkReport.parse(Array(noCurrency.replacingOccurrences(of: ",0.25", with: ",€0.25").utf8), source: .admob).lines.first?.currency == "EUR")
+        // A LevelPlay export without an ad source breakdown cannot be compared by network.
+        let noSource = Self.refusal("Date,App Key,Ad Unit,Impressions,Revenue ($)\n2026-11-01,abc,Banner,10,0.5\n", .levelplay)
+        #expect(noSource?.field == "header" && noSource?.rule.contains("has no network column") == true, "\(String(describing: noSource))")
+    }
+
     @Test("the generic CSV: its timezone column, empty clicks as none, any currency")
     func genericCSV() throws {
         let report = try NetworkReport.parse(try Self.fixture("generic.csv"), source: .csv)
@@ -113,11 +172,14 @@ struct NetworkReportTests {
     func publishersMistakes() throws {
         let maxHeader = "day,application,package_name,platform,network,ad_format,country,impressions,estimated_revenue"
         // A header alone, or any one-line file, recognised nothing: refused, naming what was expected and what was seen.
-        for (text, source) in [(maxHeader + "\n", NetworkReportSource.max), ("hello world\n", .max), ("[]", .levelplay), ("date,app,network,format,country,impressions,clicks,revenue,currency\n", .csv)] {
+        for (text, source) in [(maxHeader + "\n", NetworkReportSource.max), ("[]", .levelplay), ("date,app,network,format,country,impressions,clicks,revenue,currency\n", .csv)] {
             let error = Self.refusal(text, source)
             #expect(error?.field == "file" && error?.rule.contains("has no line of \(source.expectedShape)") == true, "\(text): \(String(describing: error))")
         }
-        #expect(Self.refusal("hello world\n", .max)?.rule.hasSuffix("it begins \"hello world\"") == true)
+        #expect(Self.refusal("[]", .levelplay)?.rule.hasSuffix("it begins \"[]\"") == true)
+        // A CSV whose first line is no header of the source's: the header seen, the column missing, the shapes taken.
+        let hello = Self.refusal("hello world\n", .max)
+        #expect(hello?.field == "header" && hello?.rule.contains("it reads \"hello world\"") == true && hello?.rule.contains(NetworkReportSource.max.expectedShape) == true, "\(String(describing: hello))")
         // MAX's JSON saved with a BOM is MAX's JSON.
         let json = #"{"code": 200, "results": [{"day": "2026-11-01", "package_name": "com.example.game", "platform": "android", "network": "APPLOVIN_NETWORK", "ad_format": "BANNER", "country": "us", "impressions": "10", "estimated_revenue": "0.5"}]}"#
         let bom = try NetworkReport.parse([0xEF, 0xBB, 0xBF] + Array(json.utf8), source: .max)
@@ -168,7 +230,8 @@ struct NetworkReportTests {
         #expect(Self.refusal(header + "2026-11-01,game,admob,banner,Narnia,1,0,1,USD\n", .csv)?.field == "line 2: country")
         #expect(Self.refusal(header + "2026-11-01,game,admob,banner,US,1,0,1,XYZ\n", .csv)?.field == "line 2: currency")
         // MAX: a column missing on a line, an error body.
-        #expect(Self.refusal("day,package_name,network,ad_format,country,impressions\n2026-11-01,a,B,INTER,us,1\n", .max)?.field == "line 2: estimated_revenue")
+        #expect(Self.refusal("day,package_name,network,ad_format,country,impressions\n2026-11-01,a,B,INTER,us,1\n", .max)?.rule.hasPrefix("has no revenue column") == true)
+        #expect(Self.refusal("day,package_name,network,ad_format,country,impressions,estimated_revenue\n2026-11-01,a,B,INTER,us,1\n", .max)?.field == "line 2: revenue")
         #expect(Self.refusal(#"{"code": 401, "results": []}"#, .max)?.field == "code")
         // AdMob: no footer (a cut stream), a metric of the wrong shape, not JSON at all.
         let admob = String(decoding: try Self.fixture("admob-network.json"), as: UTF8.self)
@@ -176,7 +239,8 @@ struct NetworkReportTests {
         #expect(cut != admob)
         #expect(Self.refusal(cut, .admob)?.rule.contains("incomplete") == true)
         #expect(Self.refusal(admob.replacingOccurrences(of: "\"integerValue\": \"100\"", with: "\"integerValue\": \"1e30\""), .admob)?.field == "row 2: metricValues.IMPRESSIONS.integerValue")
-        #expect(Self.refusal("date,app\n", .admob)?.field == "file")
+        #expect(Self.refusal("date,app\n", .admob)?.field == "header")
+        #expect(Self.refusal("{\"date\": 1}", .admob)?.field == "file")
         #expect(Self.refusal(admob.replacingOccurrences(of: "20261101", with: "20261102"), .admob)?.field == "row 2: dimensionValues.DATE")
         // A range that ends before it starts (a trap once: found by make fuzz).
         #expect(Self.refusal(admob.replacingOccurrences(of: #""month": 10, "day": 31"#, with: #""month": 11, "day": 30"#), .admob)?.field == "header.dateRange")

@@ -184,6 +184,51 @@ struct ReconciliationTests {
         }
     }
 
+    @Test("an import names the app x network x days it replaced, the formats those days lose, and the comparisons it ends; a restatement in another zone is refused unless asked, and the engine then compares as the answer said")
+    func importSaysWhatItSupersedes() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            try await Self.fixture(services)
+            let store = NetworkReportStore(pool: services.database.pool)
+            let header = "date,app,network,format,country,impressions,clicks,revenue,currency,timezone\n"
+            func parsed(_ lines: String) throws -> NetworkReport { try NetworkReport.parse(Array((header + lines).utf8), source: .csv) }
+            var week = ""
+            for day in 1...3 { week += "2026-11-0\(day),game,admob,banner,US,100,1,1.00,USD,UTC\n2026-11-0\(day),game,admob,interstitial,US,10,0,0.50,USD,UTC\n" }
+            let first = try await store.importReport(try parsed(week), fileSHA256: String(repeating: "1", count: 64), via: "cli")
+            #expect(first.restated.isEmpty && first.comparisonsEnded.isEmpty)
+
+            // One day, banners only: that day is replaced and its interstitials are zero from now on.
+            let banners = try await store.importReport(try parsed("2026-11-02,game,admob,banner,US,90,1,0.90,USD,UTC\n"), fileSHA256: String(repeating: "2", count: 64), via: "cli")
+            #expect(banners.replaced == 1)
+            #expect(banners.restated == [.init(
+                app: "game", network: "admob", days: ["2026-11-02"], dayCount: 1, earlierImports: [first.importID], earlierTimezone: nil,
+                formatsDropped: [.init(format: "interstitial", dayCount: 1, impressions: 10, revenueMicros: ["USD": 500_000])]
+            )])
+            #expect(banners.comparisonsEnded.isEmpty)
+
+            // The same source in another zone: refused, naming the zone the figures are in, and nothing stored.
+            let losAngeles = try parsed("2026-11-02,game,admob,banner,US,95,1,0.95,USD,America/Los_Angeles\n")
+            let imports = try await store.imports().count
+            do {
+                _ = try await store.importReport(losAngeles, fileSHA256: String(repeating: "3", count: 64), via: "cli")
+                Issue.record("a restatement in another zone was taken")
+            } catch let error as FieldError {
+                #expect(error.field == "timezone" && error.rule.contains("were imported in UTC") && error.rule.contains("--replace-zone"), "\(error)")
+            }
+            #expect(try await store.imports().count == imports)
+            // Asked for: its day is replaced, and the other two UTC days are no longer compared — as the engine then does.
+            let moved = try await store.importReport(losAngeles, fileSHA256: String(repeating: "3", count: 64), via: "cli", replaceZone: true)
+            #expect(moved.restated.map(\.days) == [["2026-11-02"]] && moved.restated.first?.earlierTimezone == "UTC")
+            #expect(moved.comparisonsEnded == [.init(app: "game", network: "admob", source: "csv", timezone: "UTC", days: ["2026-11-01", "2026-11-03"], dayCount: 2)])
+            let document = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-03"), ("dimensions", "date,network")])
+            #expect(document.rows.filter { $0.dimensions[1] == "admob" && $0.theirs != nil }.map { $0.dimensions[0] } == ["2026-11-02"], "\(document.rows)")
+
+            // Another source for the same app's network (AdMob's own report) ends the csv source's comparisons, and says so.
+            try await store.setMappings([.init(source: .admob, kind: .app, external: "ca-app-pub-1234567890123456~1111111111", target: "game")])
+            let admob = try await Self.importFile(store, "admob-network.json", .admob)
+            #expect(admob.comparisonsEnded.contains { $0.source == "csv" && $0.timezone == "America/Los_Angeles" && $0.days == ["2026-11-02"] }, "\(admob.comparisonsEnded)")
+        }
+    }
+
     @Test("a restated day replaces the earlier import for its app, network and day, which stays in the history; finality follows the restatement window exactly")
     func restatementAndFinality() async throws {
         try await withServices(flags: Reports.flags) { services in

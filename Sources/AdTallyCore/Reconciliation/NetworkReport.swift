@@ -17,9 +17,9 @@ public enum NetworkReportSource: String, Sendable, CaseIterable, Codable {
     /// What a file of this source holds, as an error says it.
     public var expectedShape: String {
         switch self {
-        case .admob: "an AdMob report (the JSON of networkReport:generate or mediationReport:generate: a header, rows, a footer)"
-        case .max: "a MAX report (CSV with day, package_name or application, network, ad_format, country, impressions, estimated_revenue; or its JSON with results)"
-        case .levelplay: "a LevelPlay report (a JSON array of rows with date, appKey, adFormat or adUnits, adNetwork or providerName, countryCode, impressions, revenue)"
+        case .admob: "an AdMob report (the JSON of networkReport:generate or mediationReport:generate: a header, rows, a footer; or the AdMob dashboard's CSV export with Date, App, Format, Impressions and Estimated earnings columns)"
+        case .max: "a MAX report (CSV with day, package_name or application, network, ad_format, country, impressions, estimated_revenue, as the API or the MAX dashboard's export writes it; or its JSON with results)"
+        case .levelplay: "a LevelPlay report (a JSON array of rows with date, appKey, adFormat or adUnits, adNetwork or providerName, countryCode, impressions, revenue; or the LevelPlay dashboard's CSV export with Date, App Key, Ad Unit, Ad Source, Impressions and Revenue columns)"
         case .csv: "the generic CSV (a header naming date, app, network, format, country, impressions, clicks, revenue, currency, then a line per row)"
         }
     }
@@ -174,16 +174,18 @@ public struct NetworkReport: Sendable, Equatable {
         }
         var report: NetworkReport
         switch source {
+        case .csv: report = try NetworkReportParsers.csv(bytes, zone: zone)
+        // The networks' CSV: their dashboards' exports (what most publishers download), MAX's API CSV.
+        case _ where !NetworkReportParsers.startsJSON(bytes): report = try NetworkCSVExports.read(bytes, source: source, zone: zone)
         case .admob: report = try NetworkReportParsers.admob(bytes)
         case .max: report = try NetworkReportParsers.max(bytes)
         case .levelplay: report = try NetworkReportParsers.levelplay(bytes)
-        case .csv: report = try NetworkReportParsers.csv(bytes, zone: zone)
         }
         if let zone { report.zone = zone }
         guard report.lines.count <= maxLines else { throw FieldError("file", "has \(report.lines.count) lines; at most \(maxLines) (split it by month)") }
         // An import that recognises nothing is a wrong file (another source's, a header
         // alone), not an empty day: a file that states its range (AdMob's) may be empty.
-        if !fromAPI, report.lines.isEmpty, !report.hasRange, report.leftOut.isEmpty {
+        if !fromAPI, report.lines.isEmpty, !report.hasRange, report.leftOut.keys.allSatisfy({ $0 == "totals line" }) {
             let begins = String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self)
             throw FieldError("file", "has no line of \(source.expectedShape); it begins \"\(Self.excerpt(begins))\"")
         }

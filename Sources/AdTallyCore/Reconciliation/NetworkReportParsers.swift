@@ -118,12 +118,13 @@ enum NetworkReportParsers {
 
     // MARK: - MAX
 
-    /// AppLovin MAX `maxReport`: CSV with a header, or JSON `{"code": 200, "results": [{…}]}`;
+    /// AppLovin MAX `maxReport` as JSON `{"code": 200, "results": [{…}]}` (its CSV: NetworkCSVExports);
     /// columns `day, application, package_name, platform, network, ad_format, country,
     /// impressions, estimated_revenue` (more are allowed and ignored). Days in UTC, USD.
     static func max(_ bytes: [UInt8]) throws(FieldError) -> NetworkReport {
         var records: [(position: String, fields: [String: String])] = []
-        if startsJSON(bytes) {
+        // CSV (the API's, the dashboard's export) is read by NetworkCSVExports.
+        do {
             struct Body: Decodable { var code: JSONScalar?; var results: [[String: JSONScalar]]? }
             let body: Body
             do { body = try JSONDecoder().decode(Body.self, from: Data(bytes)) } catch {
@@ -134,8 +135,6 @@ enum NetworkReportParsers {
             for (index, result) in results.enumerated() {
                 records.append(("results[\(index)]", result.compactMapValues(\.text)))
             }
-        } else {
-            records = try csvRecords(bytes)
         }
         var lines: [NetworkReportLine] = []
         for record in records {

@@ -113,8 +113,14 @@ public struct ReconciliationRoutes: Sendable {
                 throw ProblemDetails(.contentTooLarge, detail: "the body is larger than \(NetworkReport.maxBytes) bytes; split the report by month")
             }
             let bytes = Array(body.readableBytesView)
+            let replaceZone: Bool
+            switch parameters["replace_zone"].map(String.init) {
+            case nil, "false": replaceZone = false
+            case "true": replaceZone = true
+            case let other?: throw ProblemDetails(.badRequest, detail: "replace_zone: must be true or false, not \"\(other.prefix(20))\"")
+            }
             let report = try NetworkReport.parse(bytes, source: source, zone: parameters["timezone"].map(String.init))
-            let result = try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "api")
+            let result = try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "api", replaceZone: replaceZone)
             return try AdminRoutes.json(result, status: .created)
         }
         router.get("v1/network-reports") { request, _ in

@@ -233,8 +233,70 @@ public struct NetworkReportStore: Sendable {
         /// currency on some of their days: the reconciliation of those days in the app's
         /// currency is refused (422) until the rates are imported.
         public var fxMissing: [String] = []
+        /// Per app and network, the days of an earlier import of the same source this one
+        /// replaced, and the formats those days had that this file has none of (now zero).
+        public var restated: [Restated] = []
+        /// Comparisons this import ended: an app's network is compared with the source and
+        /// zone of its newest import, so the days another source (or, with `replace_zone`,
+        /// another zone) had for it are no longer compared in a range that includes this one's.
+        public var comparisonsEnded: [Ended] = []
+
+        /// Days of an app's network an earlier import had, replaced by this one.
+        public struct Restated: Sendable, Equatable, Codable {
+            public var app: String
+            public var network: String
+            /// The days, as `YYYY-MM-DD` or `YYYY-MM-DD..YYYY-MM-DD` spans.
+            public var days: [String]
+            public var dayCount: Int
+            /// The imports whose figures for those days this one replaced.
+            public var earlierImports: [Int64]
+            /// The earlier zone, when the restatement changed it (`replace_zone`).
+            public var earlierTimezone: String?
+            /// Formats those days had that this file has no line for: zero from now on.
+            public var formatsDropped: [Dropped]
+
+            enum CodingKeys: String, CodingKey {
+                case app, network, days
+                case dayCount = "day_count"
+                case earlierImports = "earlier_imports"
+                case earlierTimezone = "earlier_timezone"
+                case formatsDropped = "formats_dropped"
+            }
+        }
+
+        /// A format an earlier import had on days this one replaced, and what it had.
+        public struct Dropped: Sendable, Equatable, Codable {
+            public var format: String
+            public var dayCount: Int
+            public var impressions: Int64
+            /// Per currency, micros.
+            public var revenueMicros: [String: Int64]
+
+            enum CodingKeys: String, CodingKey {
+                case format, impressions
+                case dayCount = "day_count"
+                case revenueMicros = "revenue_micros"
+            }
+        }
+
+        /// Days of an app's network from another source or zone that are no longer compared.
+        public struct Ended: Sendable, Equatable, Codable {
+            public var app: String
+            public var network: String
+            public var source: String
+            public var timezone: String
+            public var days: [String]
+            public var dayCount: Int
+
+            enum CodingKeys: String, CodingKey {
+                case app, network, source, timezone, days
+                case dayCount = "day_count"
+            }
+        }
 
         enum CodingKeys: String, CodingKey {
+            case restated
+            case comparisonsEnded = "comparisons_ended"
             case fxMissing = "fx_missing"
             case source, timezone, lines, rows, apps, networks, replaced, warnings
             case identicalTo = "identical_to"
@@ -248,7 +310,11 @@ public struct NetworkReportStore: Sendable {
     /// Stores a report, all or none: every line's app and network mapped (by the
     /// mappings, else an AdTally app id or a network name as it is), or the first that
     /// cannot be is refused naming its line.
-    public func importReport(_ report: NetworkReport, fileSHA256: String, via: String) async throws -> ImportResult {
+    ///
+    /// An app's network whose earlier figures from the same source are in another zone is
+    /// refused unless `replaceZone` (a day in one zone is not that day in another, and the
+    /// earlier days would no longer be compared); a pull takes its API's zone as stated.
+    public func importReport(_ report: NetworkReport, fileSHA256: String, via: String, replaceZone: Bool = false) async throws -> ImportResult {
         try await pool.withTransaction { connection in
             // The mappings are read under a share lock: one changed meanwhile cannot leave
             // half a file mapped the old way.
@@ -348,18 +414,10 @@ public struct NetworkReportStore: Sendable {
                 sums[key] = sum
             }
             let keys = Array(sums.keys)
-            var replaced = 0
-            if let first = keys.map(\.day).min(), let last = keys.map(\.day).max() {
-                let restated = Set(keys.map { "\($0.app) \($0.network) \(ReportQuery.formatDate($0.day))" })
-                replaced = try connection.query("""
-                    SELECT DISTINCT app_id, network, day::text FROM network_report_rows
-                    WHERE app_id = ANY(\(array: Array(Set(keys.map(\.app))))) AND network = ANY(\(array: Array(Set(keys.map(\.network)))))
-                      AND day BETWEEN \(ReportQuery.formatDate(first))::date AND \(ReportQuery.formatDate(last))::date AND import_id <> \(importID)
-                      AND import_id IN (SELECT import_id FROM network_imports WHERE source = \(source))
-                    """).filter { row in
-                    restated.contains("\((try? row.decode(0, as: String.self)) ?? "") \((try? row.decode(1, as: String.self)) ?? "") \((try? row.decode(2, as: String.self)) ?? "")")
-                }.count
-            }
+            let (restated, ended) = try Self.supersedes(
+                keys: keys.map { ($0.app, $0.network, $0.day, $0.format) }, report: report, importID: importID, replaceZone: replaceZone || via == "pull", on: connection
+            )
+            let replaced = restated.map(\.dayCount).reduce(0, +)
             var start = 0
             while start < keys.count {
                 let part = keys[start..<min(start + Self.chunk, keys.count)]
@@ -401,9 +459,124 @@ public struct NetworkReportStore: Sendable {
                 importID: importID, source: report.source, timezone: report.zone,
                 firstDay: report.firstDay.map(ReportQuery.formatDate), lastDay: report.lastDay.map(ReportQuery.formatDate),
                 lines: report.lines.count, rows: keys.count, apps: Set(keys.map(\.app)).sorted(), networks: Set(keys.map(\.network)).sorted(),
-                replaced: replaced, warnings: report.warnings, leftOut: leftOut, identicalTo: identical, fxMissing: fxMissing
+                replaced: replaced, warnings: report.warnings, leftOut: leftOut, identicalTo: identical, fxMissing: fxMissing,
+                restated: restated, comparisonsEnded: ended
             )
         }
+    }
+
+    /// What an import about to store `keys` (app, network, day, format) supersedes: the
+    /// days of its apps' networks an earlier import of its source had, and the formats of
+    /// them it has no line for; and the days of another source (or zone) no longer
+    /// compared. A zone that differs from the same source's earlier figures for an app's
+    /// network is refused unless `replaceZone`.
+    static func supersedes(
+        keys: [(app: String, network: String, day: Int, format: String)], report: NetworkReport, importID: Int64, replaceZone: Bool,
+        on connection: PostgresConnection
+    ) throws -> (restated: [ImportResult.Restated], ended: [ImportResult.Ended]) {
+        struct Pair: Hashable, Comparable {
+            var app, network: String
+            static func < (a: Pair, b: Pair) -> Bool { (a.app, a.network) < (b.app, b.network) }
+        }
+        var covered: [Pair: [Int: Set<String>]] = [:]
+        for key in keys { covered[Pair(app: key.app, network: key.network), default: [:]][key.day, default: []].insert(key.format) }
+        // A file that states its range (AdMob's) covers every day of it: one without a line is a zero.
+        if report.hasRange, let first = report.firstDay, let last = report.lastDay {
+            for pair in covered.keys { for day in first...last { covered[pair]![day, default: []].formUnion([]) } }
+        }
+        guard !covered.isEmpty else { return ([], []) }
+        let pairs = covered.keys.sorted()
+        struct Earlier { var importID: Int64; var source, zone: String; var formats: [String: (impressions: Int64, revenue: [String: Int64])] = [:] }
+        var earlier: [Pair: [String: [Int: Earlier]]] = [:]  // pair → source → day
+        for row in try connection.query("""
+            WITH p AS (SELECT * FROM unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[]) AS p (app_id, network)),
+            cur AS (
+                SELECT DISTINCT ON (r.app_id, r.network, r.day, i.source) r.app_id, r.network, r.day, r.import_id, i.source, i.zone
+                FROM network_report_rows r JOIN network_imports i ON i.import_id = r.import_id
+                JOIN p ON p.app_id = r.app_id AND p.network = r.network
+                WHERE r.import_id <> \(importID)
+                ORDER BY r.app_id, r.network, r.day, i.source, r.import_id DESC
+            )
+            SELECT c.app_id, c.network, c.day::text, c.source, c.zone, c.import_id, r.format, r.currency, sum(r.impressions)::bigint, sum(r.revenue_micros)::bigint
+            FROM cur c JOIN network_report_rows r ON r.app_id = c.app_id AND r.network = c.network AND r.day = c.day AND r.import_id = c.import_id
+            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+            """) {
+            let pair = Pair(app: try row.decode(0), network: try row.decode(1))
+            guard let day = ReportQuery.parseDate(try row.decode(2, as: String.self)) else { continue }
+            let source: String = try row.decode(3)
+            let (importID, zone): (Int64, String) = (try row.decode(5), try row.decode(4))
+            var entry = earlier[pair]?[source]?[day] ?? Earlier(importID: importID, source: source, zone: zone)
+            let (format, currency): (String, String) = (try row.decode(6), try row.decode(7))
+            var figures = entry.formats[format] ?? (0, [:])
+            figures.impressions += try row.decode(8, as: Int64.self)
+            figures.revenue[currency, default: 0] += try row.decode(9, as: Int64.self)
+            entry.formats[format] = figures
+            earlier[pair, default: [:]][source, default: [:]][day] = entry
+        }
+        let mine = report.source.rawValue
+        var restated: [ImportResult.Restated] = []
+        var ended: [ImportResult.Ended] = []
+        for pair in pairs {
+            let days = covered[pair]!
+            for (source, byDay) in (earlier[pair] ?? [:]).sorted(by: { $0.key < $1.key }) {
+                let otherZone = byDay.values.first { $0.zone != report.zone }
+                if source == mine, let otherZone, !replaceZone {
+                    let spans = Self.spans(byDay.filter { $0.value.zone == otherZone.zone }.map(\.key))
+                    throw FieldError(
+                        "timezone",
+                        "this \(mine) report is in \(report.zone), but its figures for \(pair.app) \(pair.network) so far were imported in \(otherZone.zone) (import \(otherZone.importID): \(spans.joined(separator: ", "))). "
+                            + "A day in one zone is not that day in another, and the comparisons of those days would end. "
+                            + "Import it in \(otherZone.zone) (--timezone \(otherZone.zone), API timezone=), or, if the network's reporting zone changed, ask for the change (--replace-zone, API replace_zone=true)"
+                    )
+                }
+                if source == mine {
+                    let replacedDays = byDay.keys.filter { days[$0] != nil }.sorted()
+                    if !replacedDays.isEmpty {
+                        var dropped: [String: ImportResult.Dropped] = [:]
+                        for day in replacedDays {
+                            for (format, figures) in byDay[day]!.formats where !days[day]!.contains(format) {
+                                var entry = dropped[format] ?? ImportResult.Dropped(format: format, dayCount: 0, impressions: 0, revenueMicros: [:])
+                                entry.dayCount += 1
+                                entry.impressions += figures.impressions
+                                for (currency, micros) in figures.revenue { entry.revenueMicros[currency, default: 0] += micros }
+                                dropped[format] = entry
+                            }
+                        }
+                        let zones = Set(replacedDays.map { byDay[$0]!.zone }).subtracting([report.zone])
+                        restated.append(ImportResult.Restated(
+                            app: pair.app, network: pair.network, days: Self.spans(replacedDays), dayCount: replacedDays.count,
+                            earlierImports: Set(replacedDays.map { byDay[$0]!.importID }).sorted(), earlierTimezone: zones.sorted().first,
+                            formatsDropped: dropped.values.sorted { $0.format < $1.format }
+                        ))
+                    }
+                }
+                // Still compared: the same source's days in the same zone this file does not cover.
+                let left = byDay.filter { source != mine || ($0.value.zone != report.zone && days[$0.key] == nil) }
+                for zone in Set(left.values.map(\.zone)).sorted() {
+                    let zoneDays = left.filter { $0.value.zone == zone }.map(\.key).sorted()
+                    ended.append(ImportResult.Ended(app: pair.app, network: pair.network, source: source, timezone: zone, days: Self.spans(zoneDays), dayCount: zoneDays.count))
+                }
+            }
+        }
+        return (restated, ended)
+    }
+
+    /// Days as spans: `2026-11-01..2026-11-07`, `2026-11-09`.
+    static func spans(_ days: [Int]) -> [String] {
+        var spans: [String] = []
+        var start: Int?, previous: Int?
+        func close() {
+            guard let start, let previous else { return }
+            spans.append(start == previous ? ReportQuery.formatDate(start) : "\(ReportQuery.formatDate(start))..\(ReportQuery.formatDate(previous))")
+        }
+        for day in Set(days).sorted() {
+            if let last = previous, day == last + 1 { previous = day; continue }
+            close()
+            start = day
+            previous = day
+        }
+        close()
+        return spans
     }
 
     /// An import as listed.

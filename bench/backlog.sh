@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# make bench-backlog: a big backlog and a migration on a loaded database, with ingest
+# running (issue 41, item 5), in one run.
+#
+# 1. start `adtally serve` on the embedded database and load the bench's data
+#    (bench/lib.sh load_events: BENCH_EVENTS, default 10 M, 40 % of them for bench-00);
+# 2. ingest at a steady BENCH_RATE batches of 100 a second (default 20: 2,000 events/s)
+#    into 20 other apps from 4 connections, for 60 s alone: its ack p50/p99/max, the peer;
+# 3. with the same ingest running: migration 0013's four indexes dropped and built
+#    again by `adtally migrate` (CONCURRENTLY, Migrations/0013): the build's wall time,
+#    and ingest's ack p50/p99/max meanwhile;
+# 4. with the same ingest running: a week of bench-00's rollup deltas appended at once
+#    (as an import of history or a stopped compactor leaves them) and folded by the
+#    server's compactor: the seconds until none of bench-00's is left, the passes, the
+#    longest, how many were cut by their own timeout and how many failed, and ingest's
+#    ack p50/p99/max meanwhile;
+# 5. one RESULT line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+events=${BENCH_EVENTS:-10000000}
+apps=${BENCH_APPS:-60}
+rate=${BENCH_RATE:-20}
+. bench/lib.sh
+start_server
+load_events "$events" "$apps"
+echo "events_loaded=$(sql -c "SELECT count(*) FROM events") load_seconds=$(( $(date +%s) - load_started ))"
+
+echo "== generating ingest for 20 other apps (batches of 100)"
+"$bin/adtally-bench" generate --out "$work" --apps 20 --batches 12000 --seed 7 >/dev/null
+: > "$work/keys.tsv"
+for i in $(seq 0 19); do
+  curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+    -d "{\"app\":\"bench-app-$i\"}" "http://127.0.0.1:$port/v1/apps" >/dev/null
+  key=$(curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+    -d '{"scope":"ingest"}' "http://127.0.0.1:$port/v1/apps/bench-app-$i/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
+  printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
+done
+
+sent=0
+# Starts paced ingest in the background (after the batches already sent); stop_ingest NAME ends it.
+start_ingest() {
+  rm -f "$work/stop" "$work/ready"
+  "$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
+    --connections 4 --rate "$rate" --skip "$sent" --stop-file "$work/stop" --ready-file "$work/ready" > "$work/drive.txt" &
+  driver=$!
+  for _ in $(seq 1 600); do [ -e "$work/ready" ] && return 0; sleep 0.1; done
+  echo "check=the ingest driver did not start"; exit 1
+}
+stop_ingest() {
+  touch "$work/stop"; wait "$driver"
+  sed "s/^/$1_/" "$work/drive.txt" | tee "$work/$1.txt"
+  sent=$(( sent + $(grep '^batches_sent=' "$work/drive.txt" | cut -d= -f2) ))
+  [ "$(grep '^failed_requests=' "$work/drive.txt" | cut -d= -f2)" = 0 ] || { echo "check=ingest requests failed during $1"; exit 1; }
+}
+value() { grep "^$1=" "$work/$2.txt" | cut -d= -f2; }
+metric() { curl -fs "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { v += $2 } END { print v + 0 }'; }
+
+echo "== ingest alone, 60 s at $rate batches/s"
+start_ingest; sleep 60; stop_ingest alone
+
+echo "== migration 0013's indexes built again (CONCURRENTLY) with ingest running"
+sql -c "SELECT pg_size_pretty(pg_total_relation_size('rollup_1h_compacted')) || ' hourly, ' || pg_size_pretty(pg_total_relation_size('rollup_priced_1h')) || ' priced hourly, ' || (SELECT count(*) FROM rollup_1h_compacted) || ' hourly rows'"
+sql -c "DROP INDEX rollup_1h_by_hour, rollup_priced_1h_by_hour, rollup_day_by_day, rollup_priced_day_by_day" -c "DELETE FROM schema_migrations WHERE version = 13"
+start_ingest; sleep 10
+migrate_started=$(date +%s.%N)
+"$bin/adtally" migrate --data-dir "$data" > "$work/migrate.txt" 2>&1 || { cat "$work/migrate.txt"; exit 1; }
+index_build_s=$(python3 -c "print(round($(date +%s.%N) - $migrate_started, 1))")
+sleep 10; stop_ingest index
+[ "$(sql -c "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname IN ('rollup_1h_by_hour', 'rollup_priced_1h_by_hour', 'rollup_day_by_day', 'rollup_priced_day_by_day') AND i.indisvalid")" = 4 ] \
+  || { echo "check=the four indexes are not all built and valid"; exit 1; }
+echo "index_build_s=$index_build_s"
+
+echo "== a week of bench-00's deltas folded with ingest running"
+cut_before=$(metric adtally_rollup_compaction_timeouts_total); failed_before=$(metric adtally_rollup_compaction_failures_total)
+first_event=$(sql -c "SELECT min(occurred_at) FROM events WHERE app_id = 'bench-00'")
+start_ingest; sleep 10
+backlog_started=$(date +%s.%N); backlog_started_at=$(sql -c "SELECT now()")
+sql > "$work/backlog_rows.txt" <<SQL
+WITH inserted AS (
+INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps,
+                          device_hashes, viewer_hashes)
+SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
+       CASE WHEN type IN ('impression', 'tap') THEN country END, CASE WHEN type IN ('impression', 'tap') THEN coalesce(currency, '') END,
+       count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
+       count(*) FILTER (WHERE type = 'error'), count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'action_cancel'),
+       count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown),
+       coalesce(sum(revenue_micros), 0), count(revenue_micros),
+       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap'),
+       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL),
+       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL AND type = 'impression')
+FROM events
+WHERE app_id = 'bench-00' AND occurred_at >= '$first_event'::timestamptz AND occurred_at < '$first_event'::timestamptz + interval '7 days'
+GROUP BY 1, 2, 3, 4, 5, 6
+RETURNING 1) SELECT count(*) FROM inserted;
+SQL
+backlog_rows=$(cat "$work/backlog_rows.txt")
+for _ in $(seq 1 1800); do [ "$(sql -c "SELECT count(*) FROM rollup_delta WHERE app_id = 'bench-00'")" = 0 ] && break; sleep 1; done
+backlog_fold_s=$(python3 -c "print(round($(date +%s.%N) - $backlog_started, 1))")
+[ "$(sql -c "SELECT count(*) FROM rollup_delta WHERE app_id = 'bench-00'")" = 0 ] || { echo "check=the backlog was not folded in 30 minutes"; tail "$work/server.log"; exit 1; }
+sleep 10; stop_ingest backlog
+passes=$(sql -c "SELECT count(*) || ' ' || round(max(extract(epoch FROM finished_at - started_at))::numeric, 1) || ' ' || sum(delta_rows) FROM rollup_compaction_passes WHERE started_at >= '$backlog_started_at'")
+read -r pass_count longest_pass_s pass_rows <<< "$passes"
+passes_cut=$(( $(metric adtally_rollup_compaction_timeouts_total) - cut_before ))
+passes_failed=$(( $(metric adtally_rollup_compaction_failures_total) - failed_before ))
+echo "backlog_rows=$backlog_rows backlog_fold_s=$backlog_fold_s passes=$pass_count longest_pass_s=$longest_pass_s rows_moved=$pass_rows passes_cut=$passes_cut passes_failed=$passes_failed"
+grep -c "cut by its own timeout" "$work/server.log" || true
+
+echo "RESULT index_build_s=$index_build_s backlog_rows=$backlog_rows backlog_fold_s=$backlog_fold_s passes=$pass_count longest_pass_s=$longest_pass_s passes_cut=$passes_cut passes_failed=$passes_failed" \
+  "ingest_p99_ms_alone=$(value alone_ack_latency_p99_ms alone) ingest_p99_ms_index=$(value index_ack_latency_p99_ms index) ingest_p99_ms_backlog=$(value backlog_ack_latency_p99_ms backlog)" \
+  "ingest_max_ms_alone=$(value alone_ack_latency_max_ms alone) ingest_max_ms_index=$(value index_ack_latency_max_ms index) ingest_max_ms_backlog=$(value backlog_ack_latency_max_ms backlog)"
