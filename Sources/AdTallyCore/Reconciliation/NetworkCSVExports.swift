@@ -82,7 +82,6 @@ enum NetworkCSVExports {
     /// Reads a network's CSV export. `zone` is the zone asked for (the file's own, when it
     /// states one, must agree with it).
     static func read(_ bytes: [UInt8], source: NetworkReportSource, zone asked: String?) throws(FieldError) -> NetworkReport {
-        var reader = CSVRecordReader()
         var columns: [Field: Int] = [:]
         var headerCurrency: String?
         var headerText = ""
@@ -167,18 +166,14 @@ enum NetworkCSVExports {
             ))
         }
 
-        func take(_ records: [CSVRecordReader.Record]) throws(FieldError) {
-            for record in records where !record.isBlank {
-                if columns.isEmpty { try header(record) } else { try line(record) }
-                guard lines.count <= NetworkReport.maxLines else { throw FieldError("file", "has more than \(NetworkReport.maxLines) lines (split it by month)") }
-            }
+        var records = 0
+        try NetworkReportParsers.forEachRecord(bytes) { (record) throws(FieldError) in
+            if columns.isEmpty { return try header(record) }
+            // Refused at the first line over the limit, before it is read.
+            records += 1
+            guard records <= NetworkReport.maxLines else { throw FieldError("file", "has more than \(NetworkReport.maxLines) lines (split it by month)") }
+            try line(record)
         }
-        var start = 0
-        while start < bytes.count {
-            try take(reader.feed(bytes[start..<min(start + (1 << 16), bytes.count)]))
-            start += 1 << 16
-        }
-        if let last = reader.finish() { try take([last]) }
         guard !columns.isEmpty else { throw FieldError("file", "is empty; it starts with a header line") }
         if let asked, let fileZone, asked != fileZone {
             throw FieldError("timezone", "the file says \(fileZone) and the import was asked for \(asked)")

@@ -146,18 +146,28 @@ public struct NetworkReport: Sendable, Equatable {
         // objects and members (a file of empty objects, or one object of a million keys,
         // is refused before it is decoded); CSV by its lines (counted as read) and their
         // length (a line of a million commas would be a million fields).
-        var objects = 0, members = 0, line = 0, longest = 0
+        var objects = 0, members = 0, line = 0, longest = 0, newlines = 0
+        let isJSON = NetworkReportParsers.startsJSON(bytes)
         for byte in bytes {
             switch byte {
             case UInt8(ascii: "{"): objects += 1
             case UInt8(ascii: ":"): members += 1
-            case 0x0A: longest = max(longest, line); line = 0; continue
+            case 0x0A:
+                longest = max(longest, line)
+                line = 0
+                newlines += 1
+                // A CSV is refused at its first line over the limit (the header and a last
+                // empty line aside), before any of it is read.
+                if !isJSON, newlines > maxLines + 1 {
+                    throw FieldError("file", "has more than \(maxLines) lines (split it by month)")
+                }
+                continue
             default: break
             }
             line += 1
         }
         longest = max(longest, line)
-        if NetworkReportParsers.startsJSON(bytes) {
+        if isJSON {
             guard objects <= maxJSONObjects, members <= maxJSONMembers else {
                 throw FieldError("file", "has more than \(maxJSONObjects) JSON objects or \(maxJSONMembers) members (split it by month)")
             }
@@ -194,12 +204,27 @@ public struct NetworkReport: Sendable, Equatable {
         // columns AdTally does not read (ad units, placements) are a finer breakdown,
         // summed later as before.
         if !NetworkReportParsers.startsJSON(bytes) {
-            var seen: [ArraySlice<UInt8>: Int] = [:]
-            for (index, raw) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() where index > 0 {
-                let line = raw.last == 0x0D ? raw.dropLast() : raw
-                guard line.contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x2C }) else { continue }
-                if let first = seen.updateValue(index + 1, forKey: line) {
-                    throw FieldError("line \(index + 1)", "repeats line \(first) byte for byte (a file pasted twice would double the network's side); remove one")
+            // By each line's hash (16 bytes a line, not a slice and a key of ~50), its bytes
+            // compared only when two hashes agree.
+            var seen: [Int: (line: Int, range: Range<Int>)] = [:]
+            seen.reserveCapacity(report.lines.count + 1)
+            var start = 0, number = 0
+            while start <= bytes.count {
+                let end = bytes[start...].firstIndex(of: 0x0A) ?? bytes.count
+                number += 1
+                var range = start..<end
+                if range.count > 0, bytes[range.upperBound - 1] == 0x0D { range = range.lowerBound..<(range.upperBound - 1) }
+                start = end + 1
+                guard number > 1, bytes[range].contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x2C }) else { continue }
+                var hasher = Hasher()
+                bytes.withUnsafeBytes { hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: $0[range])) }
+                let hash = hasher.finalize()
+                if let first = seen[hash] {
+                    if bytes[first.range].elementsEqual(bytes[range]) {
+                        throw FieldError("line \(number)", "repeats line \(first.line) byte for byte (a file pasted twice would double the network's side); remove one")
+                    }
+                } else {
+                    seen[hash] = (number, range)
                 }
             }
         }

@@ -239,18 +239,40 @@ enum NetworkReportParsers {
     static let csvColumns = ["date", "app", "network", "format", "country", "impressions", "clicks", "revenue", "currency"]
 
     static func csv(_ bytes: [UInt8], zone: String?) throws(FieldError) -> NetworkReport {
-        let records = try csvRecords(bytes, required: csvColumns)
         var lines: [NetworkReportLine] = []
         var fileZone: String?
-        for record in records {
-            let position = record.position
-            func field(_ name: String) -> String { record.fields[name] ?? "" }
-            if let written = record.fields["timezone"], !written.isEmpty {
+        var column: [String: Int]?
+        var records = 0
+        var table = NetworkCSVExports.NameTable()
+        // A record at a time, straight into a line: half a million lines are never held as text.
+        try forEachRecord(bytes) { (record) throws(FieldError) in
+            guard let column else {
+                let names = record.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+                for name in csvColumns where !names.contains(name) {
+                    throw FieldError("header", "has no \(name) column; it must name \(csvColumns.joined(separator: ","))")
+                }
+                var seen: [String: Int] = [:]
+                for (index, name) in names.enumerated() where !name.isEmpty {
+                    guard seen.updateValue(index, forKey: name) == nil else { throw FieldError("header", "names \(name.prefix(40)) twice") }
+                }
+                column = seen
+                return
+            }
+            // Refused at the first line over the limit, before it is read.
+            records += 1
+            guard records <= NetworkReport.maxLines else { throw FieldError("file", "has more than \(NetworkReport.maxLines) lines (split it by month)") }
+            let position = "line \(record.line)"
+            func field(_ name: String) -> String {
+                guard let index = column[name], index < record.fields.count else { return "" }
+                return record.fields[index]
+            }
+            let written = field("timezone").isEmpty ? field("zone") : field("timezone")
+            if !written.isEmpty {
                 guard ReportQuery.isZone(written) else { throw FieldError("\(position): timezone", "\"\(written.prefix(40))\" is not an IANA time zone") }
                 guard fileZone == nil || fileZone == written else {
                     throw FieldError("\(position): timezone", "is \(written), an earlier line's is \(fileZone!): one file is in one zone")
                 }
-                fileZone = written
+                fileZone = fileZone ?? written
             }
             guard let format = AdFormat(rawValue: field("format").trimmingCharacters(in: .whitespaces).lowercased()) else {
                 throw FieldError("\(position): format", "must be banner, interstitial, native or rewarded")
@@ -258,8 +280,8 @@ enum NetworkReportParsers {
             let clicks = field("clicks").trimmingCharacters(in: .whitespaces)
             lines.append(NetworkReportLine(
                 position: position, day: try NetworkReportValues.day(field("date"), "\(position): date"),
-                app: try NetworkReportValues.name(field("app"), "\(position): app"),
-                network: try NetworkReportValues.name(field("network"), "\(position): network"), format: format,
+                app: table.intern(try NetworkReportValues.name(field("app"), "\(position): app")),
+                network: table.intern(try NetworkReportValues.name(field("network"), "\(position): network")), format: format,
                 country: try NetworkReportValues.country(field("country"), "\(position): country"),
                 impressions: try NetworkReportValues.count(field("impressions"), "\(position): impressions"),
                 clicks: clicks.isEmpty ? nil : try NetworkReportValues.count(clicks, "\(position): clicks"),
@@ -267,43 +289,22 @@ enum NetworkReportParsers {
                 currency: try NetworkReportValues.currency(field("currency"), "\(position): currency")
             ))
         }
+        guard column != nil else { throw FieldError("file", "is empty; it starts with a header line") }
         if let zone, let fileZone, zone != fileZone {
             throw FieldError("timezone", "the file says \(fileZone) and the import was asked for \(zone)")
         }
         return NetworkReport(source: .csv, zone: fileZone ?? zone ?? NetworkReportSource.csv.defaultZone, lines: lines)
     }
 
-    /// A CSV's records as header name → value (names lower-cased), each with its line;
-    /// a header without one of `required` is refused naming it.
-    static func csvRecords(_ bytes: [UInt8], required: [String] = []) throws(FieldError) -> [(position: String, fields: [String: String])] {
-        // Read a slice at a time, and stop past the most lines a report may have: a file
-        // of 16 million empty lines must not become 16 million records first.
+    /// Every record of a CSV that is not blank, in order, read 64 KiB at a time.
+    static func forEachRecord(_ bytes: [UInt8], _ body: (CSVRecordReader.Record) throws(FieldError) -> Void) throws(FieldError) {
         var reader = CSVRecordReader()
-        var records: [CSVRecordReader.Record] = []
-        func keep(_ more: [CSVRecordReader.Record]) throws(FieldError) {
-            records += more.filter { !$0.isBlank }
-            guard records.count <= NetworkReport.maxLines + 1 else { throw FieldError("file", "has more than \(NetworkReport.maxLines) lines (split it by month)") }
-        }
         var start = 0
         while start < bytes.count {
-            try keep(reader.feed(bytes[start..<min(start + (1 << 16), bytes.count)]))
+            for record in reader.feed(bytes[start..<min(start + (1 << 16), bytes.count)]) where !record.isBlank { try body(record) }
             start += 1 << 16
         }
-        if let last = reader.finish() { try keep([last]) }
-        guard let header = records.first else { throw FieldError("file", "is empty; it starts with a header line") }
-        let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        for name in required where !names.contains(name) {
-            throw FieldError("header", "has no \(name) column; it must name \(required.joined(separator: ","))")
-        }
-        var seen = Set<String>()
-        for name in names where !name.isEmpty && !seen.insert(name).inserted { throw FieldError("header", "names \(name.prefix(40)) twice") }
-        return records.dropFirst().map { record in
-            var fields: [String: String] = [:]
-            for (position, name) in names.enumerated() where !name.isEmpty && position < record.fields.count {
-                fields[name] = record.fields[position]
-            }
-            return ("line \(record.line)", fields)
-        }
+        if let last = reader.finish(), !last.isBlank { try body(last) }
     }
 
     /// The file's first byte after whitespace opens a JSON object or array.

@@ -413,30 +413,44 @@ public struct NetworkReportStore: Sendable {
                 sum.clicks = sum.clicks.flatMap { mine in line.clicks.map { mine + $0 } }
                 sums[key] = sum
             }
-            let keys = Array(sums.keys)
+            // What the rows cover (app, network, day, formats), what earns in which currency:
+            // small sets, read off the sums without a copy of their keys.
+            struct Earning: Hashable { var app, currency: String; var day: Int }
+            var formatsByDay: [AppNetwork: [Int: Set<String>]] = [:]
+            var earning = Set<Earning>()
+            for (key, sum) in sums {
+                formatsByDay[AppNetwork(app: key.app, network: key.network), default: [:]][key.day, default: []].insert(key.format)
+                if sum.revenue != 0 { earning.insert(Earning(app: key.app, currency: key.currency, day: key.day)) }
+            }
             let (restated, ended) = try Self.supersedes(
-                keys: keys.map { ($0.app, $0.network, $0.day, $0.format) }, report: report, importID: importID, replaceZone: replaceZone || via == "pull", on: connection
+                covered: formatsByDay, report: report, importID: importID, replaceZone: replaceZone || via == "pull", on: connection
             )
             let replaced = restated.map(\.dayCount).reduce(0, +)
-            var start = 0
-            while start < keys.count {
-                let part = keys[start..<min(start + Self.chunk, keys.count)]
-                let values = part.map { sums[$0]! }
+            // Written a chunk at a time, straight from the sums.
+            var part: [(key: Key, sum: (impressions: Int64, clicks: Int64?, revenue: Int64))] = []
+            part.reserveCapacity(Self.chunk)
+            func write() throws {
+                guard !part.isEmpty else { return }
                 try connection.query("""
                     INSERT INTO network_report_rows (app_id, network, day, import_id, format, country, currency, impressions, clicks, revenue_micros)
                     SELECT app_id, network, day::date, \(importID), format, country, currency, impressions, nullif(clicks, -1), revenue_micros
-                    FROM unnest(\(array: part.map(\.app))::text[], \(array: part.map(\.network))::text[], \(array: part.map { ReportQuery.formatDate($0.day) })::text[],
-                                \(array: part.map(\.format))::text[], \(array: part.map(\.country))::text[], \(array: part.map(\.currency))::text[],
-                                \(array: values.map(\.impressions))::bigint[], \(array: values.map { $0.clicks ?? -1 })::bigint[], \(array: values.map(\.revenue))::bigint[])
+                    FROM unnest(\(array: part.map(\.key.app))::text[], \(array: part.map(\.key.network))::text[], \(array: part.map { ReportQuery.formatDate($0.key.day) })::text[],
+                                \(array: part.map(\.key.format))::text[], \(array: part.map(\.key.country))::text[], \(array: part.map(\.key.currency))::text[],
+                                \(array: part.map(\.sum.impressions))::bigint[], \(array: part.map { $0.sum.clicks ?? -1 })::bigint[], \(array: part.map(\.sum.revenue))::bigint[])
                          AS g (app_id, network, day, format, country, currency, impressions, clicks, revenue_micros)
                     """)
-                start += Self.chunk
+                part.removeAll(keepingCapacity: true)
             }
+            for (key, sum) in sums {
+                part.append((key, sum))
+                if part.count == Self.chunk { try write() }
+            }
+            try write()
             // Earnings in a currency no FX rate converts to the app's own on their day.
-            let earning = keys.filter { sums[$0]!.revenue != 0 }
+            let earnings = Array(earning)
             let fxMissing = try connection.query("""
                 SELECT r.app_id, r.currency, a.currency, min(r.day)::text, max(r.day)::text, count(DISTINCT r.day)::int
-                FROM unnest(\(array: earning.map(\.app))::text[], \(array: earning.map(\.currency))::text[], \(array: earning.map { ReportQuery.formatDate($0.day) })::date[])
+                FROM unnest(\(array: earnings.map(\.app))::text[], \(array: earnings.map(\.currency))::text[], \(array: earnings.map { ReportQuery.formatDate($0.day) })::date[])
                      AS r (app_id, currency, day)
                 JOIN apps a ON a.app_id = r.app_id
                 WHERE r.currency <> a.currency::text AND NOT EXISTS (
@@ -450,36 +464,32 @@ public struct NetworkReportStore: Sendable {
                 return "\(app): no FX rate converts \(currency) to \(appCurrency) on \(days) day\(days == 1 ? "" : "s") from \(first) to \(last); "
                     + "its reconciliation in \(appCurrency) over them is refused (422) until the rates are imported (adtally fx import, POST /v1/fx)"
             }
-            let pairs = Array(Set(keys.map { "\($0.app)\u{1}\($0.network)" })).sorted().map { $0.split(separator: "\u{1}", omittingEmptySubsequences: false).map(String.init) }
+            let pairs = formatsByDay.keys.sorted()
             try connection.query("""
                 INSERT INTO network_import_pairs (app_id, network, import_id)
-                SELECT app_id, network, \(importID) FROM unnest(\(array: pairs.map { $0[0] })::text[], \(array: pairs.map { $0[1] })::text[]) AS p (app_id, network)
+                SELECT app_id, network, \(importID) FROM unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[]) AS p (app_id, network)
                 """)
             return ImportResult(
                 importID: importID, source: report.source, timezone: report.zone,
                 firstDay: report.firstDay.map(ReportQuery.formatDate), lastDay: report.lastDay.map(ReportQuery.formatDate),
-                lines: report.lines.count, rows: keys.count, apps: Set(keys.map(\.app)).sorted(), networks: Set(keys.map(\.network)).sorted(),
+                lines: report.lines.count, rows: sums.count, apps: Set(pairs.map(\.app)).sorted(), networks: Set(pairs.map(\.network)).sorted(),
                 replaced: replaced, warnings: report.warnings, leftOut: leftOut, identicalTo: identical, fxMissing: fxMissing,
                 restated: restated, comparisonsEnded: ended
             )
         }
     }
 
-    /// What an import about to store `keys` (app, network, day, format) supersedes: the
+    /// What an import about to store rows `covered` (app, network → day → formats) supersedes: the
     /// days of its apps' networks an earlier import of its source had, and the formats of
     /// them it has no line for; and the days of another source (or zone) no longer
     /// compared. A zone that differs from the same source's earlier figures for an app's
     /// network is refused unless `replaceZone`.
     static func supersedes(
-        keys: [(app: String, network: String, day: Int, format: String)], report: NetworkReport, importID: Int64, replaceZone: Bool,
+        covered: [AppNetwork: [Int: Set<String>]], report: NetworkReport, importID: Int64, replaceZone: Bool,
         on connection: PostgresConnection
     ) throws -> (restated: [ImportResult.Restated], ended: [ImportResult.Ended]) {
-        struct Pair: Hashable, Comparable {
-            var app, network: String
-            static func < (a: Pair, b: Pair) -> Bool { (a.app, a.network) < (b.app, b.network) }
-        }
-        var covered: [Pair: [Int: Set<String>]] = [:]
-        for key in keys { covered[Pair(app: key.app, network: key.network), default: [:]][key.day, default: []].insert(key.format) }
+        typealias Pair = AppNetwork
+        var covered = covered
         // A file that states its range (AdMob's) covers every day of it: one without a line is a zero.
         if report.hasRange, let first = report.firstDay, let last = report.lastDay {
             for pair in covered.keys { for day in first...last { covered[pair]![day, default: []].formUnion([]) } }
@@ -577,6 +587,12 @@ public struct NetworkReportStore: Sendable {
         }
         close()
         return spans
+    }
+
+    /// An app's network, as imports cover them.
+    struct AppNetwork: Hashable, Comparable {
+        var app, network: String
+        static func < (a: AppNetwork, b: AppNetwork) -> Bool { (a.app, a.network) < (b.app, b.network) }
     }
 
     /// An import as listed.
