@@ -39,13 +39,16 @@ struct NetworksCommand: AsyncParsableCommand {
         @Argument(help: "The report file.") var file: String
 
         func run() async throws {
-            let bytes = try readFile(file, atMost: NetworkReport.maxBytes)
-            let report = try NetworkReport.parse(bytes, source: source, zone: timezone)
+            // The file's bytes are let go once read: the import holds its lines only.
+            let (report, sha256) = try { () throws -> (NetworkReport, String) in
+                let bytes = try readFile(file, atMost: NetworkReport.maxBytes)
+                return (try NetworkReport.parse(bytes, source: source, zone: timezone), SHA256.hex(bytes))
+            }()
             let mappings = try appMap.map { try NetworkReportStore.appMap(csv: readFile($0, atMost: NetworkReport.maxBytes, what: "--app-map"), source: source) } ?? []
             let result = try await database.withDatabase { database, _ in
                 let store = NetworkReportStore(pool: database.pool)
                 if !mappings.isEmpty { try await store.setMappings(mappings) }
-                return try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "cli", replaceZone: replaceZone)
+                return try await store.importReport(report, fileSHA256: sha256, via: "cli", replaceZone: replaceZone)
             }
             print("import \(result.importID): \(result.lines) lines, \(result.rows) rows, \(result.firstDay ?? "-") to \(result.lastDay ?? "-") (\(result.timezone)); "
                 + "apps \(result.apps.joined(separator: ",")); networks \(result.networks.joined(separator: ","))")

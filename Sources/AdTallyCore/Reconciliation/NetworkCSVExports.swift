@@ -81,11 +81,12 @@ enum NetworkCSVExports {
 
     /// Reads a network's CSV export. `zone` is the zone asked for (the file's own, when it
     /// states one, must agree with it).
-    static func read(_ bytes: [UInt8], source: NetworkReportSource, zone asked: String?) throws(FieldError) -> NetworkReport {
+    static func read(_ bytes: [UInt8], source: NetworkReportSource, zone asked: String?, capacity: Int = 0) throws(FieldError) -> NetworkReport {
         var columns: [Field: Int] = [:]
         var headerCurrency: String?
         var headerText = ""
         var lines: [NetworkReportLine] = []
+        lines.reserveCapacity(capacity)
         var leftOut: [String: Int] = [:]
         var fileZone: String?
         var table = NameTable()

@@ -184,9 +184,11 @@ public struct NetworkReport: Sendable, Equatable {
         }
         var report: NetworkReport
         switch source {
-        case .csv: report = try NetworkReportParsers.csv(bytes, zone: zone)
+        // Lines reserved at once: an array grown by doubling would hold both its old and its
+        // new storage (a third more) at the last growth.
+        case .csv: report = try NetworkReportParsers.csv(bytes, zone: zone, capacity: newlines)
         // The networks' CSV: their dashboards' exports (what most publishers download), MAX's API CSV.
-        case _ where !NetworkReportParsers.startsJSON(bytes): report = try NetworkCSVExports.read(bytes, source: source, zone: zone)
+        case _ where !isJSON: report = try NetworkCSVExports.read(bytes, source: source, zone: zone, capacity: newlines)
         case .admob: report = try NetworkReportParsers.admob(bytes)
         case .max: report = try NetworkReportParsers.max(bytes)
         case .levelplay: report = try NetworkReportParsers.levelplay(bytes)
@@ -203,31 +205,7 @@ public struct NetworkReport: Sendable, Equatable {
         // appended), which would double the network's side. Lines that differ only in
         // columns AdTally does not read (ad units, placements) are a finer breakdown,
         // summed later as before.
-        if !NetworkReportParsers.startsJSON(bytes) {
-            // By each line's hash (16 bytes a line, not a slice and a key of ~50), its bytes
-            // compared only when two hashes agree.
-            var seen: [Int: (line: Int, range: Range<Int>)] = [:]
-            seen.reserveCapacity(report.lines.count + 1)
-            var start = 0, number = 0
-            while start <= bytes.count {
-                let end = bytes[start...].firstIndex(of: 0x0A) ?? bytes.count
-                number += 1
-                var range = start..<end
-                if range.count > 0, bytes[range.upperBound - 1] == 0x0D { range = range.lowerBound..<(range.upperBound - 1) }
-                start = end + 1
-                guard number > 1, bytes[range].contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x2C }) else { continue }
-                var hasher = Hasher()
-                bytes.withUnsafeBytes { hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: $0[range])) }
-                let hash = hasher.finalize()
-                if let first = seen[hash] {
-                    if bytes[first.range].elementsEqual(bytes[range]) {
-                        throw FieldError("line \(number)", "repeats line \(first.line) byte for byte (a file pasted twice would double the network's side); remove one")
-                    }
-                } else {
-                    seen[hash] = (number, range)
-                }
-            }
-        }
+        if !isJSON { try Self.refuseRepeatedLines(bytes) }
         // A day that has not begun in the file's own zone is a typo (2099 for 2019), not data.
         if let today = try? ReportQuery.today(in: report.zone, now: now), let late = report.lines.first(where: { $0.day > today + 1 }) {
             throw FieldError("\(late.position): day", "is \(ReportQuery.formatDate(late.day)), after tomorrow in \(report.zone): a network reports days that have begun")
@@ -237,6 +215,47 @@ public struct NetworkReport: Sendable, Equatable {
 }
 
 extension NetworkReport {
+    /// Refuses a CSV line (the header aside) that repeats an earlier one byte for byte,
+    /// naming both. Only each line's hash is kept (8 bytes a line); the bytes are compared
+    /// when a hash comes again, by finding the earlier line with it.
+    static func refuseRepeatedLines(_ bytes: [UInt8]) throws(FieldError) {
+        func lines(_ body: (Int, Range<Int>) throws(FieldError) -> Bool) throws(FieldError) {
+            var start = 0, number = 0
+            while start <= bytes.count {
+                let end = bytes[start...].firstIndex(of: 0x0A) ?? bytes.count
+                number += 1
+                var range = start..<end
+                if range.count > 0, bytes[range.upperBound - 1] == 0x0D { range = range.lowerBound..<(range.upperBound - 1) }
+                start = end + 1
+                // The header, and lines of nothing but separators and blanks, are not data.
+                guard number > 1, bytes[range].contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x2C }) else { continue }
+                guard try body(number, range) else { return }
+            }
+        }
+        func hash(_ range: Range<Int>) -> Int {
+            var hasher = Hasher()
+            bytes.withUnsafeBytes { hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: $0[range])) }
+            return hasher.finalize()
+        }
+        var seen = Set<Int>()
+        try lines { (number, range) throws(FieldError) in
+            guard seen.insert(hash(range)).inserted else {
+                // The earlier line with these bytes, if any (else two lines' hashes agreed).
+                var earlier: Int?
+                try lines { (other, otherRange) throws(FieldError) in
+                    guard other < number else { return false }
+                    if bytes[otherRange].elementsEqual(bytes[range]) { earlier = other }
+                    return earlier == nil
+                }
+                if let earlier {
+                    throw FieldError("line \(number)", "repeats line \(earlier) byte for byte (a file pasted twice would double the network's side); remove one")
+                }
+                return true
+            }
+            return true
+        }
+    }
+
     /// The first 120 characters of a line, printable, for an error that says what it saw.
     static func excerpt(_ text: String) -> String {
         String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F && $0 != "\"" }.prefix(120)).replacingOccurrences(of: "\t", with: "\\t")

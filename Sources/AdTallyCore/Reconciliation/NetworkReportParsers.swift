@@ -238,8 +238,9 @@ enum NetworkReportParsers {
     /// in any column order, and an optional `timezone` column (the same on every line) or `zone`.
     static let csvColumns = ["date", "app", "network", "format", "country", "impressions", "clicks", "revenue", "currency"]
 
-    static func csv(_ bytes: [UInt8], zone: String?) throws(FieldError) -> NetworkReport {
+    static func csv(_ bytes: [UInt8], zone: String?, capacity: Int = 0) throws(FieldError) -> NetworkReport {
         var lines: [NetworkReportLine] = []
+        lines.reserveCapacity(capacity)
         var fileZone: String?
         var column: [String: Int]?
         var records = 0
