@@ -100,7 +100,7 @@ SELECT pg_temp.place('fx_rates', 'reference');
 SELECT pg_temp.place('id_horizon', 'reference');
 
 -- Stay local on the coordinator: never joined with a per-app table.
--- local: schema_migrations, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings, network_pulls, network_pull_runs, alert_rules, alert_states, alert_events, alert_deliveries, alert_leader
+-- local: schema_migrations, schema_migration_steps, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings, network_pulls, network_pull_runs, alert_rules, alert_states, alert_events, alert_deliveries, alert_leader
 
 -- Fail loudly when a table is not where this script puts it.
 DO $$
