@@ -107,6 +107,34 @@ struct MigrationTests {
         }
     }
 
+    @Test("a second migrator started while the first builds an index CONCURRENTLY waits without holding a snapshot: both finish, the index valid (a blocked pg_advisory_lock was a deadlock that cancelled the build)")
+    func secondMigratorDuringConcurrentBuild() async throws {
+        try await TestDatabase.withDatabase { conninfo in
+            let files = [
+                ("0001_table.sql", "CREATE TABLE t (v int); INSERT INTO t SELECT generate_series(1, 100000);"),
+                ("0002_index.sql", "-- adtally: outside-transaction\nSELECT pg_sleep(1.5);\nCREATE INDEX CONCURRENTLY t_v ON t (v);\n"),
+            ]
+            let setup = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1))
+            try await migrator(Array(files.prefix(1))).migrate(setup)
+            let migrator = try migrator(files)
+            let applied = try await withThrowingTaskGroup(of: [String].self) { group in
+                for delay in [0, 500] {
+                    group.addTask {
+                        try await Task.sleep(for: .milliseconds(delay))
+                        let pool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1))
+                        defer { Task { await pool.shutdown() } }
+                        return try await migrator.migrate(pool)
+                    }
+                }
+                return try await group.reduce([], +)
+            }
+            #expect(applied == ["0002_index.sql"])
+            let valid = try await setup.query("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 't_v'")
+            #expect(try valid.first?.decode(0, as: Bool.self) == true)
+            await setup.shutdown()
+        }
+    }
+
     @Test("a file rewritten on purpose (0013's indexes built CONCURRENTLY) is current where its earlier text was applied; any other edit is still refused")
     func knownRewriteAccepted() async throws {
         try await TestDatabase.withPool { pool in
@@ -129,6 +157,9 @@ struct MigrationTests {
         #expect(Migrator.concurrentIndexName("CREATE INDEX a_b ON t (x)") == nil)
         #expect(Migrator.concurrentIndexName("CREATE INDEX CONCURRENTLY ON t (x)") == nil)
         #expect(Migrator.concurrentIndexName("INSERT INTO t VALUES (1)") == nil)
+        #expect(Migrator.concurrentIndexName("CREATE INDEX CONCURRENTLY \"MixedCase\" ON t (x)") == "MixedCase")
+        #expect(Migrator.concurrentIndexName("CREATE INDEX CONCURRENTLY Folded ON t (x)") == "folded")
+        #expect(try Migration(fileName: "0009_x.sql", sql: "-- adtally: outside-transaction\r\nSELECT 1;\r\nSELECT 2;\r\n").statements == ["SELECT 1", "SELECT 2"])
     }
 
     @Test("file names must be NNNN_name.sql and versions unique")

@@ -34,8 +34,8 @@ public struct Migration: Sendable, Equatable {
     var statements: [String] {
         var statements: [String] = []
         var current: [Substring] = []
-        for line in sql.split(separator: "\n", omittingEmptySubsequences: false) {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
+        for line in sql.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline) {
+            let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
             if current.isEmpty && (trimmed.isEmpty || trimmed.hasPrefix("--")) { continue }
             current.append(line)
             if trimmed.hasSuffix(";") {
@@ -154,13 +154,22 @@ public struct Migrator: Sendable {
     public func migrate(_ pool: PostgresPool) async throws -> [String] {
         let migrations = self.migrations
         let logger = self.logger
+        // Nothing pending (every CLI command and server start asks): no lock is taken, so a
+        // long migration elsewhere is neither waited for nor disturbed.
+        if try await status(pool).isCurrent { return [] }
         return try await pool.withConnection { connection in
-            // Waiting for another migrator, and a migration that rewrites a large
-            // table, may take longer than the pool's statement timeout.
+            // A migration that rewrites a large table may take longer than the pool's
+            // statement timeout.
             let timeout = try connection.query("SELECT current_setting('statement_timeout')")[0].decode(0, as: String.self)
             try connection.query("SELECT set_config('statement_timeout', '0', false)")
             defer { _ = try? connection.query("SELECT set_config('statement_timeout', \(timeout), false)") }
-            try connection.query("SELECT pg_advisory_lock(\(Self.lockKey))")
+            // Another migrator is waited for by asking again, not in a blocking call: a
+            // backend blocked in pg_advisory_lock holds a snapshot, which a CREATE INDEX
+            // CONCURRENTLY of the running migrator waits for: a deadlock PostgreSQL ends
+            // by cancelling the build.
+            while try !connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))")[0].decode(0, as: Bool.self) {
+                usleep(200_000)
+            }
             defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))") }
             try Self.createLedger(connection)
             let applied = try Self.appliedChecksums(connection)
@@ -246,10 +255,15 @@ public struct Migrator: Sendable {
                     try connection.execute(unsafeSQL: statement)
                     logger.info("index built", metadata: ["file": "\(migration.fileName)", "index": "\(index)", "seconds": "\(ContinuousClock.now - started)"])
                 }
+                try connection.query("INSERT INTO schema_migration_steps (version, step, statement) VALUES (\(migration.version), \(step + 1), \(statement))")
             } else {
-                try connection.execute(unsafeSQL: statement)
+                // Any other statement and its record commit together: a crash between them
+                // cannot run it twice.
+                try connection.withTransaction { connection in
+                    try connection.execute(unsafeSQL: statement)
+                    try connection.query("INSERT INTO schema_migration_steps (version, step, statement) VALUES (\(migration.version), \(step + 1), \(statement))")
+                }
             }
-            try connection.query("INSERT INTO schema_migration_steps (version, step, statement) VALUES (\(migration.version), \(step + 1), \(statement))")
         }
         try connection.withTransaction { connection in
             try connection.query("""
@@ -262,13 +276,16 @@ public struct Migrator: Sendable {
 
     /// The index a `CREATE [UNIQUE] INDEX CONCURRENTLY [IF NOT EXISTS] name ON …` builds.
     static func concurrentIndexName(_ statement: String) -> String? {
-        let words = statement.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "\t" }).map { $0.lowercased() }
+        let written = statement.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" }).map(String.init)
+        let words = written.map { $0.lowercased() }
         guard words.first == "create", let index = words.firstIndex(of: "index"), index <= 2,
               words.count > index + 2, words[index + 1] == "concurrently" else { return nil }
         var name = index + 2
         if words.count > name + 3, words[name] == "if", words[name + 1] == "not", words[name + 2] == "exists" { name += 3 }
         guard name < words.count, words[name] != "on" else { return nil }
-        return words[name].trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        // A quoted name keeps its case; an unquoted one is folded to lower case, as PostgreSQL does.
+        let name_ = written[name]
+        return name_.hasPrefix("\"") ? name_.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) : name_.lowercased()
     }
 
     private static func appliedChecksums(_ connection: PostgresConnection) throws -> [Int: (name: String, checksum: String)] {
