@@ -212,7 +212,7 @@ struct ReconciliationTests {
                 _ = try await store.importReport(losAngeles, fileSHA256: String(repeating: "3", count: 64), via: "cli")
                 Issue.record("a restatement in another zone was taken")
             } catch let error as FieldError {
-                #expect(error.field == "timezone" && error.rule.contains("were imported in UTC") && error.rule.contains("--replace-zone"), "\(error)")
+                #expect(error.field == "timezone" && error.rule.contains("figures are in UTC") && error.rule.contains("--replace-zone"), "\(error)")
             }
             #expect(try await store.imports().count == imports)
             // Asked for: its day is replaced, and the other two UTC days are no longer compared — as the engine then does.
@@ -222,10 +222,21 @@ struct ReconciliationTests {
             let document = try await Self.run(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-03"), ("dimensions", "date,network")])
             #expect(document.rows.filter { $0.dimensions[1] == "admob" && $0.theirs != nil }.map { $0.dimensions[0] } == ["2026-11-02"], "\(document.rows)")
 
-            // Another source for the same app's network (AdMob's own report) ends the csv source's comparisons, and says so.
+            // Once the zone changed, the source's next import in it is an ordinary one: no
+            // --replace-zone, and nothing more ended (the UTC days ended already).
+            let next = try await store.importReport(
+                try parsed("2026-11-03,game,admob,banner,US,80,1,0.80,USD,America/Los_Angeles\n"), fileSHA256: String(repeating: "4", count: 64), via: "cli"
+            )
+            #expect(next.comparisonsEnded.isEmpty, "\(next.comparisonsEnded)")
+            #expect(next.restated.map(\.days) == [["2026-11-03"]] && next.restated.first?.earlierTimezone == "UTC")
+
+            // Another source for the same app's network (AdMob's own report) ends the csv
+            // source's comparisons in Los Angeles, and only those, and says so.
             try await store.setMappings([.init(source: .admob, kind: .app, external: "ca-app-pub-1234567890123456~1111111111", target: "game")])
             let admob = try await Self.importFile(store, "admob-network.json", .admob)
-            #expect(admob.comparisonsEnded.contains { $0.source == "csv" && $0.timezone == "America/Los_Angeles" && $0.days == ["2026-11-02"] }, "\(admob.comparisonsEnded)")
+            #expect(admob.comparisonsEnded == [.init(
+                app: "game", network: "admob", source: "csv", timezone: "America/Los_Angeles", days: ["2026-11-02..2026-11-03"], dayCount: 2
+            )], "\(admob.comparisonsEnded)")
         }
     }
 

@@ -534,43 +534,50 @@ public struct NetworkReportStore: Sendable {
         var ended: [ImportResult.Ended] = []
         for pair in pairs {
             let days = covered[pair]!
-            for (source, byDay) in (earlier[pair] ?? [:]).sorted(by: { $0.key < $1.key }) {
-                let otherZone = byDay.values.first { $0.zone != report.zone }
-                if source == mine, let otherZone, !replaceZone {
-                    let spans = Self.spans(byDay.filter { $0.value.zone == otherZone.zone }.map(\.key))
-                    throw FieldError(
-                        "timezone",
-                        "this \(mine) report is in \(report.zone), but its figures for \(pair.app) \(pair.network) so far were imported in \(otherZone.zone) (import \(otherZone.importID): \(spans.joined(separator: ", "))). "
-                            + "A day in one zone is not that day in another, and the comparisons of those days would end. "
-                            + "Import it in \(otherZone.zone) (--timezone \(otherZone.zone), API timezone=), or, if the network's reporting zone changed, ask for the change (--replace-zone, API replace_zone=true)"
-                    )
-                }
-                if source == mine {
-                    let replacedDays = byDay.keys.filter { days[$0] != nil }.sorted()
-                    if !replacedDays.isEmpty {
-                        var dropped: [String: ImportResult.Dropped] = [:]
-                        for day in replacedDays {
-                            for (format, figures) in byDay[day]!.formats where !days[day]!.contains(format) {
-                                var entry = dropped[format] ?? ImportResult.Dropped(format: format, dayCount: 0, impressions: 0, revenueMicros: [:])
-                                entry.dayCount += 1
-                                entry.impressions += figures.impressions
-                                for (currency, micros) in figures.revenue { entry.revenueMicros[currency, default: 0] += micros }
-                                dropped[format] = entry
-                            }
+            let bySource = earlier[pair] ?? [:]
+            // The engine compares an app's network with the source and zone of its newest
+            // import: before this one, that of the newest earlier day's import.
+            let current = bySource.values.flatMap(\.values).max { $0.importID < $1.importID }
+            // The same source's newest figures for it, whose zone a restatement keeps.
+            if let newest = bySource[mine]?.values.max(by: { $0.importID < $1.importID }), newest.zone != report.zone, !replaceZone {
+                let spans = Self.spans(bySource[mine]!.filter { $0.value.zone == newest.zone }.map(\.key))
+                throw FieldError(
+                    "timezone",
+                    "this \(mine) report is in \(report.zone), but \(pair.app) \(pair.network)'s \(mine) figures are in \(newest.zone) (import \(newest.importID); \(spans.joined(separator: ", "))). "
+                        + "A day in one zone is not that day in another, and the comparisons of those days would end. "
+                        + "Import a report exported in \(newest.zone) (for a file that states no zone: --timezone \(newest.zone), API timezone=), or, if the network's reporting zone changed, ask for the change (--replace-zone, API replace_zone=true)"
+                )
+            }
+            if let byDay = bySource[mine] {
+                let replacedDays = byDay.keys.filter { days[$0] != nil }.sorted()
+                if !replacedDays.isEmpty {
+                    var dropped: [String: ImportResult.Dropped] = [:]
+                    for day in replacedDays {
+                        for (format, figures) in byDay[day]!.formats where !days[day]!.contains(format) {
+                            var entry = dropped[format] ?? ImportResult.Dropped(format: format, dayCount: 0, impressions: 0, revenueMicros: [:])
+                            entry.dayCount += 1
+                            entry.impressions += figures.impressions
+                            for (currency, micros) in figures.revenue { entry.revenueMicros[currency, default: 0] += micros }
+                            dropped[format] = entry
                         }
-                        let zones = Set(replacedDays.map { byDay[$0]!.zone }).subtracting([report.zone])
-                        restated.append(ImportResult.Restated(
-                            app: pair.app, network: pair.network, days: Self.spans(replacedDays), dayCount: replacedDays.count,
-                            earlierImports: Set(replacedDays.map { byDay[$0]!.importID }).sorted(), earlierTimezone: zones.sorted().first,
-                            formatsDropped: dropped.values.sorted { $0.format < $1.format }
-                        ))
                     }
+                    let zones = Set(replacedDays.map { byDay[$0]!.zone }).subtracting([report.zone])
+                    restated.append(ImportResult.Restated(
+                        app: pair.app, network: pair.network, days: Self.spans(replacedDays), dayCount: replacedDays.count,
+                        earlierImports: Set(replacedDays.map { byDay[$0]!.importID }).sorted(), earlierTimezone: zones.sorted().first,
+                        formatsDropped: dropped.values.sorted { $0.format < $1.format }
+                    ))
                 }
-                // Still compared: the same source's days in the same zone this file does not cover.
-                let left = byDay.filter { source != mine || ($0.value.zone != report.zone && days[$0.key] == nil) }
-                for zone in Set(left.values.map(\.zone)).sorted() {
-                    let zoneDays = left.filter { $0.value.zone == zone }.map(\.key).sorted()
-                    ended.append(ImportResult.Ended(app: pair.app, network: pair.network, source: source, timezone: zone, days: Self.spans(zoneDays), dayCount: zoneDays.count))
+            }
+            // Ended: the days of the source and zone compared until now, when this import
+            // moves the comparison to another (its days this import replaced aside).
+            if let current, current.source != mine || current.zone != report.zone {
+                let left = (bySource[current.source] ?? [:]).filter { $0.value.zone == current.zone && !(current.source == mine && days[$0.key] != nil) }
+                let zoneDays = left.keys.sorted()
+                if !zoneDays.isEmpty {
+                    ended.append(ImportResult.Ended(
+                        app: pair.app, network: pair.network, source: current.source, timezone: current.zone, days: Self.spans(zoneDays), dayCount: zoneDays.count
+                    ))
                 }
             }
         }
