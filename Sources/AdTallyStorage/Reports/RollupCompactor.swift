@@ -113,15 +113,22 @@ public struct RollupCompactor: Sendable {
         /// The time a pass aims at: one that takes longer makes the next one smaller in
         /// proportion, one that takes under half of it lets the next grow back (to `rows`).
         public var target: Duration
-        /// The pass's own statement timeout, under the pool's: a pass cut by it is tried
-        /// again at a quarter of its rows, at once; only a pass of one app's one bucket
-        /// that is cut fails (and is tried again at the next tick).
+        /// The own statement timeout of a pass of several app x bucket groups, under the
+        /// pool's: a pass cut by it is tried again at once with a quarter of its rows. A
+        /// pass of one group (it cannot be split) runs under the pool's timeout, as any
+        /// statement does, and one cut fails (tried again at the next tick).
         public var timeout: Duration
 
         public init(rows: Int = RollupCompactor.passRows, target: Duration = .seconds(10), timeout: Duration = .seconds(30)) {
             self.rows = max(1, rows)
             self.target = target
             self.timeout = timeout
+        }
+
+        /// The defaults under a pool's statement timeout (nil: none): 30 s, or half the
+        /// pool's where that is shorter.
+        public init(statementTimeout: Duration?) {
+            self.init(timeout: statementTimeout.map { min(.seconds(30), $0 / 2) } ?? .seconds(30))
         }
     }
 
@@ -169,7 +176,6 @@ public struct RollupCompactor: Sendable {
                 // Cut by its own timeout: try again at once with a quarter of the rows; a
                 // pass of one group that is cut is a failure (the next tick tries again).
                 timeouts.increment()
-                guard cut.groups > 1 else { throw cut }
                 let next = max(1, cut.rows / 4)
                 budget.set(next)
                 logger.warning("rollup compaction pass cut by its own timeout; trying again smaller", metadata: [
@@ -191,7 +197,9 @@ public struct RollupCompactor: Sendable {
         let result: (moved: Int, more: Bool)
         do {
             result = try await passOnConnection(rowBudget: rowBudget, timeoutMS: timeoutMS, identity: identity, taken: taken)
-        } catch let error as PostgresError where error.sqlState == .queryCanceled && taken.withLock({ $0.inTransaction }) {
+        } catch let error as PostgresError
+            where error.sqlState == .queryCanceled && error.message.contains("statement timeout") && taken.withLock({ $0.inTransaction }) {
+            // (An operator's pg_cancel_backend is the same SQLSTATE with another message: a failure.)
             let (rows, groups, _) = taken.withLock { $0 }
             throw PassTimedOut(rows: rows, groups: groups, timeout: timeout)
         }
@@ -216,9 +224,6 @@ public struct RollupCompactor: Sendable {
                 let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
                 guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return nil }
                 let lockedAt = try lock.decode(1, as: String.self)
-                // The pass's own timeout, under the pool's (for this transaction only).
-                try connection.query("SELECT set_config('statement_timeout', \(String(timeoutMS)), true)")
-                taken.withLock { $0.inTransaction = true }
                 // The rows per app and bucket (a few hundred buckets a week), oldest first: the
                 // pass ends at the group where its budget is reached (rows are far from even
                 // over a day, and one app may hold most of a bucket).
@@ -235,6 +240,12 @@ public struct RollupCompactor: Sendable {
                     groups += 1
                 }
                 taken.withLock { $0.rows = seen; $0.groups = groups }
+                // The pass's own timeout, under the pool's (for this transaction only), when it
+                // can be split; one group runs under the pool's.
+                if groups > 1 {
+                    try connection.query("SELECT set_config('statement_timeout', \(String(timeoutMS)), true)")
+                    taken.withLock { $0.inTransaction = true }
+                }
                 let more = end != nil
                 let statement = end.map { end in
                     PostgresQuery(unsafeSQL: Self.boundedMoveStatement, binds: [PostgresBind(text: end.bucket, type: 1184), PostgresBind(text: end.app, type: 25)])
