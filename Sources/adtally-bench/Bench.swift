@@ -183,9 +183,12 @@ extension Bench {
                         var sentEvents = 0
                         while let index = next.take(below: bodies.count) {
                             if let stopFile, FileManager.default.fileExists(atPath: stopFile) { break }
+                            // Paced: batch i is due at started + i / rate, whoever sends it, and its
+                            // latency counts from then: a stall that delays the batches behind it
+                            // shows in all of them, not only in the few in flight.
+                            var due = ContinuousClock.now
                             if rate > 0 {
-                                // Paced: batch i leaves at started + i / rate, whoever sends it.
-                                let due = started + .milliseconds(Int64(Double(index - skip) * 1000 / rate))
+                                due = started + .milliseconds(Int64(Double(index - skip) * 1000 / rate))
                                 if due > ContinuousClock.now { try await Task.sleep(until: due, clock: .continuous) }
                             }
                             var request = HTTPClientRequest(url: baseURL + "/v1/events")
@@ -193,7 +196,7 @@ extension Bench {
                             request.headers.add(name: "Authorization", value: "Bearer \(bodies[index].key)")
                             request.headers.add(name: "Content-Type", value: "application/json")
                             request.body = .bytes(bodies[index].body)
-                            let sent = ContinuousClock.now
+                            let sent = rate > 0 ? min(due, ContinuousClock.now) : ContinuousClock.now
                             sentEvents += bodies[index].events
                             let response = try await client.execute(request, timeout: .seconds(30))
                             let body = try await response.body.collect(upTo: 1 << 20)

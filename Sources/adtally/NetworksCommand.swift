@@ -42,7 +42,8 @@ struct NetworksCommand: AsyncParsableCommand {
             // The file's bytes are let go once read: the import holds its lines only.
             let (report, sha256) = try { () throws -> (NetworkReport, String) in
                 let bytes = try readFile(file, atMost: NetworkReport.maxBytes)
-                return (try NetworkReport.parse(bytes, source: source, zone: timezone), SHA256.hex(bytes))
+                let sha256 = SHA256.hex(bytes)
+                return (try NetworkReport.parse(bytes, source: source, zone: timezone), sha256)
             }()
             let mappings = try appMap.map { try NetworkReportStore.appMap(csv: readFile($0, atMost: NetworkReport.maxBytes, what: "--app-map"), source: source) } ?? []
             let result = try await database.withDatabase { database, _ in

@@ -147,6 +147,13 @@ struct NetworkReportTests {
         #expect(noRevenue?.rule.contains(NetworkReportSource.admob.expectedShape) == true)
         let header = "Date,App,Format,Country,Impressions,Estimated earnings (USD)\n"
         #expect(Self.refusal(header + "2026-11-01,Game,Banner,US,10,\"0,25\"\n", .admob)?.rule.contains("decimal comma") == true)
+        #expect(Self.refusal(header + "2026-11-01,Game,Banner,US,10,\"0,125\"\n", .admob)?.rule.contains("decimal comma") == true)
+        // An app whose name starts with "Total" is an app; a totals line has no day.
+        let battle = try NetworkReport.parse(Array(("App,Date,Format,Country,Impressions,Estimated earnings (USD)\nTotal Battle,2026-11-01,Banner,US,10,0.25\nTotal,,,,10,0.25\n").utf8), source: .admob)
+        #expect(battle.lines.map(\.app) == ["Total Battle"] && battle.leftOut == ["totals line": 1])
+        // An AdMob export given as the generic CSV: the header it read, and the source to use.
+        let generic = Self.refusal(String(decoding: try Self.fixture("admob-export.csv"), as: UTF8.self), .csv)
+        #expect(generic?.field == "header" && generic?.rule.contains("it reads \"Date,App,Ad unit") == true && generic?.rule.contains("--source admob") == true, "\(String(describing: generic))")
         #expect(Self.refusal(header + "11/01/2026,Game,Banner,US,10,0.25\n", .admob)?.rule.contains("month-first or day-first") == true)
         #expect(Self.refusal(header + "2026-11-01,Game,Banner,Atlantis,10,0.25\n", .admob)?.field == "line 2: country")
         #expect(Self.refusal(header + "2026-11-01,Game,Banner,US,\"1,23\",0.25\n", .admob)?.field == "line 2: impressions")

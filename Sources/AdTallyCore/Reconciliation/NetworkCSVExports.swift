@@ -123,9 +123,13 @@ enum NetworkCSVExports {
                 return record.fields[index].trimmingCharacters(in: .whitespaces)
             }
             let dayText = cell(.day) ?? ""
-            // A dashboard's totals line: its first cell says so, its day is empty.
-            let first = record.fields.first?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
-            if first.hasPrefix("total") || first.hasPrefix("grand total") || (dayText.isEmpty && record.fields.contains { $0.lowercased().hasPrefix("total") }) {
+            // A dashboard's totals line: its day cell says "Total", or it is empty and so is
+            // the format cell while some cell says "Total". (An app called "Total Battle"
+            // has its days and formats.)
+            let lowerDay = dayText.lowercased()
+            let says = record.fields.contains { $0.trimmingCharacters(in: .whitespaces).lowercased().hasPrefix("total") }
+            if lowerDay.hasPrefix("total") || lowerDay.hasPrefix("grand total")
+                || (dayText.isEmpty && (cell(.format) ?? "").isEmpty && says) {
                 leftOut["totals line", default: 0] += 1
                 return
             }
@@ -210,8 +214,10 @@ enum NetworkCSVExports {
             currency = named
             written = String(written.dropFirst(written.prefix { !($0.isASCII && ($0.isNumber || $0 == "." || $0 == "-")) }.count))
         }
-        // A decimal comma (1.234,56 or 0,25) is another convention: refused by name.
-        if written.contains(","), !written.contains("."), written.split(separator: ",").last.map({ $0.count != 3 }) ?? false {
+        // A decimal comma (1.234,56, 0,25 or 0,125) is another convention: refused by name.
+        let groups = written.split(separator: ",", omittingEmptySubsequences: false)
+        if written.contains(","), !written.contains("."),
+           groups.last.map({ $0.count != 3 }) ?? false || groups.first.map({ $0 == "0" || $0.hasPrefix("0") }) ?? false {
             throw FieldError(field, "\"\(text.prefix(40))\" has a decimal comma; export the report with a decimal point (an English locale)")
         }
         let plain = try ungrouped(written, field, rule: NetworkReportValues.revenueRule)

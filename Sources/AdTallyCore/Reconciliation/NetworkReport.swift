@@ -129,11 +129,13 @@ public struct NetworkReport: Sendable, Equatable {
     /// A file a person chose that holds no line the source's shape recognises is the
     /// wrong file; an API's answer for days without traffic may be empty (`fromAPI`).
     public static func parse(
-        _ file: [UInt8], source: NetworkReportSource, zone: String? = nil, now: Date = Date(), fromAPI: Bool = false
+        _ file: consuming [UInt8], source: NetworkReportSource, zone: String? = nil, now: Date = Date(), fromAPI: Bool = false
     ) throws(FieldError) -> NetworkReport {
         // A UTF-8 byte order mark (Excel's "CSV UTF-8", a JSON report saved by some
         // editors) is not part of the text; UTF-16 is another encoding, refused by name.
-        let bytes = file.starts(with: [0xEF, 0xBB, 0xBF]) ? Array(file.dropFirst(3)) : file
+        // (Removed in place: a caller that hands over its last use keeps no second copy.)
+        var bytes = consume file
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
         if bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF]) {
             throw FieldError("file", "is UTF-16 (as Excel's \"Unicode Text\" saves it), not UTF-8: save it as \"CSV UTF-8\" (or export it again from the network) and import that")
         }
@@ -159,7 +161,7 @@ public struct NetworkReport: Sendable, Equatable {
                 // A CSV is refused at its first line over the limit (the header and a last
                 // empty line aside), before any of it is read.
                 if !isJSON, newlines > maxLines + 1 {
-                    throw FieldError("file", "has more than \(maxLines) lines (split it by month)")
+                    throw FieldError("file", "has more than \(maxLines) lines, blank ones included (split it by month)")
                 }
                 continue
             default: break

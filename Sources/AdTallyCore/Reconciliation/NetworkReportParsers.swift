@@ -250,7 +250,11 @@ enum NetworkReportParsers {
             guard let column else {
                 let names = record.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
                 for name in csvColumns where !names.contains(name) {
-                    throw FieldError("header", "has no \(name) column; it must name \(csvColumns.joined(separator: ","))")
+                    throw FieldError(
+                        "header",
+                        "has no \(name) column; it must name \(csvColumns.joined(separator: ",")); it reads \"\(NetworkReport.excerpt(record.fields.joined(separator: ",")))\". "
+                            + "A network's own report or dashboard export is imported with its source (--source admob, max or levelplay)"
+                    )
                 }
                 var seen: [String: Int] = [:]
                 for (index, name) in names.enumerated() where !name.isEmpty {

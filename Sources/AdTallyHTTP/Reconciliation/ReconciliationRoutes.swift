@@ -106,13 +106,15 @@ public struct ReconciliationRoutes: Sendable {
                 throw ProblemDetails(.tooManyRequests, detail: "another network report is being imported on this server; retry when it is done")
             }
             defer { importing.leave() }
-            let body: ByteBuffer
+            var body: ByteBuffer
             do {
                 body = try await request.body.collect(upTo: NetworkReport.maxBytes)
             } catch is NIOTooManyBytesError {
                 throw ProblemDetails(.contentTooLarge, detail: "the body is larger than \(NetworkReport.maxBytes) bytes; split the report by month")
             }
             let bytes = Array(body.readableBytesView)
+            body = ByteBuffer()  // one copy of the file, not two
+            let sha256 = SHA256.hex(bytes)
             let replaceZone: Bool
             switch parameters["replace_zone"].map(String.init) {
             case nil, "false": replaceZone = false
@@ -120,7 +122,7 @@ public struct ReconciliationRoutes: Sendable {
             case let other?: throw ProblemDetails(.badRequest, detail: "replace_zone: must be true or false, not \"\(other.prefix(20))\"")
             }
             let report = try NetworkReport.parse(bytes, source: source, zone: parameters["timezone"].map(String.init))
-            let result = try await store.importReport(report, fileSHA256: SHA256.hex(bytes), via: "api", replaceZone: replaceZone)
+            let result = try await store.importReport(report, fileSHA256: sha256, via: "api", replaceZone: replaceZone)
             return try AdminRoutes.json(result, status: .created)
         }
         router.get("v1/network-reports") { request, _ in
