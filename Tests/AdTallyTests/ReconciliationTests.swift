@@ -240,6 +240,35 @@ struct ReconciliationTests {
         }
     }
 
+    @Test("a report that states its range covers its days without lines as zeros: a later restatement of such a day replaced that report's zero, not the figures before it")
+    func rangedRestatement() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            try await Self.fixture(services)
+            let store = NetworkReportStore(pool: services.database.pool)
+            try await store.setMappings([.init(source: .admob, kind: .app, external: "ca-app-pub-1", target: "game")])
+            func admob(_ from: Int, _ to: Int, _ rows: [(day: Int, format: String, impressions: Int)]) throws -> NetworkReport {
+                func date(_ day: Int) -> String { day == 31 ? #"{"year": 2026, "month": 10, "day": 31}"# : #"{"year": 2026, "month": 11, "day": \#(day)}"# }
+                func compact(_ day: Int) -> String { day == 31 ? "20261031" : "2026110" + String(day) }
+                let lines = rows.map { row in
+                    #"{"row": {"dimensionValues": {"DATE": {"value": "\#(compact(row.day))"}, "APP": {"value": "ca-app-pub-1"}, "FORMAT": {"value": "\#(row.format)"}, "COUNTRY": {"value": "US"}}, "metricValues": {"IMPRESSIONS": {"integerValue": "\#(row.impressions)"}, "ESTIMATED_EARNINGS": {"microsValue": "1000"}}}}"#
+                }
+                let text = #"[{"header": {"dateRange": {"startDate": \#(date(from)), "endDate": \#(date(to))}, "localizationSettings": {"currencyCode": "USD"}, "reportingTimeZone": "America/Los_Angeles"}}, "#
+                    + lines.map { $0 + ", " }.joined() + #"{"footer": {}}]"#
+                return try NetworkReport.parse(Array(text.utf8), source: .admob)
+            }
+            let first = try await store.importReport(try admob(31, 1, [(31, "BANNER", 100), (1, "BANNER", 200), (1, "INTERSTITIAL", 20)]), fileSHA256: String(repeating: "5", count: 64), via: "cli")
+            // The same range, nothing on 11-01: that day is a zero now, and the answer says what it lost.
+            let second = try await store.importReport(try admob(31, 1, [(31, "BANNER", 90)]), fileSHA256: String(repeating: "6", count: 64), via: "cli")
+            #expect(second.restated.map(\.earlierImports) == [[first.importID]])
+            #expect(second.restated.first?.formatsDropped.map { "\($0.format) \($0.dayCount) \($0.impressions)" } == ["banner 1 200", "interstitial 1 20"])
+            // 11-01 again: it replaces the second report's zero (nothing dropped), not the first's figures.
+            let third = try await store.importReport(try admob(1, 1, [(1, "BANNER", 210)]), fileSHA256: String(repeating: "7", count: 64), via: "cli")
+            #expect(third.restated.map(\.earlierImports) == [[second.importID]], "\(third.restated)")
+            #expect(third.restated.first?.formatsDropped == [])
+            #expect(third.restated.first?.days == ["2026-11-01"])
+        }
+    }
+
     @Test("a restated day replaces the earlier import for its app, network and day, which stays in the history; finality follows the restatement window exactly")
     func restatementAndFinality() async throws {
         try await withServices(flags: Reports.flags) { services in

@@ -504,30 +504,52 @@ public struct NetworkReportStore: Sendable {
         let pairs = covered.keys.sorted()
         struct Earlier { var importID: Int64; var source, zone: String; var formats: [String: (impressions: Int64, revenue: [String: Int64])] = [:] }
         var earlier: [Pair: [String: [Int: Earlier]]] = [:]  // pair → source → day
+        // Each earlier day's current import per source, as the reconciliation engine finds
+        // it (ReconciliationEngine.coverageSQL): the days a file has lines for, and every
+        // day of a range a file states (AdMob's: a day without a line is a zero).
+        let p: PostgresQuery = "SELECT * FROM unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[]) AS p (app_id, network)"
+        var sourceOf: [Int64: String] = [:]
         for row in try connection.query("""
-            WITH p AS (SELECT * FROM unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[]) AS p (app_id, network)),
-            cur AS (
-                SELECT DISTINCT ON (r.app_id, r.network, r.day, i.source) r.app_id, r.network, r.day, r.import_id, i.source, i.zone
-                FROM network_report_rows r JOIN network_imports i ON i.import_id = r.import_id
-                JOIN p ON p.app_id = r.app_id AND p.network = r.network
+            WITH p AS (\(p)), ranged AS (
+                SELECT DISTINCT r.import_id, r.app_id, r.network FROM network_report_rows r JOIN p ON p.app_id = r.app_id AND p.network = r.network
+                WHERE r.import_id <> \(importID) AND r.import_id IN (SELECT import_id FROM network_imports WHERE has_range)
+            ), days AS (
+                SELECT g.import_id, g.app_id, g.network, d.day::date AS day
+                FROM ranged g JOIN network_imports i ON i.import_id = g.import_id
+                CROSS JOIN LATERAL generate_series(i.first_day, i.last_day, interval '1 day') AS d (day)
+                UNION
+                SELECT r.import_id, r.app_id, r.network, r.day FROM network_report_rows r JOIN p ON p.app_id = r.app_id AND p.network = r.network
                 WHERE r.import_id <> \(importID)
-                ORDER BY r.app_id, r.network, r.day, i.source, r.import_id DESC
             )
-            SELECT c.app_id, c.network, c.day::text, c.source, c.zone, c.import_id, r.format, r.currency, sum(r.impressions)::bigint, sum(r.revenue_micros)::bigint
-            FROM cur c JOIN network_report_rows r ON r.app_id = c.app_id AND r.network = c.network AND r.day = c.day AND r.import_id = c.import_id
-            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+            SELECT DISTINCT ON (c.app_id, c.network, c.day, i.source) c.app_id, c.network, c.day::text, i.source, i.zone, c.import_id
+            FROM days c JOIN network_imports i ON i.import_id = c.import_id
+            ORDER BY c.app_id, c.network, c.day, i.source, c.import_id DESC
             """) {
-            let pair = Pair(app: try row.decode(0), network: try row.decode(1))
             guard let day = ReportQuery.parseDate(try row.decode(2, as: String.self)) else { continue }
-            let source: String = try row.decode(3)
-            let (importID, zone): (Int64, String) = (try row.decode(5), try row.decode(4))
-            var entry = earlier[pair]?[source]?[day] ?? Earlier(importID: importID, source: source, zone: zone)
-            let (format, currency): (String, String) = (try row.decode(6), try row.decode(7))
-            var figures = entry.formats[format] ?? (0, [:])
-            figures.impressions += try row.decode(8, as: Int64.self)
-            figures.revenue[currency, default: 0] += try row.decode(9, as: Int64.self)
-            entry.formats[format] = figures
-            earlier[pair, default: [:]][source, default: [:]][day] = entry
+            let (source, zone, id): (String, String, Int64) = (try row.decode(3), try row.decode(4), try row.decode(5))
+            earlier[Pair(app: try row.decode(0), network: try row.decode(1)), default: [:]][source, default: [:]][day] = Earlier(importID: id, source: source, zone: zone)
+            sourceOf[id] = source
+        }
+        // Their figures by format (a day of a range without lines has none).
+        if !sourceOf.isEmpty {
+            for row in try connection.query("""
+                WITH p AS (\(p))
+                SELECT r.app_id, r.network, r.day::text, r.import_id, r.format, r.currency, sum(r.impressions)::bigint, sum(r.revenue_micros)::bigint
+                FROM network_report_rows r JOIN p ON p.app_id = r.app_id AND p.network = r.network
+                WHERE r.import_id = ANY(\(array: Array(sourceOf.keys))::bigint[])
+                GROUP BY 1, 2, 3, 4, 5, 6
+                """) {
+                let pair = Pair(app: try row.decode(0), network: try row.decode(1))
+                let id: Int64 = try row.decode(3)
+                guard let day = ReportQuery.parseDate(try row.decode(2, as: String.self)), let source = sourceOf[id],
+                      var entry = earlier[pair]?[source]?[day], entry.importID == id else { continue }
+                let (format, currency): (String, String) = (try row.decode(4), try row.decode(5))
+                var figures = entry.formats[format] ?? (0, [:])
+                figures.impressions += try row.decode(6, as: Int64.self)
+                figures.revenue[currency, default: 0] += try row.decode(7, as: Int64.self)
+                entry.formats[format] = figures
+                earlier[pair]![source]![day] = entry
+            }
         }
         let mine = report.source.rawValue
         var restated: [ImportResult.Restated] = []
