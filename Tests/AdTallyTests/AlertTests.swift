@@ -233,6 +233,30 @@ struct AlertTests {
         #expect(AlertRule.parseChange("-30%") == -0.3 && AlertRule.parseChange("50 %") == 0.5 && AlertRule.parseChange("-0.3") == -0.3 && AlertRule.parseChange("x%") == nil)
     }
 
+    @Test("a reading asks the engine only for its windows' hours, written as the engine writes them: New York across its fall-back hour, Kolkata's half-hour offset, UTC")
+    func hourTextsAreTheEngines() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            for (app, zone) in [("ny", "America/New_York"), ("kolkata", "Asia/Kolkata"), ("utc", "UTC")] {
+                _ = try await services.appStore.createApp(id: app, name: nil, timezone: zone, currency: "USD")
+                // An event every 20 minutes over the 30 hours around New York's 2026-11-01 fall-back.
+                let start = Reports.micros("2026-10-31T18:00:00Z")
+                try await Reports.store(services, app: app, (0..<90).map { Reports.event(.request, at: start + Int64($0) * 1_200_000_000) })
+                let readable = try await services.reports.readableApps(only: nil)
+                let query = try ReportQuery.parse(
+                    [("apps", app), ("tz", zone), ("from", "2026-10-30"), ("to", "2026-11-03"), ("dimensions", "hour"), ("limit", "1000")],
+                    readable: readable, isAdmin: true
+                )
+                let engine = try await services.reports.page(query).rows.compactMap { $0.dimensions.first ?? nil }
+                let from = Date(timeIntervalSince1970: Double(start) / 1_000_000)
+                // Kolkata's hours start at half past a UTC hour: its window starts at its own.
+                let window = (from: zone == "Asia/Kolkata" ? from.addingTimeInterval(-1800) : from, to: from.addingTimeInterval(31 * 3600))
+                let texts = AlertEvaluator.hourTexts([window], zone: zone)
+                #expect(Set(engine).isSubset(of: Set(texts)), "\(zone): \(Set(engine).subtracting(texts).sorted())")
+                #expect(engine.count >= 30, "\(zone): \(engine.count) hours")
+            }
+        }
+    }
+
     @Test("a change against the same hours of the weeks before, in the app's zone")
     func changeAgainstBaseline() async throws {
         try await TestDatabase.withDatabase { conninfo in

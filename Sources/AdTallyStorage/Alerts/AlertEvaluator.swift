@@ -4,6 +4,7 @@ import Logging
 import Metrics
 import PostgresKit
 import Synchronization
+import TextFormats
 
 /// A POST to a webhook: the body and the headers that sign and name it.
 public struct WebhookRequest: Sendable {
@@ -248,6 +249,28 @@ public final class AlertEvaluator: Sendable {
         return (to.addingTimeInterval(-TimeInterval(rule.windowMinutes * 60)), to)
     }
 
+    /// Each hour that starts in the windows, as the report engine writes an hour in
+    /// `zone`: `2026-11-23T10:00:00-05:00` (the local hour and the zone's offset then).
+    static func hourTexts(_ windows: [(from: Date, to: Date)], zone: String) -> [String] {
+        let timeZone = TimeZone(identifier: zone) ?? TimeZone(identifier: "UTC")!
+        func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        var texts = Set<String>()
+        for window in windows {
+            var hour = window.from
+            while hour < window.to {
+                let offset = timeZone.secondsFromGMT(for: hour)
+                let local = Int(hour.timeIntervalSince1970.rounded(.down)) + offset
+                let days = Int((Double(local) / 86_400).rounded(.down))
+                let (year, month, day) = CivilTime.date(days: days)
+                let seconds = local - days * 86_400
+                let sign = offset < 0 ? "-" : "+"
+                texts.insert("\(year)-\(two(month))-\(two(day))T\(two(seconds / 3600)):\(two(seconds % 3600 / 60)):00\(sign)\(two(abs(offset) / 3600)):\(two(abs(offset) % 3600 / 60))")
+                hour = hour.addingTimeInterval(3600)
+            }
+        }
+        return texts.sorted()
+    }
+
     static func calendar(_ zone: String) -> Calendar {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: zone) ?? TimeZone(identifier: "UTC")!
@@ -283,8 +306,11 @@ public final class AlertEvaluator: Sendable {
             }
         }
         let days = try ReportQuery.today(in: app.timezone, now: windows.map(\.from).min()!)...ReportQuery.today(in: app.timezone, now: window.to.addingTimeInterval(-1))
-        // At most 35 days by the hour: one page holds them (the limit is ReportQuery.maxLimit).
-        let page = try await engine.page(try Self.query(rule, app: app, days: days))
+        // Only the windows' hours (as the mediation refresher reads its window): a change
+        // rule's 5 windows, not the 29 days they span by the hour.
+        var query = try Self.query(rule, app: app, days: days)
+        query.filters.append((.hour, Self.hourTexts(windows, zone: app.timezone)))
+        let page = try await engine.page(query)
         var sums = [ReportCounts](repeating: ReportCounts(), count: windows.count)
         for row in page.rows {
             guard let text = row.dimensions.first ?? nil, let micros = RFC3339.parseMicros(text) else { continue }
