@@ -64,11 +64,7 @@ public struct AppServices: Sendable {
         configuration.flushers = max(1, min(configuration.flushers, settings.poolSize - 1))
         self.batcher = IngestBatcher(store: eventStore, configuration: configuration, logger: logger)
         self.maintenance = EventMaintenance(store: eventStore, retentionDays: settings.retentionDays, maxEventAge: limits.maxAge, logger: logger)
-        self.compactor = RollupCompactor(
-            store: eventStore, identity: Self.identity(settings),
-            limits: RollupCompactor.PassLimits(statementTimeout: settings.dbStatementTimeoutSeconds == 0 ? nil : .seconds(settings.dbStatementTimeoutSeconds)),
-            logger: logger
-        )
+        self.compactor = RollupCompactor(store: eventStore, identity: Self.identity(settings), logger: logger)
         self.reports = database.reportEngine(logger: logger)
         self.exports = ExportStore(pool: database.pool)
         self.exportsRoot = settings.exportsRoot

@@ -43,7 +43,7 @@ struct NetworksCommand: AsyncParsableCommand {
             let (report, sha256) = try { () throws -> (NetworkReport, String) in
                 let bytes = try readFile(file, atMost: NetworkReport.maxBytes)
                 let sha256 = SHA256.hex(bytes)
-                return (try NetworkReport.parse(bytes, source: source, zone: timezone), sha256)
+                return (try NetworkReport.parse(consume bytes, source: source, zone: timezone), sha256)
             }()
             let mappings = try appMap.map { try NetworkReportStore.appMap(csv: readFile($0, atMost: NetworkReport.maxBytes, what: "--app-map"), source: source) } ?? []
             let result = try await database.withDatabase { database, _ in

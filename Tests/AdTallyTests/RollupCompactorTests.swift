@@ -172,6 +172,46 @@ struct RollupCompactorTests {
         }
     }
 
+    @Test("an operator's cancel of a pass is a failure, not a cut: the pass is not retried smaller")
+    func cancelIsNotACut() async throws {
+        try await withServices { services in
+            _ = try await services.appStore.createApp(id: "a", name: nil)
+            try await services.database.pool.query("""
+                INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+                SELECT 'a', to_timestamp(1700006400 + (i % 3) * 3600), 'admob', 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+                FROM generate_series(1, 30) AS i
+                """)
+            // The hours exist compacted, and another transaction holds them: the pass waits.
+            try await services.compactor.compactOnce()
+            try await services.database.pool.query("""
+                INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+                SELECT 'a', to_timestamp(1700006400 + (i % 3) * 3600), 'admob', 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+                FROM generate_series(1, 30) AS i
+                """)
+            let holder = try PostgresConnection(connecting: services.database.pool.configuration.conninfo)
+            _ = try holder.execute(unsafeSQL: "BEGIN; SELECT * FROM rollup_1h_compacted FOR UPDATE")
+            let compactor = RollupCompactor(store: services.eventStore, limits: .init(rows: 1_000, timeout: .seconds(20)))
+            let folding = Task { try await compactor.compactOnce() }
+            // Once the pass waits, an operator cancels it.
+            let waiting = "SELECT count(*)::int FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%rollup_delta%'"
+            for _ in 0..<100 where try await Ingest.count(services, waiting) == 0 { try await Task.sleep(for: .milliseconds(50)) }
+            try await services.database.pool.query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%rollup_delta%'")
+            do {
+                _ = try await folding.value
+                Issue.record("a cancelled pass returned")
+            } catch let error as PostgresError {
+                #expect(error.sqlState == .queryCanceled)
+            } catch {
+                Issue.record("a cancel was taken for a cut: \(error)")
+            }
+            #expect(compactor.budget.current == 1_000)
+            _ = try holder.execute(unsafeSQL: "ROLLBACK")
+            #expect(try await compactor.compactOnce() == 30)
+        }
+    }
+
     @Test("a pass's budget follows its time: smaller in proportion past the target, twice as large under half of it, never past the most")
     func passBudgetFollowsTime() {
         let limits = RollupCompactor.PassLimits(rows: 100_000, target: .seconds(10), timeout: .seconds(30))
@@ -181,6 +221,13 @@ struct RollupCompactorTests {
         #expect(RollupCompactor.nextBudget(rows: 50_000, moved: 50_000, more: true, elapsed: .seconds(7), limits: limits) == 50_000)
         // The last pass of a backlog does not grow the next one.
         #expect(RollupCompactor.nextBudget(rows: 50_000, moved: 10, more: false, elapsed: .milliseconds(5), limits: limits) == 50_000)
+        // Under the pool's statement timeout: half of it where that is under 30 s; one group, the pool's (5 minutes where none).
+        let short = RollupCompactor.PassLimits(statementTimeout: .seconds(20))
+        #expect(short.timeout == .seconds(10) && short.singleGroupTimeout == .seconds(20))
+        let usual = RollupCompactor.PassLimits(statementTimeout: .seconds(60))
+        #expect(usual.timeout == .seconds(30) && usual.singleGroupTimeout == .seconds(60))
+        let none = RollupCompactor.PassLimits(statementTimeout: nil)
+        #expect(none.timeout == .seconds(30) && none.singleGroupTimeout == .seconds(300))
     }
 
     @Test("a group spanning many apps and networks sums each pair apart")

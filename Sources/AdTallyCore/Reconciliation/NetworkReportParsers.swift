@@ -253,7 +253,7 @@ enum NetworkReportParsers {
                     throw FieldError(
                         "header",
                         "has no \(name) column; it must name \(csvColumns.joined(separator: ",")); it reads \"\(NetworkReport.excerpt(record.fields.joined(separator: ",")))\". "
-                            + "A network's own report or dashboard export is imported with its source (--source admob, max or levelplay)"
+                            + "A network's own report or dashboard export is imported with its source (--source admob, max or levelplay; API source=)"
                     )
                 }
                 var seen: [String: Int] = [:]

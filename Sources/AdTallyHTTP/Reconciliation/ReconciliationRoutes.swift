@@ -121,7 +121,7 @@ public struct ReconciliationRoutes: Sendable {
             case "true": replaceZone = true
             case let other?: throw ProblemDetails(.badRequest, detail: "replace_zone: must be true or false, not \"\(other.prefix(20))\"")
             }
-            let report = try NetworkReport.parse(bytes, source: source, zone: parameters["timezone"].map(String.init))
+            let report = try NetworkReport.parse(consume bytes, source: source, zone: parameters["timezone"].map(String.init))
             let result = try await store.importReport(report, fileSHA256: sha256, via: "api", replaceZone: replaceZone)
             return try AdminRoutes.json(result, status: .created)
         }

@@ -256,6 +256,10 @@ public struct Migrator: Sendable {
                     logger.info("index built", metadata: ["file": "\(migration.fileName)", "index": "\(index)", "seconds": "\(ContinuousClock.now - started)"])
                 }
                 try connection.query("INSERT INTO schema_migration_steps (version, step, statement) VALUES (\(migration.version), \(step + 1), \(statement))")
+            } else if Self.refusesTransaction(statement) {
+                // CONCURRENTLY (an index without a name, a DROP or REINDEX), VACUUM: run alone, then recorded.
+                try connection.execute(unsafeSQL: statement)
+                try connection.query("INSERT INTO schema_migration_steps (version, step, statement) VALUES (\(migration.version), \(step + 1), \(statement))")
             } else {
                 // Any other statement and its record commit together: a crash between them
                 // cannot run it twice.
@@ -272,6 +276,13 @@ public struct Migrator: Sendable {
                 """)
             try connection.query("DELETE FROM schema_migration_steps WHERE version = \(migration.version)")
         }
+    }
+
+    /// A statement PostgreSQL runs only outside a transaction block.
+    static func refusesTransaction(_ statement: String) -> Bool {
+        let upper = statement.uppercased()
+        let first = upper.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" }).first ?? ""
+        return upper.contains("CONCURRENTLY") || first == "VACUUM" || first == "REINDEX"
     }
 
     /// The index a `CREATE [UNIQUE] INDEX CONCURRENTLY [IF NOT EXISTS] name ON …` builds.

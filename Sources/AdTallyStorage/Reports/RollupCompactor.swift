@@ -88,12 +88,14 @@ public struct RollupCompactor: Sendable {
 
     /// A compactor over a store's database; `identity` names it in `rollup_compaction_passes`.
     public init(
-        store: EventStore, identity: String = "adtally pid \(getpid())", limits: PassLimits = PassLimits(),
+        store: EventStore, identity: String = "adtally pid \(getpid())", limits: PassLimits? = nil,
         logger: Logger = Logger(label: "adtally.rollups")
     ) {
         self.pool = store.pool
         self.identity = identity
         self.logger = logger
+        // By default under the pool's own statement timeout (the server's, the CLI's).
+        let limits = limits ?? PassLimits(statementTimeout: store.pool.configuration.options.statementTimeout)
         self.limits = limits
         self.budget = PassBudget(rows: limits.rows)
     }
@@ -119,16 +121,25 @@ public struct RollupCompactor: Sendable {
         /// statement does, and one cut fails (tried again at the next tick).
         public var timeout: Duration
 
-        public init(rows: Int = RollupCompactor.passRows, target: Duration = .seconds(10), timeout: Duration = .seconds(30)) {
+        /// The statement timeout of a pass of one group (which cannot be split): the
+        /// pool's, or 5 minutes where the pool has none, so that a group held by a long
+        /// transaction fails (and is seen failing) rather than holding compaction for good.
+        public var singleGroupTimeout: Duration
+
+        public init(
+            rows: Int = RollupCompactor.passRows, target: Duration = .seconds(10), timeout: Duration = .seconds(30),
+            singleGroupTimeout: Duration = .seconds(300)
+        ) {
             self.rows = max(1, rows)
             self.target = target
             self.timeout = timeout
+            self.singleGroupTimeout = singleGroupTimeout
         }
 
         /// The defaults under a pool's statement timeout (nil: none): 30 s, or half the
-        /// pool's where that is shorter.
+        /// pool's where that is shorter; one group, the pool's (5 minutes where none).
         public init(statementTimeout: Duration?) {
-            self.init(timeout: statementTimeout.map { min(.seconds(30), $0 / 2) } ?? .seconds(30))
+            self.init(timeout: statementTimeout.map { min(.seconds(30), $0 / 2) } ?? .seconds(30), singleGroupTimeout: statementTimeout ?? .seconds(300))
         }
     }
 
@@ -138,8 +149,14 @@ public struct RollupCompactor: Sendable {
 
     /// What a running pass took, and whether its transaction is running.
     final class PassProgress: Sendable {
-        private let state = Mutex((rows: 0, groups: 0, inTransaction: false))
-        func withLock<T>(_ body: (inout (rows: Int, groups: Int, inTransaction: Bool)) -> T) -> T { state.withLock { body(&$0) } }
+        struct State {
+            var rows = 0, groups = 0
+            var inTransaction = false
+            /// When the pass's own timeout started counting.
+            var timedFrom: ContinuousClock.Instant?
+        }
+        private let state = Mutex(State())
+        func withLock<T>(_ body: (inout State) -> T) -> T { state.withLock { body(&$0) } }
     }
 
     final class PassBudget: Sendable {
@@ -191,16 +208,19 @@ public struct RollupCompactor: Sendable {
         let started = ContinuousClock.now
         let identity = self.identity
         let rowBudget = budget.current, timeout = limits.timeout
-        let timeoutMS = max(1, Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        let timeoutMS = Self.milliseconds(timeout)
         // What the pass took, for its timeout's error.
         let taken = PassProgress()
         let result: (moved: Int, more: Bool)
         do {
             result = try await passOnConnection(rowBudget: rowBudget, timeoutMS: timeoutMS, identity: identity, taken: taken)
-        } catch let error as PostgresError
-            where error.sqlState == .queryCanceled && error.message.contains("statement timeout") && taken.withLock({ $0.inTransaction }) {
-            // (An operator's pg_cancel_backend is the same SQLSTATE with another message: a failure.)
-            let (rows, groups, _) = taken.withLock { $0 }
+        } catch let error as PostgresError where error.sqlState == .queryCanceled && taken.withLock({ progress in
+            // Cut by the own timeout: cancelled once it had run that long. (An operator's
+            // pg_cancel_backend is the same SQLSTATE, earlier: a failure. The message is
+            // not read: the server translates it.)
+            progress.inTransaction && progress.timedFrom.map { ContinuousClock.now - $0 >= timeout - .milliseconds(50) } == true
+        }) {
+            let (rows, groups) = taken.withLock { ($0.rows, $0.groups) }
             throw PassTimedOut(rows: rows, groups: groups, timeout: timeout)
         }
         if result.moved > 0 {
@@ -218,7 +238,8 @@ public struct RollupCompactor: Sendable {
     private func passOnConnection(
         rowBudget: Int, timeoutMS: Int, identity: String, taken: PassProgress
     ) async throws -> (moved: Int, more: Bool) {
-        try await pool.withConnection { connection -> (moved: Int, more: Bool) in
+        let singleGroupTimeout = limits.singleGroupTimeout
+        return try await pool.withConnection { connection -> (moved: Int, more: Bool) in
             // nil: another process holds the compaction lock.
             let result: (moved: Int, more: Bool)? = try connection.withTransaction { connection in
                 let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
@@ -241,10 +262,12 @@ public struct RollupCompactor: Sendable {
                 }
                 taken.withLock { $0.rows = seen; $0.groups = groups }
                 // The pass's own timeout, under the pool's (for this transaction only), when it
-                // can be split; one group runs under the pool's.
+                // can be split; one group, the single-group timeout (not a cut: a failure).
                 if groups > 1 {
                     try connection.query("SELECT set_config('statement_timeout', \(String(timeoutMS)), true)")
-                    taken.withLock { $0.inTransaction = true }
+                    taken.withLock { $0.inTransaction = true; $0.timedFrom = .now }
+                } else {
+                    try connection.query("SELECT set_config('statement_timeout', \(String(Self.milliseconds(singleGroupTimeout))), true)")
                 }
                 let more = end != nil
                 let statement = end.map { end in
@@ -279,6 +302,11 @@ public struct RollupCompactor: Sendable {
             }
             return result
         }
+    }
+
+    /// A duration as whole milliseconds (at least 1), as `statement_timeout` takes it.
+    static func milliseconds(_ duration: Duration) -> Int {
+        max(1, Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000))
     }
 
     /// The next pass's rows after one that moved `moved` of a budget of `rows` in `elapsed`:
