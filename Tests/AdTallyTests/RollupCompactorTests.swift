@@ -195,9 +195,13 @@ struct RollupCompactorTests {
             let compactor = RollupCompactor(store: services.eventStore, limits: .init(rows: 1_000, timeout: .seconds(20)))
             let folding = Task { try await compactor.compactOnce() }
             // Once the pass waits, an operator cancels it.
-            let waiting = "SELECT count(*)::int FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%rollup_delta%'"
+            // (This test's database only: the suites share one cluster.)
+            let waiting = "SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%rollup_delta%'"
             for _ in 0..<100 where try await Ingest.count(services, waiting) == 0 { try await Task.sleep(for: .milliseconds(50)) }
-            try await services.database.pool.query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%rollup_delta%'")
+            try await services.database.pool.query("""
+                SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%rollup_delta%'
+                """)
             do {
                 _ = try await folding.value
                 Issue.record("a cancelled pass returned")
