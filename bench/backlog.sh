@@ -27,14 +27,7 @@ echo "events_loaded=$(sql -c "SELECT count(*) FROM events") load_seconds=$(( $(d
 
 echo "== generating ingest for 20 other apps (batches of 100)"
 "$bin/adtally-bench" generate --out "$work" --apps 20 --batches 12000 --seed 7 >/dev/null
-: > "$work/keys.tsv"
-for i in $(seq 0 19); do
-  curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
-    -d "{\"app\":\"bench-app-$i\"}" "http://127.0.0.1:$port/v1/apps" >/dev/null
-  key=$(curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
-    -d '{"scope":"ingest"}' "http://127.0.0.1:$port/v1/apps/bench-app-$i/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
-  printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
-done
+ingest_keys 20
 
 sent=0
 # Starts paced ingest in the background (after the batches already sent); stop_ingest NAME ends it.
@@ -75,26 +68,7 @@ cut_before=$(metric adtally_rollup_compaction_timeouts_total); failed_before=$(m
 first_event=$(sql -c "SELECT min(occurred_at) FROM events WHERE app_id = 'bench-00'")
 start_ingest; sleep 10
 backlog_started=$(date +%s.%N); backlog_started_at=$(sql -c "SELECT now()")
-sql > "$work/backlog_rows.txt" <<SQL
-WITH inserted AS (
-INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
-                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps,
-                          device_hashes, viewer_hashes)
-SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
-       CASE WHEN type IN ('impression', 'tap') THEN country END, CASE WHEN type IN ('impression', 'tap') THEN coalesce(currency, '') END,
-       count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'load'), count(*) FILTER (WHERE type = 'impression'),
-       count(*) FILTER (WHERE type = 'error'), count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'action_cancel'),
-       count(*) FILTER (WHERE type = 'expiry'), count(*) FILTER (WHERE type = 'expiry' AND NOT shown),
-       coalesce(sum(revenue_micros), 0), count(revenue_micros),
-       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap'),
-       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL),
-       array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL AND type = 'impression')
-FROM events
-WHERE app_id = 'bench-00' AND occurred_at >= '$first_event'::timestamptz AND occurred_at < '$first_event'::timestamptz + interval '7 days'
-GROUP BY 1, 2, 3, 4, 5, 6
-RETURNING 1) SELECT count(*) FROM inserted;
-SQL
-backlog_rows=$(cat "$work/backlog_rows.txt")
+backlog_rows=$(append_deltas "app_id = 'bench-00' AND occurred_at >= '$first_event'::timestamptz AND occurred_at < '$first_event'::timestamptz + interval '7 days'")
 for _ in $(seq 1 1800); do [ "$(sql -c "SELECT count(*) FROM rollup_delta WHERE app_id = 'bench-00'")" = 0 ] && break; sleep 1; done
 backlog_fold_s=$(python3 -c "print(round($(date +%s.%N) - $backlog_started, 1))")
 [ "$(sql -c "SELECT count(*) FROM rollup_delta WHERE app_id = 'bench-00'")" = 0 ] || { echo "check=the backlog was not folded in 30 minutes"; tail "$work/server.log"; exit 1; }

@@ -25,14 +25,7 @@ mkdir -p "$work/second"
 "$bin/adtally-bench" generate --out "$work/second" --apps 20 --batches "$batches" --seed 2
 
 start_server
-: > "$work/keys.tsv"
-for i in $(seq 0 19); do
-  curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
-    -d "{\"app\":\"bench-app-$i\"}" "http://127.0.0.1:$port/v1/apps" >/dev/null
-  key=$(curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
-    -d '{"scope":"ingest"}' "http://127.0.0.1:$port/v1/apps/bench-app-$i/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
-  printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
-done
+ingest_keys 20
 
 # An experiment's SQL, run once the server is up (e.g. BENCH_SQL='DROP INDEX x' to price an index).
 if [ -n "${BENCH_SQL:-}" ]; then psql "$conn" -v ON_ERROR_STOP=1 -qc "$BENCH_SQL"; fi

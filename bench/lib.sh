@@ -111,15 +111,26 @@ CREATE INDEX events_app_time ON events (app_id, occurred_at);
 VACUUM ANALYZE;
 CHECKPOINT;
 SQL
-# The rollups: the deltas the ingest path appends (RollupAccumulator's rows: counts
-# without a revenue dimension, impressions and taps with country and currency, ''
-# when unpriced), a week at a time, each folded into every grain by the running
+# The rollups: the deltas the ingest path appends (append_deltas), a week at a time, each folded into every grain by the running
 # server's compactor before the next (one pass stays well inside its statement timeout).
 # One fixed start (now() differs from one statement to the next: windows drawn
 # from it would leave gaps between weeks).
 first_event=$(sql -c "SELECT min(occurred_at) FROM events")
 for week in 0 1 2 3 4 5; do
+  append_deltas "occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'" >/dev/null
+  for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
+  [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
+done
+sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
+}
+
+# append_deltas CONDITION: the rollup deltas of the events matching CONDITION (SQL on
+# `events`), appended as the ingest path appends them (RollupAccumulator's rows: counts
+# without a revenue dimension, impressions and taps with country and currency, ''
+# when unpriced, the device and viewer hashes); prints how many rows.
+append_deltas() {
   sql <<SQL
+WITH appended AS (
 INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
                           action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps,
                           device_hashes, viewer_hashes)
@@ -133,11 +144,22 @@ SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
        array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL),
        array_agg(DISTINCT hll_hash_text(device)::text::bigint) FILTER (WHERE device IS NOT NULL AND type = 'impression')
 FROM events
-WHERE occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'
-GROUP BY 1, 2, 3, 4, 5, 6;
+WHERE $1
+GROUP BY 1, 2, 3, 4, 5, 6
+RETURNING 1)
+SELECT count(*) FROM appended;
 SQL
-  for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
-  [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
-done
-sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
+}
+
+# ingest_keys N: apps bench-app-0 … bench-app-(N-1) over the API, each with an ingest key,
+# written as app<TAB>key lines to $work/keys.tsv (adtally-bench drive --keys).
+ingest_keys() {
+  : > "$work/keys.tsv"
+  for i in $(seq 0 $(( $1 - 1 ))); do
+    curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+      -d "{\"app\":\"bench-app-$i\"}" "http://127.0.0.1:$port/v1/apps" >/dev/null
+    key=$(curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+      -d '{"scope":"ingest"}' "http://127.0.0.1:$port/v1/apps/bench-app-$i/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
+    printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
+  done
 }
