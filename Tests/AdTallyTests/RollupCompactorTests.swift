@@ -65,6 +65,17 @@ struct RollupCompactorTests {
         return try rows.first?.decode(0, as: String?.self) ?? ""
     }
 
+    /// `rows` pending delta rows of one request each for `app`, admob banners, spread over
+    /// `hours` hours from hour `firstHour` after 2023-11-15 00:00 UTC.
+    static func requestDeltas(_ services: AppServices, app: String, rows: Int, hours: Int = 1, firstHour: Int = 0) async throws {
+        try await services.database.pool.query("""
+            INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                                      action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+            SELECT \(app), to_timestamp(1700006400 + (\(firstHour) + i % \(hours)) * 3600), 'admob', 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+            FROM generate_series(1, \(rows)) AS i
+            """)
+    }
+
     static func pendingDeltas(_ services: AppServices) async throws -> Int {
         try await Ingest.count(services, "SELECT count(*)::int FROM rollup_delta")
     }
@@ -132,14 +143,7 @@ struct RollupCompactorTests {
     func passesBoundedByTime() async throws {
         try await withServices { services in
             for app in ["a", "b"] { _ = try await services.appStore.createApp(id: app, name: nil) }
-            func deltas(app: String, hour: Int, rows: Int) async throws {
-                try await services.database.pool.query("""
-                    INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
-                                              action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
-                    SELECT \(app), to_timestamp(1700006400 + \(hour) * 3600), 'admob', 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-                    FROM generate_series(1, \(rows))
-                    """)
-            }
+            func deltas(app: String, hour: Int, rows: Int) async throws { try await Self.requestDeltas(services, app: app, rows: rows, firstHour: hour) }
             // b's hour 2 is compacted already; another transaction then holds its row, as a
             // long writer (or a checkpoint storm's slowness) would.
             try await deltas(app: "b", hour: 2, rows: 1)
@@ -176,20 +180,10 @@ struct RollupCompactorTests {
     func cancelIsNotACut() async throws {
         try await withServices { services in
             _ = try await services.appStore.createApp(id: "a", name: nil)
-            try await services.database.pool.query("""
-                INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
-                                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
-                SELECT 'a', to_timestamp(1700006400 + (i % 3) * 3600), 'admob', 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-                FROM generate_series(1, 30) AS i
-                """)
+            try await Self.requestDeltas(services, app: "a", rows: 30, hours: 3)
             // The hours exist compacted, and another transaction holds them: the pass waits.
             try await services.compactor.compactOnce()
-            try await services.database.pool.query("""
-                INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
-                                          action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
-                SELECT 'a', to_timestamp(1700006400 + (i % 3) * 3600), 'admob', 'banner', NULL, NULL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-                FROM generate_series(1, 30) AS i
-                """)
+            try await Self.requestDeltas(services, app: "a", rows: 30, hours: 3)
             let holder = try PostgresConnection(connecting: services.database.pool.configuration.conninfo)
             _ = try holder.execute(unsafeSQL: "BEGIN; SELECT * FROM rollup_1h_compacted FOR UPDATE")
             let compactor = RollupCompactor(store: services.eventStore, limits: .init(rows: 1_000, timeout: .seconds(20)))
