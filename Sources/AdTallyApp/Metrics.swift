@@ -56,6 +56,7 @@ struct DescribedMetricsFactory: MetricsFactory {
         "adtally_mediation_unreadable_numbers_total": ("adtally_mediation_unreadable_numbers_total", "Mediation refreshes whose report numbers could not be read (the last decision kept)."),
         "adtally_report_reads_total": ("adtally_report_reads_total", "Reports read, by server (primary or replica)."),
         "adtally_rollup_compaction_failures_total": ("adtally_rollup_compaction_failures_total", "Rollup compaction passes that failed."),
+        "adtally_rollup_compaction_timeouts_total": ("adtally_rollup_compaction_timeouts_total", "Rollup compaction passes cut by their own timeout and tried again at once with a quarter of their rows."),
         "adtally_rollup_delta_rows_compacted_total": ("adtally_rollup_delta_rows_compacted_total", "Rollup delta rows folded into the compacted grains."),
         "adtally_rollup_reprice_failures_total": ("adtally_rollup_reprice_failures_total", "Re-pricing passes after a rate card change that failed."),
         "adtally_export_runner_leader": ("adtally_export_runner_leader", "1 while this server leads the export runner (exports and network pulls), else 0."),
