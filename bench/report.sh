@@ -107,8 +107,9 @@ echo "== HTTP: the same 30-day date x network with AdMob's earnings as the reven
 # AdMob's own report of its Los Angeles days for the largest app (a generic CSV in its
 # zone, through the API), every day final: each admob row's revenue is AdMob's, spread
 # over the day's impressions by the UTC hour. The peer: the same report (largest_p50_ms).
+# Its days start after the app's first event (an import refuses a day before it).
 sql -c "COPY (SELECT d::date || ',bench-00,admob,' || f || ',US,' || (1000 + extract(doy FROM d)::int) || ',10,' || (12.5 + extract(doy FROM d)::int % 7) || ',USD,America/Los_Angeles'
-             FROM generate_series((now() - interval '40 days')::date, (now() - interval '1 day')::date, interval '1 day') AS d,
+             FROM generate_series((now() - interval '34 days')::date, (now() - interval '1 day')::date, interval '1 day') AS d,
                   unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f) TO STDOUT" \
   | { echo "date,app,network,format,country,impressions,clicks,revenue,currency,timezone"; cat; } > "$work/admob.csv"
 curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: text/csv' --data-binary "@$work/admob.csv" "http://127.0.0.1:$port/v1/network-reports?source=csv" >/dev/null

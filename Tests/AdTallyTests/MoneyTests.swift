@@ -167,6 +167,22 @@ struct MoneyTests {
         2026-02-03,2,N/A,N/A,N/A,
         """
 
+    @Test("a bucket's amount is rounded half to even as adtally_div_half_even(amount, 1) rounds it, ties, signs and long fractions included")
+    func roundHalfEvenIsTheFunctions() async throws {
+        try await TestDatabase.withPool { pool in
+            _ = try await Migrator(directory: Migrator.defaultDirectory(explicit: nil)).migrate(pool)
+            let amount = "x"
+            let rows = try await pool.query("""
+                SELECT count(*)::int, count(*) FILTER (WHERE adtally_div_half_even(x, 1) <> \(unsafeRaw: ReportPlan.roundHalfEven(amount)))::int
+                FROM (SELECT (i / 1000.0)::numeric AS x FROM generate_series(-5000, 5000) AS i
+                      UNION ALL SELECT unnest(ARRAY[0.5, -0.5, 1.5, -1.5, 2.5, 1e20 + 0.5, 1e20 + 1.5, -1e20 - 0.5, 0.4999999999999, 12345678.5000001,
+                                                    7.0005, 0.0001, -0.0001]::numeric[])) AS v
+                """)
+            #expect(try rows[0].decode(0, as: Int.self) == 10_014)
+            #expect(try rows[0].decode(1, as: Int.self) == 0)
+        }
+    }
+
     @Test("amounts convert at their own UTC date's rate, once per row, date and currency, half to even; a missing rate is a 422 naming currency and date")
     func conversion() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in

@@ -1,6 +1,6 @@
 import AdTallyTestSupport
 import Foundation
-import PostgresKit
+@testable import PostgresKit
 import Testing
 
 @Suite("Bound queries and typed rows")
@@ -158,6 +158,17 @@ struct QueryTests {
             let rows = try await pool.query(query)
             #expect(try rows[0].decode("c", as: Int.self) == 1)
         }
+    }
+
+    @Test("renumbering shifts every placeholder outside quotes and comments, in any text")
+    func renumberText() {
+        let text = "SELECT $1, '$2 é', \"c$3\" -- $4 ' \n /* $5 /* $6 */ ' */ $7 || 'ü' = $10$11 ; $ $x"
+        #expect(PostgresQuery.renumber(text, by: 3)
+            == "SELECT $4, '$2 é', \"c$3\" -- $4 ' \n /* $5 /* $6 */ ' */ $10 || 'ü' = $13$14 ; $ $x")
+        // An unclosed quote or comment runs to the end, as PostgreSQL reads it.
+        #expect(PostgresQuery.renumber("$1 'open $2", by: 1) == "$2 'open $2")
+        #expect(PostgresQuery.renumber("$1 -- $2", by: 1) == "$2 -- $2")
+        #expect(PostgresQuery.renumber("", by: 1) == "")
     }
 
     @Test("a comment's apostrophe does not hide the placeholders after it from renumbering")
