@@ -20,7 +20,7 @@ start_server() {
   data="$work/data"
   # BENCH_SERVE_ARGS: more `serve` options (word-split).
   # shellcheck disable=SC2086
-  "$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning ${BENCH_SERVE_ARGS:-} > "$work/server.log" 2>&1 &
+  "$bin/adtally" serve --data-dir "$data" --port "$port" --pool-size 8 --log-level warning ${BENCH_SERVE_ARGS:-} >> "$work/server.log" 2>&1 &
   server=$!
   for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
   curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
@@ -28,6 +28,12 @@ start_server() {
   local socket="$data/run"
   [ -S "$socket/.s.PGSQL.5432" ] || socket=$(ls -d /tmp/adtally-* 2>/dev/null | while read -r d; do [ -S "$d/.s.PGSQL.5432" ] && echo "$d"; done | head -n 1)
   conn="host=$socket port=5432 user=adtally dbname=adtally passfile=$data/pgpass"
+}
+
+# Stops the server (and its embedded PostgreSQL) and waits until it has exited.
+stop_server() {
+  kill -TERM "$server"; wait "$server" 2>/dev/null || true
+  server=
 }
 
 # psql on the server's database (after start_server): quiet, unaligned, tuples only,

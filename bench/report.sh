@@ -1,50 +1,89 @@
 #!/usr/bin/env bash
-# make bench-report: the report engine over HTTP against plain PostgreSQL, in one run.
+# make bench-report: the report engine over HTTP against plain PostgreSQL, in one run
+# that measures every latency twice on the same data (its reproducibility).
 #
 # 1. start `adtally serve` on the embedded database (a fresh data folder);
 # 2. load BENCH_EVENTS (default 10 M) events over 35 days for BENCH_APPS (60) apps,
 #    40% of them for one app (bench-00, America/New_York), the rest spread evenly
 #    (apps in five zones), straight into `events` with SQL; then append their rollup
 #    deltas as the ingest path does and let the server's compactor fold them into
-#    every grain;
-# 3. over HTTP, 200 calls of the default report (30 days, date x network) for the
+#    every grain; then the rollup tables' dead tuples, bloat and HOT updates, and the
+#    compaction passes cut or failed during the load (none, or the bench says so);
+#    the loaded data folder is copied aside (`loaded`);
+# 3. run 1, over HTTP: 200 calls of the default report (30 days, date x network) for the
 #    largest app before a rate card exists; then a rate card (6 networks x 4 formats,
 #    any country and 6 countries) is posted (the time until the re-pricer has folded
 #    every event: repriced_s) and daily EUR FX rates are added, and 200 calls each
 #    for the largest app and a median app: p50, p99;
-#    five card changes, each timed from its POST until the next report shows it;
-#    `adtally report` with the server up (wall time, 5 runs);
-# 4. the same report as a plain GROUP BY over the raw events in psql (the plain
-#    PostgreSQL peer), and a check that both give the same numbers;
 #    the same report in EUR (conversion on) and unique_devices by date (30 days): p50;
 #    the audience (dau, dav, arpdau, impressions_per_dau by date, 30 days) and its peer,
 #    the plain date report: p50 (audience_p50_ms, date_report_p50_ms);
 #    the date x network report again with AdMob's imported earnings as its revenue of
 #    record (record_report_p50_ms; its peer report_p50_ms);
+#    five card changes, each timed from its POST until the next report shows it;
+#    `adtally report` with the server up (wall time, 5 runs);
+#    the same report as a plain GROUP BY over the raw events in psql (the plain
+#    PostgreSQL peer, which also says how fast the machine is), and a check that both
+#    give the same numbers;
+#    940 more apps (1,000), 100 of them given events each minute for two minutes:
+#    the report series refresh's seconds per minute;
+# 4. run 2: the server stopped, the loaded data folder put back, the server started on
+#    it, and run 1 again; then each latency of the two runs compared (within 20 %, or
+#    the bench names the figure as noisy);
 # 5. one raw-served shape (7 days x country,placement, largest app): p50;
 # 6. a CSV export of every app's hour x app x network x format over 35 days,
 #    streamed: rows/s and the server's RSS (idle and peak), against psql \copy of
 #    the same rows from the unpriced rollups and (the fair peer) from the priced ones;
 #    then 315 more days of hourly history copied into the rollups and the same export
 #    over 350 days (~11 M rows): it must finish, rows/s and RSS;
-# 7. 940 more apps (1,000), 100 of them given events each minute for three minutes:
-#    the report series refresh's seconds per minute;
-# 8. one RESULT line.
+# 7. one RESULT line (run 1's figures, run 2's as run2_*).
+#
+# BENCH_KEEP=1 keeps the work folder (its `loaded` copy included); BENCH_REUSE=FOLDER
+# starts from such a folder's `loaded` copy instead of loading (a run in minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${BENCH_EVENTS:-10000000}
 apps=${BENCH_APPS:-60}
 calls=${BENCH_CALLS:-200}
 . bench/lib.sh
-start_server
-
-load_events "$events" "$apps"
-
-loaded=$(sql -c "SELECT count(*) FROM events")
-largest=$(sql -c "SELECT count(*) FROM events WHERE app_id = 'bench-00'")
+bench_started=$(date +%s)
 median_app=bench-30
-echo "events_loaded=$loaded largest_app_events=$largest median_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = '$median_app'") load_seconds=$(( $(date +%s) - load_started ))"
+
+if [ -n "${BENCH_REUSE:-}" ]; then
+  echo "== reusing the data loaded in $BENCH_REUSE"
+  cp -a "$BENCH_REUSE/loaded" "$work/data"
+  start_server
+else
+  start_server
+  load_events "$events" "$apps"
+  echo "load_seconds=$(( $(date +%s) - load_started ))"
+fi
+loaded=$(sql -c "SELECT count(*) FROM events")
+echo "events_loaded=$loaded largest_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = 'bench-00'") median_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = '$median_app'")"
 sql -c "SELECT 'rollup rows: 15m ' || (SELECT count(*) FROM rollup_15m_compacted) || ', 1h ' || (SELECT count(*) FROM rollup_1h_compacted) || ', day ' || (SELECT count(*) FROM rollup_day_compacted)"
+
+echo "== the rollup tables after the load: live and dead rows, updates (HOT: in place), sizes, and pgstattuple's free space and dead tuples"
+sql -c "CREATE EXTENSION IF NOT EXISTS pgstattuple" >/dev/null
+psql "$conn" -q -c "SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead, s.n_tup_upd AS updates,
+         round(100.0 * s.n_tup_hot_upd / NULLIF(s.n_tup_upd, 0), 1) AS hot_pct,
+         pg_size_pretty(pg_relation_size(s.relid)) AS heap, pg_size_pretty(pg_indexes_size(s.relid)) AS indexes,
+         t.free_percent AS heap_free_pct, t.dead_tuple_percent AS heap_dead_pct
+  FROM pg_stat_user_tables s, LATERAL pgstattuple(s.relid) t
+  WHERE s.relname ~ '^rollup_(day|priced_day|1h|priced_1h|devices_day)(_compacted)?$' ORDER BY s.relname"
+# Passes cut by their own timeout (each retried smaller) and failed ones, from the server's metrics.
+metric() { curl -fs "http://127.0.0.1:$port/metrics" | awk -v name="$1" '$1 == name {print $2; found = 1} END {if (!found) print 0}'; }
+cut_passes=$(metric adtally_rollup_compaction_timeouts_total); failed_passes=$(metric adtally_rollup_compaction_failures_total)
+if [ -n "${BENCH_REUSE:-}" ]; then echo "compaction during the load: not seen (reused data)"
+elif [ "$cut_passes" = 0 ] && [ "$failed_passes" = 0 ]; then echo "compaction during the load: no pass cut by its timeout or failed"
+else echo "compaction during the load: $cut_passes passes cut by their own timeout (retried smaller), $failed_passes failed"; fi
+echo "compaction_passes_cut=$cut_passes compaction_passes_failed=$failed_passes"
+
+# The loaded state, kept aside so that run 2 starts from exactly what run 1 did.
+if [ -z "${BENCH_REUSE:-}" ]; then
+  stop_server
+  cp -a "$data" "$work/loaded"
+  start_server
+fi
 
 trace_on
 if [ "${BENCH_TRACE:-0}" = 1 ]; then
@@ -56,12 +95,21 @@ if [ "${BENCH_TRACE:-0}" = 1 ]; then
   sql -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" >/dev/null
 fi
 
-url="http://127.0.0.1:$port/v1/reports"
-url_rates="http://127.0.0.1:$port/v1/rates"
 fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@"; }
+# Waits until a condition's SQL answers 0, or fails the bench naming it.
+wait_zero() {
+  local what=$1 query=$2 tries=$3
+  for _ in $(seq 1 "$tries"); do [ "$(sql -c "$query")" = 0 ] && return 0; sleep 0.5; done
+  echo "check=timed out waiting for $what"; exit 1
+}
 
-echo "== HTTP: 30-day date x network before there is a rate card (only reported revenue), $calls calls"
-fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name nocard | tee "$work/nocard.txt"
+# One run of every latency on the loaded data; its figures go to $work/runN/.
+measure() {
+local run=$1 out="$work/run$1"
+mkdir -p "$out"
+local url="http://127.0.0.1:$port/v1/reports" url_rates="http://127.0.0.1:$port/v1/rates"
+echo "== run $run: HTTP: 30-day date x network before there is a rate card (only reported revenue), $calls calls"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name nocard | tee "$out/nocard.txt"
 # A rate card (every network and format at an any-country rate, six countries at their
 # own) prices the 40% of impressions and taps without reported revenue; daily EUR-based
 # FX rates convert the USD amounts for the report in EUR.
@@ -72,38 +120,33 @@ sql -c "COPY (SELECT n || ',' || f || ',' || c || ',USD,' || ((1 + length(n) + l
                   unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f,
                   unnest(ARRAY['*', 'US', 'JP', 'DE', 'GB', 'KR', 'AU']) AS c) TO STDOUT" \
   | { echo "network,format,country,currency,cpm,cpt,effective_from"; cat; } > "$work/card.csv"
+local card_started repriced_s
 card_started=$(date +%s.%N)
 curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: text/csv' --data-binary "@$work/card.csv" "$url_rates" >/dev/null
-# Waits until a condition's SQL answers 0, or fails the bench naming it.
-wait_zero() {
-  local what=$1 query=$2 tries=$3
-  for _ in $(seq 1 "$tries"); do [ "$(sql -c "$query")" = 0 ] && return 0; sleep 0.5; done
-  echo "check=timed out waiting for $what"; exit 1
-}
 wait_zero "the re-pricer" "SELECT count(*) FROM rollup_dirty" 2400
 repriced_s=$(python3 -c "print(round($(date +%s.%N) - $card_started, 1))")
 # The card marked every app's Grafana series: let their refresh pass before anything is timed.
 wait_zero "the report series refresh after the card" "SELECT count(*) FROM report_series_changes" 600
-echo "repriced_s=$repriced_s (the card over every one of the $loaded events, folded into the priced rollups)"
+echo "repriced_s=$repriced_s (the card over every one of the $loaded events, folded into the priced rollups)" | tee "$out/repriced.txt"
 sql <<SQL
 INSERT INTO fx_rates (day, base, currency, rate)
 SELECT d::date, 'EUR', c, CASE c WHEN 'EUR' THEN 1 ELSE 1.05 + (extract(doy FROM d)::int % 10) / 100.0 END
 FROM generate_series((now() - interval '60 days')::date, now()::date, interval '1 day') AS d, unnest(ARRAY['EUR', 'USD']) AS c;
 SQL
 
-echo "== HTTP: 30-day date x network, $calls calls each"
-fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name largest | tee "$work/largest.txt"
-fetch --url "$url?apps=$median_app&days=30&dimensions=date,network" --count "$calls" --name median | tee "$work/median.txt"
+echo "== run $run: HTTP: 30-day date x network, $calls calls each"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name largest | tee "$out/largest.txt"
+fetch --url "$url?apps=$median_app&days=30&dimensions=date,network" --count "$calls" --name median | tee "$out/median.txt"
 
-echo "== HTTP: the same report in EUR (every USD amount converted at its day's rate), $calls calls"
-fetch --url "$url?apps=bench-00&days=30&dimensions=date,network&currency=EUR" --count "$calls" --name fx | tee "$work/fx.txt"
-echo "== HTTP: unique_devices by date, largest app, 30 days, $calls calls"
-fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=unique_devices" --count "$calls" --name uniques | tee "$work/uniques.txt"
-echo "== HTTP: the audience (dau, dav, arpdau, impressions per DAU) by date for the largest app, and its peer: the plain date report"
-fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=dau,dav,arpdau,impressions_per_dau" --count "$calls" --name audience | tee "$work/audience.txt"
-fetch --url "$url?apps=bench-00&days=30&dimensions=date" --count "$calls" --name date_report | tee "$work/date_report.txt"
+echo "== run $run: HTTP: the same report in EUR (every USD amount converted at its day's rate), $calls calls"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network&currency=EUR" --count "$calls" --name fx | tee "$out/fx.txt"
+echo "== run $run: HTTP: unique_devices by date, largest app, 30 days, $calls calls"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=unique_devices" --count "$calls" --name uniques | tee "$out/uniques.txt"
+echo "== run $run: HTTP: the audience (dau, dav, arpdau, impressions per DAU) by date for the largest app, and its peer: the plain date report"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=dau,dav,arpdau,impressions_per_dau" --count "$calls" --name audience | tee "$out/audience.txt"
+fetch --url "$url?apps=bench-00&days=30&dimensions=date" --count "$calls" --name date_report | tee "$out/date_report.txt"
 
-echo "== HTTP: the same 30-day date x network with AdMob's earnings as the revenue of record, $calls calls"
+echo "== run $run: HTTP: the same 30-day date x network with AdMob's earnings as the revenue of record, $calls calls"
 # AdMob's own report of its Los Angeles days for the largest app (a generic CSV in its
 # zone, through the API), every day final: each admob row's revenue is AdMob's, spread
 # over the day's impressions by the UTC hour. The peer: the same report (largest_p50_ms).
@@ -112,19 +155,20 @@ sql -c "COPY (SELECT d::date || ',bench-00,admob,' || f || ',US,' || (1000 + ext
              FROM generate_series((now() - interval '34 days')::date, (now() - interval '1 day')::date, interval '1 day') AS d,
                   unnest(ARRAY['banner', 'interstitial', 'native', 'rewarded']) AS f) TO STDOUT" \
   | { echo "date,app,network,format,country,impressions,clicks,revenue,currency,timezone"; cat; } > "$work/admob.csv"
-curl -fs -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: text/csv' --data-binary "@$work/admob.csv" "http://127.0.0.1:$port/v1/network-reports?source=csv" >/dev/null
-curl -fs -X PUT -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' -d '{"revenue_source": "network_when_final", "final_after_days": 0}' \
+curl -fsS -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: text/csv' --data-binary "@$work/admob.csv" "http://127.0.0.1:$port/v1/network-reports?source=csv" >/dev/null
+curl -fsS -X PUT -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' -d '{"revenue_source": "network_when_final", "final_after_days": 0}' \
   "http://127.0.0.1:$port/v1/network-settings/admob" >/dev/null
-fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name record | tee "$work/record.txt"
-curl -fs -X PUT -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' -d '{"revenue_source": "sdk"}' "http://127.0.0.1:$port/v1/network-settings/admob" >/dev/null
+fetch --url "$url?apps=bench-00&days=30&dimensions=date,network" --count "$calls" --name record | tee "$out/record.txt"
+curl -fsS -X PUT -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' -d '{"revenue_source": "sdk"}' "http://127.0.0.1:$port/v1/network-settings/admob" >/dev/null
 
 trace_summary
 
-echo "== a card change: wall time from its POST until the next report shows it (5 changes)"
-: > "$work/visible.txt"
+echo "== run $run: a card change: wall time from its POST until the next report shows it (5 changes)"
+: > "$out/visible_runs.txt"
+local cpm before
 for cpm in 3.10 3.20 3.30 3.40 3.50; do
   before=$(curl -fs -H "Authorization: Bearer $admin" "$url?apps=bench-00&days=30&metrics=estimated_revenue" | python3 -c 'import json,sys; print(json.load(sys.stdin)["totals"]["estimated_revenue"])')
-  python3 - "$url_rates" "$url" "$admin" "$cpm" "$before" >> "$work/visible.txt" <<'PY'
+  python3 - "$url_rates" "$url" "$admin" "$cpm" "$before" >> "$out/visible_runs.txt" <<'PY'
 import json, sys, time, urllib.request
 rates, report, key, cpm, before = sys.argv[1:]
 headers = {"Authorization": f"Bearer {key}"}
@@ -140,22 +184,22 @@ PY
   wait_zero "the re-pricer after a card change" "SELECT count(*) FROM rollup_dirty" 600
   wait_zero "the report series refresh after a card change" "SELECT count(*) FROM report_series_changes" 600
 done
-cat "$work/visible.txt"
-if grep -q "NOT VISIBLE" "$work/visible.txt"; then echo "check=a card change was not visible in the next report"; exit 1; fi
-card_visible_ms=$(sort -n "$work/visible.txt" | sed -n 3p | cut -d' ' -f1)
-echo "card_change_visible_ms=$card_visible_ms (median of 5; the report prices the dirty range at query time)"
+cat "$out/visible_runs.txt"
+if grep -q "NOT VISIBLE" "$out/visible_runs.txt"; then echo "check=a card change was not visible in the next report"; exit 1; fi
+echo "card_change_visible_ms=$(sort -n "$out/visible_runs.txt" | sed -n 3p | cut -d' ' -f1) (median of 5; the report prices the dirty range at query time)" | tee "$out/visible.txt"
 
-echo "== adtally report (the default report, JSON) with the server up: wall time, 5 runs"
-: > "$work/cli.txt"
+echo "== run $run: adtally report (the default report, JSON) with the server up: wall time, 5 runs"
+: > "$out/cli_runs.txt"
+local start
 for _ in 1 2 3 4 5; do
   start=$(date +%s%N)
   "$bin/adtally" report --data-dir "$data" --apps bench-00 --days 30 --dimensions date,network --format json > /dev/null
-  echo $(( ($(date +%s%N) - start) / 1000000 )) >> "$work/cli.txt"
+  echo $(( ($(date +%s%N) - start) / 1000000 )) >> "$out/cli_runs.txt"
 done
-cli_report_ms=$(sort -n "$work/cli.txt" | sed -n 3p)
-echo "cli_report_runs_ms=$(paste -sd, "$work/cli.txt") cli_report_ms=$cli_report_ms"
+echo "cli_report_runs_ms=$(paste -sd, "$out/cli_runs.txt") cli_report_ms=$(sort -n "$out/cli_runs.txt" | sed -n 3p)" | tee "$out/cli.txt"
 
-echo "== plain PostgreSQL: the same report as a GROUP BY over raw events (5 runs), and the numbers compared"
+echo "== run $run: plain PostgreSQL: the same report as a GROUP BY over raw events (5 runs), and the numbers compared"
+local range from_ts to_ts peer_sql
 range=$(sql -c "SET TimeZone = 'America/New_York'; SELECT ((now()::date - 30)::timestamptz) || '|' || (now()::date::timestamptz)")
 from_ts=${range%|*}; to_ts=${range#*|}
 peer_sql="SELECT (occurred_at AT TIME ZONE 'America/New_York')::date AS date, network,
@@ -166,14 +210,43 @@ peer_sql="SELECT (occurred_at AT TIME ZONE 'America/New_York')::date AS date, ne
   coalesce(sum(revenue_micros) FILTER (WHERE type IN ('impression', 'tap') AND currency = 'USD'), 0) AS revenue_micros
 FROM events WHERE app_id = 'bench-00' AND occurred_at >= '$from_ts' AND occurred_at < '$to_ts'
 GROUP BY 1, 2 ORDER BY 1, 2"
-{ echo '\timing on'; echo '\o /dev/null'; for _ in 1 2 3 4 5; do echo "$peer_sql;"; done; } | psql "$conn" -q 2>&1 | grep '^Time:' | awk '{print $2}' > "$work/peer.txt"
-raw_peer_p50=$(sort -n "$work/peer.txt" | sed -n 3p)
-echo "raw_peer_runs_ms=$(paste -sd, "$work/peer.txt") raw_peer_p50_ms=$raw_peer_p50"
+{ echo '\timing on'; echo '\o /dev/null'; for _ in 1 2 3 4 5; do echo "$peer_sql;"; done; } | psql "$conn" -q 2>&1 | grep '^Time:' | awk '{print $2}' > "$out/peer_runs.txt"
+echo "raw_peer_runs_ms=$(paste -sd, "$out/peer_runs.txt") raw_peer_p50_ms=$(sort -n "$out/peer_runs.txt" | sed -n 3p)" | tee "$out/peer.txt"
 psql "$conn" -qAt -F, -c "$peer_sql" | awk -F, '{print $1","$2","$3","$4","$6}' > "$work/peer.csv"
 curl -fs -H "Authorization: Bearer $admin" "$url?apps=bench-00&days=30&dimensions=date,network&metrics=requests,impressions,taps&format=csv" \
   | tail -n +2 | tr -d '\r' > "$work/engine.csv"
 if cmp -s "$work/peer.csv" "$work/engine.csv"; then echo "check=same numbers as the raw GROUP BY ($(wc -l < "$work/engine.csv") rows)"; else
   echo "check=DIFFERENT"; diff "$work/peer.csv" "$work/engine.csv" | head; exit 1; fi
+
+echo "== run $run: the report series of 1,000 apps, 10% of them receiving events each minute: refresh seconds per minute"
+sql -c "INSERT INTO apps (app_id, name, timezone, currency)
+        SELECT 'series-' || lpad(i::text, 4, '0'), 'Series ' || i, (ARRAY['UTC', 'Asia/Kolkata', 'Europe/London', 'America/New_York'])[1 + i % 4], 'USD'
+        FROM generate_series($apps, 999) AS i" >/dev/null
+# Every app written once (the first pass for the new apps), then two minutes measured.
+wait_zero "the first refresh of 1,000 apps" "SELECT count(*) FROM apps a WHERE NOT EXISTS (SELECT 1 FROM report_series_refresh r WHERE r.app_id = a.app_id)" 600
+refresh_sum() { curl -fs "http://127.0.0.1:$port/metrics" | awk '/^adtally_report_series_refresh_seconds_sum/ {print $2}'; }
+local series_before series_started series_after
+series_before=$(refresh_sum); series_started=$(date +%s.%N)
+for _ in 1 2; do
+  # 100 of the 1,000 apps get a quarter hour of events (as deltas, the ingest path's rows).
+  sql -c "INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
+                                    action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+          SELECT app_id, date_bin('15 minutes', now(), 'epoch'), 'admob', 'banner', 'US', '', 10, 0, 8, 0, 1, 0, 0, 0, 0, 0, 8, 1
+          FROM (SELECT app_id FROM apps ORDER BY random() LIMIT 100) AS a" >/dev/null
+  sleep 60
+done
+series_after=$(refresh_sum)
+echo "series_cpu_s_per_min_1000_apps=$(python3 -c "print(round(($series_after - $series_before) / (($(date +%s.%N) - $series_started) / 60), 2))") (the refresh passes' wall seconds per minute, an upper bound of their CPU; 100 apps changed each minute)" | tee "$out/series.txt"
+}
+
+measure 1
+echo "== run 2: the loaded data put back, the server restarted on it"
+stop_server
+rm -rf "$data"
+cp -a "$work/loaded" "$data"
+start_server
+measure 2
+url="http://127.0.0.1:$port/v1/reports"
 
 echo "== HTTP: a raw-served shape, 7 days x country,placement (largest app), 20 calls"
 fetch --url "$url?apps=bench-00&days=7&dimensions=country,placement" --count 20 --name raw_shape | tee "$work/raw.txt"
@@ -240,56 +313,64 @@ sql -c "INSERT INTO rollup_1h_compacted (app_id, hour, network, format, requests
     -c "VACUUM ANALYZE rollup_1h_compacted" -c "VACUUM ANALYZE rollup_priced_1h" >/dev/null
 fetch --url "$url?days=350&tz=UTC&dimensions=hour,app,network,format&format=csv" --count 0 --name big_export | tee "$work/big_export.txt"
 
-echo "== the report series of 1,000 apps, 10% of them receiving events each minute: refresh seconds per minute"
-sql -c "INSERT INTO apps (app_id, name, timezone, currency)
-        SELECT 'series-' || lpad(i::text, 4, '0'), 'Series ' || i, (ARRAY['UTC', 'Asia/Kolkata', 'Europe/London', 'America/New_York'])[1 + i % 4], 'USD'
-        FROM generate_series($apps, 999) AS i" >/dev/null
-# Every app written once (the first pass for the new apps), then three minutes measured.
-wait_zero "the first refresh of 1,000 apps" "SELECT count(*) FROM apps a WHERE NOT EXISTS (SELECT 1 FROM report_series_refresh r WHERE r.app_id = a.app_id)" 600
-refresh_sum() { curl -fs "http://127.0.0.1:$port/metrics" | awk '/^adtally_report_series_refresh_seconds_sum/ {print $2}'; }
-series_before=$(refresh_sum); series_started=$(date +%s.%N)
-for _ in 1 2 3; do
-  # 100 of the 1,000 apps get a quarter hour of events (as deltas, the ingest path's rows).
-  sql -c "INSERT INTO rollup_delta (app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps,
-                                    action_cancels, expiries, wasted_fills, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
-          SELECT app_id, date_bin('15 minutes', now(), 'epoch'), 'admob', 'banner', 'US', '', 10, 0, 8, 0, 1, 0, 0, 0, 0, 0, 8, 1
-          FROM (SELECT app_id FROM apps ORDER BY random() LIMIT 100) AS a" >/dev/null
-  sleep 60
-done
-series_after=$(refresh_sum)
-series_cpu=$(python3 -c "print(round(($series_after - $series_before) / (($(date +%s.%N) - $series_started) / 60), 2))")
-echo "series_cpu_s_per_min_1000_apps=$series_cpu (the refresh passes' wall seconds per minute, an upper bound of their CPU; 100 apps changed each minute)"
 
-python3 - "$work" "$copy_rate" "$raw_peer_p50" "$fair_rate" "$series_cpu" "$card_visible_ms" "$repriced_s" "$cli_report_ms" <<'PY'
+echo "bench_seconds=$(( $(date +%s) - bench_started ))"
+python3 - "$work" "$copy_rate" "$fair_rate" <<'PY'
 import sys
-work, copy_rate, raw_peer = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-fair_rate, series_cpu, card_visible, repriced, cli = float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
-def read(name):
-    return dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
-largest, median, raw, export, big = read("largest"), read("median"), read("raw"), read("export"), read("big_export")
-fx, uniques, nocard = read("fx"), read("uniques"), read("nocard")
-audience, date_report = read("audience"), read("date_report")
-record = read("record")
-print(f"ratio_record_report_to_report_p50={float(record['record_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
-print(f"ratio_audience_to_report_p50={float(audience['audience_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
-print(f"ratio_audience_to_date_report_p50={float(audience['audience_p50_ms']) / float(date_report['date_report_p50_ms']):.2f}")
+work, copy_rate, fair_rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+import re
+def read(name, run=None):
+    path = f"{work}/run{run}/{name}.txt" if run else f"{work}/{name}.txt"
+    return dict(re.findall(r"(\w+)=([^\s,]+)", open(path).read()))
+def figures(run):
+    f = {}
+    for name in ["nocard", "largest", "median", "fx", "uniques", "audience", "date_report", "record"]:
+        got = read(name, run)
+        f[f"{name}_p50_ms"] = float(got[f"{name}_p50_ms"])
+        f[f"{name}_p99_ms"] = float(got[f"{name}_p99_ms"])
+    f["card_change_visible_ms"] = float(read("visible", run)["card_change_visible_ms"])
+    f["cli_report_ms"] = float(read("cli", run)["cli_report_ms"])
+    f["raw_peer_p50_ms"] = float(read("peer", run)["raw_peer_p50_ms"])
+    f["repriced_s"] = float(read("repriced", run)["repriced_s"])
+    f["series_cpu_s_per_min_1000_apps"] = float(read("series", run)["series_cpu_s_per_min_1000_apps"])
+    return f
+one, two = figures(1), figures(2)
+raw, export, big = read("raw"), read("export"), read("big_export")
+# Reproducibility: every figure of run 2 against run 1's.
+noisy = []
+print("== run 1 against run 2")
+for key in one:
+    spread = abs(two[key] - one[key]) / max(min(one[key], two[key]), 1e-9) * 100
+    flag = "" if spread <= 20 else "  NOISY (over 20 %)"
+    if flag: noisy.append(key)
+    print(f"{key:40s} {one[key]:10.2f} {two[key]:10.2f}  {spread:5.1f} %{flag}")
+print("reproducible=" + ("yes: every figure of run 2 within 20 % of run 1's" if not noisy else "no: " + ", ".join(noisy) + " differ by more than 20 %"))
+for run, f in (("", one), ("run2_", two)):
+    print(f"{run}ratio_report_to_no_card_report_p50={f['largest_p50_ms'] / f['nocard_p50_ms']:.2f} "
+          f"{run}ratio_record_report_to_report_p50={f['record_p50_ms'] / f['largest_p50_ms']:.2f} "
+          f"{run}ratio_audience_to_report_p50={f['audience_p50_ms'] / f['largest_p50_ms']:.2f} "
+          f"{run}ratio_audience_to_date_report_p50={f['audience_p50_ms'] / f['date_report_p50_ms']:.2f} "
+          f"{run}ratio_fx_report_to_report_p50={f['fx_p50_ms'] / f['largest_p50_ms']:.2f} "
+          f"{run}ratio_raw_peer_to_report_p50={f['raw_peer_p50_ms'] / f['largest_p50_ms']:.0f}")
 export_rate = float(export["export_lines_per_s"])
-print(f"ratio_raw_peer_to_report_p50={raw_peer / float(largest['largest_p50_ms']):.0f}")
 print(f"ratio_export_to_copy={export_rate / copy_rate:.2f}")
 print(f"ratio_export_to_fair_copy={export_rate / fair_rate:.2f}")
-print(f"ratio_report_to_no_card_report_p50={float(largest['largest_p50_ms']) / float(nocard['nocard_p50_ms']):.2f}")
-print(f"ratio_fx_report_to_report_p50={float(fx['fx_p50_ms']) / float(largest['largest_p50_ms']):.2f}")
 print(f"export_rss_growth_mb={float(export['export_server_peak_rss_mb']) - float(export['export_server_idle_rss_mb']):.1f}")
 print(f"big_export_rows={big['big_export_lines']} big_export_rss_growth_mb={float(big['big_export_server_peak_rss_mb']) - float(big['big_export_server_idle_rss_mb']):.1f}")
 print("RESULT "
-      f"report_p50_ms={largest['largest_p50_ms']} report_p99_ms={largest['largest_p99_ms']} "
-      f"median_app_p50_ms={median['median_p50_ms']} median_app_p99_ms={median['median_p99_ms']} "
-      f"raw_peer_p50_ms={raw_peer:.1f} raw_shape_p50_ms={raw['raw_shape_p50_ms']} "
+      f"report_p50_ms={one['largest_p50_ms']} report_p99_ms={one['largest_p99_ms']} "
+      f"median_app_p50_ms={one['median_p50_ms']} median_app_p99_ms={one['median_p99_ms']} "
+      f"raw_peer_p50_ms={one['raw_peer_p50_ms']:.1f} raw_shape_p50_ms={raw['raw_shape_p50_ms']} "
       f"export_rows_per_s={export_rate:.0f} export_peak_rss_mb={export['export_server_peak_rss_mb']} "
       f"export_idle_rss_mb={export['export_server_idle_rss_mb']} copy_rows_per_s={copy_rate:.0f} "
-      f"fx_report_p50_ms={fx['fx_p50_ms']} uniques_p50_ms={uniques['uniques_p50_ms']} no_card_report_p50_ms={nocard['nocard_p50_ms']} "
-      f"export_fair_copy_rows_per_s={fair_rate:.0f} series_cpu_s_per_min_1000_apps={series_cpu} card_change_visible_ms={card_visible} "
-      f"repriced_s={repriced} cli_report_ms={cli} big_export_rows_per_s={float(big['big_export_lines_per_s']):.0f} "
-      f"audience_p50_ms={audience['audience_p50_ms']} date_report_p50_ms={date_report['date_report_p50_ms']} "
-      f"record_report_p50_ms={record['record_p50_ms']}")
+      f"fx_report_p50_ms={one['fx_p50_ms']} uniques_p50_ms={one['uniques_p50_ms']} no_card_report_p50_ms={one['nocard_p50_ms']} "
+      f"export_fair_copy_rows_per_s={fair_rate:.0f} series_cpu_s_per_min_1000_apps={one['series_cpu_s_per_min_1000_apps']} "
+      f"card_change_visible_ms={one['card_change_visible_ms']:.1f} repriced_s={one['repriced_s']} cli_report_ms={one['cli_report_ms']:.0f} "
+      f"big_export_rows_per_s={float(big['big_export_lines_per_s']):.0f} "
+      f"audience_p50_ms={one['audience_p50_ms']} date_report_p50_ms={one['date_report_p50_ms']} "
+      f"record_report_p50_ms={one['record_p50_ms']} record_revenue_report_p50_ms={one['record_p50_ms']} "
+      f"run2_report_p50_ms={two['largest_p50_ms']} run2_report_p99_ms={two['largest_p99_ms']} run2_no_card_report_p50_ms={two['nocard_p50_ms']} "
+      f"run2_audience_p50_ms={two['audience_p50_ms']} run2_record_revenue_report_p50_ms={two['record_p50_ms']} "
+      f"run2_repriced_s={two['repriced_s']} run2_series_cpu_s_per_min_1000_apps={two['series_cpu_s_per_min_1000_apps']} "
+      f"reproducible={'yes' if not noisy else 'no'}")
 PY

@@ -226,6 +226,9 @@ struct RollupCompactorTests {
         #expect(usual.timeout == .seconds(30) && usual.singleGroupTimeout == .seconds(60))
         let none = RollupCompactor.PassLimits(statementTimeout: nil)
         #expect(none.timeout == .seconds(30) && none.singleGroupTimeout == .seconds(300))
+        // A backlog is met slowly: the first pass takes 10,000 rows (never more than the most).
+        #expect(usual.start == 10_000 && RollupCompactor.PassLimits(rows: 1_000).start == 1_000)
+        #expect(RollupCompactor(store: EventStore(pool: PostgresPool(configuration: .init(conninfo: "host=/nonexistent")))).budget.current == 10_000)
     }
 
     @Test("a group spanning many apps and networks sums each pair apart")

@@ -97,7 +97,7 @@ public struct RollupCompactor: Sendable {
         // By default under the pool's own statement timeout (the server's, the CLI's).
         let limits = limits ?? PassLimits(statementTimeout: store.pool.configuration.options.statementTimeout)
         self.limits = limits
-        self.budget = PassBudget(rows: limits.rows)
+        self.budget = PassBudget(rows: limits.start)
     }
 
     /// The most delta rows one pass folds (`pass`): a backlog (an import of history,
@@ -121,6 +121,12 @@ public struct RollupCompactor: Sendable {
         /// statement does, and one cut fails (tried again at the next tick).
         public var timeout: Duration
 
+        /// The rows of the first pass: a backlog is met with passes this small, each twice
+        /// the last while they take under half the target (up to `rows`). The bench's load
+        /// started with 100,000 rows at once beside its own writes, and its first passes
+        /// were cut by their timeout (and retried smaller) before the time bound had a say.
+        public var start: Int
+
         /// The statement timeout of a pass of one group (which cannot be split): the
         /// pool's, or 5 minutes where the pool has none, so that a group held by a long
         /// transaction fails (and is seen failing) rather than holding compaction for good.
@@ -128,9 +134,10 @@ public struct RollupCompactor: Sendable {
 
         public init(
             rows: Int = RollupCompactor.passRows, target: Duration = .seconds(10), timeout: Duration = .seconds(30),
-            singleGroupTimeout: Duration = .seconds(300)
+            singleGroupTimeout: Duration = .seconds(300), start: Int = 10_000
         ) {
             self.rows = max(1, rows)
+            self.start = max(1, min(start, self.rows))
             self.target = target
             self.timeout = timeout
             self.singleGroupTimeout = singleGroupTimeout
