@@ -170,7 +170,7 @@ extension ReportPlan {
     /// From daily rows (the network's zone is the apps' and the report's), a row per day
     /// `(id, app_id, network, day, micros, w)` instead, found by the rows' own day.
     func recordCTE() -> PostgresQuery {
-        if source == .daily {
+        if source == .daily && !recordByHour {
             return """
                 record AS MATERIALIZED (
                     SELECT x.id::int AS id, x.app_id, x.network, x.day, x.micros, x.w
@@ -196,7 +196,7 @@ extension ReportPlan {
     /// The record day a priced row `s` (its app, network and the UTC hour of `s.h`) lies in,
     /// as `rec` (NULLs when none): one at most, as an app and network's days are of one zone.
     var recordJoin: String {
-        if source == .daily { return "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.day = s.d" }
+        if source == .daily && !recordByHour { return "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.day = s.d" }
         // The UTC hour by arithmetic (date_bin): date_trunc with a zone converts every row.
         return "LEFT JOIN record AS rec ON rec.app_id = s.app_id AND rec.network = s.network AND rec.hour = date_bin('1 hour', s.h, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
     }

@@ -40,20 +40,21 @@ extension ReportPlan {
             "EXISTS (SELECT 1 FROM dirty_days x WHERE x.app_id = r.app_id AND x.network = r.network AND x.format = r.format AND x.u = \(utcDay))"
         }
         func clean(_ utcDay: String) -> PostgresQuery { dirty ? " AND NOT \(unsafeRaw: isDirty(utcDay))" : "" }
-        switch source {
-        case .daily:
+        // The daily rows, and the hourly ones (with the 15-minute rows of cut hours), each
+        // limited by `pairs` (an SQL condition on r, or nothing).
+        func daily(_ pairs: PostgresQuery) {
             let days: PostgresQuery = "BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date"
             if !fxCheck {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
+                    FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(pairs)
                     """)
             }
             if money {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(needsRate)\(clean("r.utc_day"))
+                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(pairs)\(needsRate)\(clean("r.utc_day"))
                     """)
             }
             if dirty {
@@ -61,34 +62,35 @@ extension ReportPlan {
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_revenue_day_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
+                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days) AND r.currency <> ''\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty("r.utc_day"))
                     """)
                 pending.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_unpriced_day_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
+                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty("r.utc_day"))
                     """)
             }
             if devices {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))
+                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))\(pairs)
                     """)
             }
-        case .hourly:
+        }
+        func hourly(_ pairs: PostgresQuery) {
             let whole = wholeHours
             let utcOfHour = "(r.hour AT TIME ZONE 'UTC')::date"
             if !fxCheck {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("r.hour"))
                     FROM rollup_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs)
                     """)
                 stored.append("""
                     SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("r.bucket"))
                     FROM rollup_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
+                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))\(pairs)
                     """)
             }
             if money {
@@ -96,14 +98,14 @@ extension ReportPlan {
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated\(unsafeRaw: at("r.hour"))
                     FROM rollup_priced_1h r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(needsRate)\(clean(utcOfHour))
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs)\(needsRate)\(clean(utcOfHour))
                     """)
                 // Cut hours: every country's row, each priced at its own rate.
                 pending.append("""
                     SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), \(unsafeRaw: utcOfBucket), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.revenue_micros, r.currency, r.country::text, r.unpriced_impressions, r.unpriced_taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.bucket"))
                     FROM rollup_revenue_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))
+                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r"))\(pairs)
                     """)
             }
             if dirty {
@@ -111,27 +113,38 @@ extension ReportPlan {
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.hour"))
                     FROM rollup_revenue_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange) AND r.currency <> ''\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
                 pending.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint\(unsafeRaw: at("r.hour"))
                     FROM rollup_unpriced_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r")) AND \(unsafeRaw: isDirty(utcOfHour))
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
             }
             if devices {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_devices_1h_compacted r \(whole)
-                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))
+                    WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))\(pairs)
                     """)
                 stored.append("""
                     SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
                     FROM rollup_devices_15m_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r", devices: true))
+                    WHERE r.app_id = ANY(\(apps)) AND \(cutBuckets)\(columnFilters("r", devices: true))\(pairs)
                     """)
             }
+        }
+        switch source {
+        case .daily where recordByHour:
+            // The apps and networks whose network's days lie in another zone, by the hour.
+            let pairs: PostgresQuery = " AND (r.app_id || chr(1) || r.network) = ANY(\(array: recordPairs)::text[])"
+            daily(" AND (r.app_id || chr(1) || r.network) <> ALL(\(array: recordPairs)::text[])")
+            hourly(pairs)
+        case .daily:
+            daily("")
+        case .hourly:
+            hourly("")
         case .raw:
             preconditionFailure("raw events are not rollup parts")
         }
