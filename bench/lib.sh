@@ -34,6 +34,9 @@ start_server() {
 stop_server() {
   kill -TERM "$server"; wait "$server" 2>/dev/null || true
   server=
+  # Its PostgreSQL must be down too: the data folder is copied or replaced next.
+  for _ in $(seq 1 100); do [ -f "$data/pg/postmaster.pid" ] || return 0; sleep 0.2; done
+  echo "the embedded PostgreSQL of $data did not stop"; exit 1
 }
 
 # psql on the server's database (after start_server): quiet, unaligned, tuples only,
@@ -127,6 +130,11 @@ for week in 0 1 2 3 4 5; do
   for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
   [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
 done
+# What compaction left behind, before the VACUUM that ends the load: dead rows and the
+# updates made in place (HOT) of every rollup grain.
+psql "$conn" -q -c "SELECT relname AS table, n_live_tup AS live, n_dead_tup AS dead, n_tup_upd AS updates,
+         round(100.0 * n_tup_hot_upd / NULLIF(n_tup_upd, 0), 1) AS hot_pct
+  FROM pg_stat_user_tables WHERE relname ~ '^rollup_' AND relname !~ 'delta|dirty|passes' ORDER BY relname" > "$work/rollup-tables-before-vacuum.txt"
 sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
 }
 

@@ -51,7 +51,8 @@ median_app=bench-30
 
 if [ -n "${BENCH_REUSE:-}" ]; then
   echo "== reusing the data loaded in $BENCH_REUSE"
-  cp -a "$BENCH_REUSE/loaded" "$work/data"
+  cp -a "$BENCH_REUSE/loaded" "$work/loaded"
+  cp -a "$work/loaded" "$work/data"
   start_server
 else
   start_server
@@ -62,14 +63,14 @@ loaded=$(sql -c "SELECT count(*) FROM events")
 echo "events_loaded=$loaded largest_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = 'bench-00'") median_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = '$median_app'")"
 sql -c "SELECT 'rollup rows: 15m ' || (SELECT count(*) FROM rollup_15m_compacted) || ', 1h ' || (SELECT count(*) FROM rollup_1h_compacted) || ', day ' || (SELECT count(*) FROM rollup_day_compacted)"
 
-echo "== the rollup tables after the load: live and dead rows, updates (HOT: in place), sizes, and pgstattuple's free space and dead tuples"
+[ -f "$work/rollup-tables-before-vacuum.txt" ] && cat "$work/rollup-tables-before-vacuum.txt"
+echo "== the rollup tables after the load and its VACUUM: pgstattuple's free space (70 % fill is meant: 30 % kept for updates in place) and dead tuples, sizes"
 sql -c "CREATE EXTENSION IF NOT EXISTS pgstattuple" >/dev/null
-psql "$conn" -q -c "SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead, s.n_tup_upd AS updates,
-         round(100.0 * s.n_tup_hot_upd / NULLIF(s.n_tup_upd, 0), 1) AS hot_pct,
+psql "$conn" -q -c "SELECT s.relname AS table, s.n_live_tup AS live,
          pg_size_pretty(pg_relation_size(s.relid)) AS heap, pg_size_pretty(pg_indexes_size(s.relid)) AS indexes,
          t.free_percent AS heap_free_pct, t.dead_tuple_percent AS heap_dead_pct
   FROM pg_stat_user_tables s, LATERAL pgstattuple(s.relid) t
-  WHERE s.relname ~ '^rollup_(day|priced_day|1h|priced_1h|devices_day)(_compacted)?$' ORDER BY s.relname"
+  WHERE s.relname ~ '^rollup_' AND s.relname !~ '15m|delta|dirty|passes' ORDER BY s.relname"
 # Passes cut by their own timeout (each retried smaller) and failed ones, from the server's metrics.
 metric() { curl -fs "http://127.0.0.1:$port/metrics" | awk -v name="$1" '$1 == name {print $2; found = 1} END {if (!found) print 0}'; }
 cut_passes=$(metric adtally_rollup_compaction_timeouts_total); failed_passes=$(metric adtally_rollup_compaction_failures_total)
@@ -85,15 +86,18 @@ if [ -z "${BENCH_REUSE:-}" ]; then
   start_server
 fi
 
-trace_on
-if [ "${BENCH_TRACE:-0}" = 1 ]; then
-  # And the plan of every statement over 300 ms (the export's), from auto_explain.
+# BENCH_TRACE=1: every statement's duration, and the plan of every statement over 300 ms
+# (the export's) from auto_explain; set after each start (run 2's folder is the copy).
+trace_settings() {
+  trace_on
+  [ "${BENCH_TRACE:-0}" = 1 ] || return 0
   sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \
       -c "ALTER SYSTEM SET auto_explain.log_min_duration = '300ms'" -c "ALTER SYSTEM SET auto_explain.log_analyze = on" \
       -c "SELECT pg_reload_conf()" >/dev/null
   # The server's open connections predate the settings: end them (the pool replaces them).
   sql -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" >/dev/null
-fi
+}
+trace_settings
 
 fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@"; }
 # Waits until a condition's SQL answers 0, or fails the bench naming it.
@@ -251,8 +255,11 @@ stop_server
 rm -rf "$data"
 cp -a "$work/loaded" "$data"
 start_server
+trace_settings
 measure 2
 url="http://127.0.0.1:$port/v1/reports"
+# The series step's refresh and deltas settle before anything else is timed.
+wait_zero "the series refresh after run 2" "SELECT (SELECT count(*) FROM report_series_changes) + (SELECT count(*) FROM rollup_delta)" 600
 
 echo "== HTTP: a raw-served shape, 7 days x country,placement (largest app), 20 calls"
 fetch --url "$url?apps=bench-00&days=7&dimensions=country,placement" --count 20 --name raw_shape | tee "$work/raw.txt"
@@ -260,7 +267,7 @@ fetch --url "$url?apps=bench-00&days=7&dimensions=country,placement" --count 20 
 echo "== HTTP: CSV export, hour x app x network x format over 35 days, every app"
 if [ "${BENCH_PERF:-0}" = 1 ]; then perf record -q -F 499 -g -p "$server" -o "$work/perf.data" 2>/dev/null & perf=$!; sleep 0.5; fi
 fetch --url "$url?days=35&tz=UTC&dimensions=hour,app,network,format&format=csv" --count 0 --name export | tee "$work/export.txt"
-if [ "${BENCH_TRACE:-0}" = 1 ]; then grep -A60 "Query Text: DECLARE" "$data/run/postgres.log" | head -80; fi
+if [ "${BENCH_TRACE:-0}" = 1 ]; then grep -A60 "Query Text: DECLARE" "$data/run/postgres.log" | head -80 || true; fi
 if [ "${BENCH_PERF:-0}" = 1 ]; then
   kill -INT "$perf"; wait "$perf" 2>/dev/null || true
   perf report -q -i "$work/perf.data" --no-children --sort symbol --stdio 2>/dev/null | grep -v '^$' | grep '%' | head -40

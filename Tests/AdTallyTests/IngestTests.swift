@@ -2,6 +2,7 @@ import AdTallyApp
 import AdTallyStorage
 import AdTallyTestSupport
 import Foundation
+import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
@@ -209,6 +210,31 @@ struct IngestTests {
             }
             #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 51)
             #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m") == 51)
+        }
+    }
+
+    @Test("a batch that says it is sent for the first time but is not (a kit killed after its send, a hostile client) is still stored and counted once")
+    func firstAttemptThatIsNot() async throws {
+        try await withTestApp { services, client in
+            let keys = try await Ingest.keys(services)
+            var headers = Ingest.headers(keys.ingest)
+            headers[HTTPField.Name("AdTally-Attempt")!] = "1"
+            let events = (0..<50).map { _ in Ingest.event() }
+            let batch = Ingest.body(events)
+            for expected in [50, 0, 0] {
+                try await client.execute(uri: "/v1/events", method: .post, headers: headers, body: batch) { response in
+                    let receipt = try Ingest.receipt(response)
+                    #expect(receipt.accepted == expected && receipt.duplicates == 50 - expected)
+                }
+            }
+            // Half known, half new, said to be new: the new half is stored, once.
+            let mixed = Ingest.body(Array(events.prefix(25)) + (0..<25).map { _ in Ingest.event() })
+            try await client.execute(uri: "/v1/events", method: .post, headers: headers, body: mixed) { response in
+                let receipt = try Ingest.receipt(response)
+                #expect(receipt.accepted == 25 && receipt.duplicates == 25)
+            }
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 75)
+            #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m") == 75)
         }
     }
 

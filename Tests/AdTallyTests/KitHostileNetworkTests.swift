@@ -148,6 +148,10 @@ struct KitHostileNetworkTests {
         try await Self.withMiddlebox { fixture, middlebox, _, _ in
             let negative = try await Self.survives(.negativeIndex, fixture, middlebox)
             #expect(negative.notices.contains { $0.contains("unexpectedAnswer") && $0.contains("index -1") }, "\(negative.notices.prefix(3))")
+            // The batch's first send says so (AdTally-Attempt: 1: the server claims its ids
+            // without a probe); its resends, after the lie and by the next process, say 2.
+            let attempts = middlebox.ingestAttempts
+            #expect(attempts.first == "1" && attempts.contains("2") && attempts.allSatisfy { $0 == "1" || $0 == "2" }, "\(attempts)")
             let twice = try await Self.survives(.duplicateIndex, fixture, middlebox)
             #expect(twice.notices.contains { $0.contains("index 0 twice") }, "\(twice.notices.prefix(3))")
             let one = try await Self.survives(.acceptedOne, fixture, middlebox)

@@ -51,6 +51,7 @@ final class Middlebox: @unchecked Sendable {
     private let lock = NSLock()
     private var _mode: Mode = .clean
     private var seen: [(method: String, path: String)] = []
+    private var attempts: [String] = []
     private var isStopped = false
 
     var mode: Mode {
@@ -60,6 +61,9 @@ final class Middlebox: @unchecked Sendable {
 
     /// Requests seen so far (method and path, the query dropped).
     var requests: [(method: String, path: String)] { lock.withLock { seen } }
+
+    /// The `AdTally-Attempt` header of each `POST /v1/events` seen so far ("" when none).
+    var ingestAttempts: [String] { lock.withLock { attempts } }
 
     init(upstreamPort: Int) throws {
         self.upstreamPort = upstreamPort
@@ -115,7 +119,10 @@ final class Middlebox: @unchecked Sendable {
         setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         guard let request = readRequest(client) else { return }
         let mode = self.mode
-        lock.withLock { seen.append((request.method, request.path)) }
+        lock.withLock {
+            seen.append((request.method, request.path))
+            if request.path == "/v1/events" { attempts.append(request.header("adtally-attempt") ?? "") }
+        }
         if request.path.hasPrefix("/moved") {
             // Where a redirect points: AdTally would refuse a re-post cut short.
             send(client, answer(400, "application/problem+json", #"{"type":"about:blank","title":"Bad Request","status":400,"detail":"a redirected body"}"#))
@@ -178,6 +185,15 @@ final class Middlebox: @unchecked Sendable {
         var path: String
         var head: [UInt8]
         var body: [UInt8]
+
+        /// A header's value (`name` in lower case), trimmed.
+        func header(_ name: String) -> String? {
+            for line in String(decoding: head, as: UTF8.self).split(separator: "\r\n").dropFirst() {
+                let parts = line.split(separator: ":", maxSplits: 1)
+                if parts.count == 2, parts[0].lowercased() == name { return parts[1].trimmingCharacters(in: .whitespaces) }
+            }
+            return nil
+        }
     }
 
     private func readRequest(_ fd: Int32) -> Request? {

@@ -173,7 +173,7 @@ struct MoneyTests {
             _ = try await Migrator(directory: Migrator.defaultDirectory(explicit: nil)).migrate(pool)
             let amount = "x"
             let rows = try await pool.query("""
-                SELECT count(*)::int, count(*) FILTER (WHERE adtally_div_half_even(x, 1) <> \(unsafeRaw: ReportPlan.roundHalfEven(amount)))::int
+                SELECT count(*)::int, count(*) FILTER (WHERE adtally_div_half_even(x, 1)::text <> (\(unsafeRaw: ReportPlan.roundHalfEven(amount)))::text)::int
                 FROM (SELECT (i / 1000.0)::numeric AS x FROM generate_series(-5000, 5000) AS i
                       UNION ALL SELECT unnest(ARRAY[0.5, -0.5, 1.5, -1.5, 2.5, 1e20 + 0.5, 1e20 + 1.5, -1e20 - 0.5, 0.4999999999999, 12345678.5000001,
                                                     7.0005, 0.0001, -0.0001]::numeric[])) AS v

@@ -1,6 +1,7 @@
 import AdTallyCore
 import AdTallyStorage
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Metrics
 import NIOCore
@@ -118,7 +119,7 @@ public struct IngestRoutes: Sendable {
 
         let receipt: IngestBatcher.Receipt
         do {
-            receipt = try await batcher.submit(events)
+            receipt = try await batcher.submit(events, isFirstAttempt: Self.isFirstAttempt(request.headers))
         } catch let refusal as IngestBatcher.Refusal {
             Self.countRefusal(refusal.reason)
             throw ProblemDetails(.serviceUnavailable, detail: refusal.description, headers: [.retryAfter: "1"])
@@ -137,6 +138,14 @@ public struct IngestRoutes: Sendable {
 
     /// Every 503 of ingest, by why: `concurrency` (too many requests in progress)
     /// and the batcher's refusals.
+    /// `AdTally-Attempt: 1`: the client never sent this batch before (AdTallyKit says so
+    /// for a batch none of whose events it posted since it started). Anything else, or no
+    /// header, may be a retry.
+    static func isFirstAttempt(_ headers: HTTPFields) -> Bool {
+        guard let name = HTTPField.Name("AdTally-Attempt") else { return false }
+        return headers[name] == "1"
+    }
+
     static func countRefusal(_ reason: String) {
         Counter(label: "adtally_ingest_refusals_total", dimensions: [("reason", reason)]).increment()
     }

@@ -43,7 +43,14 @@ public struct EventStore: Sendable {
 
     /// Stores events; returns, for each input position, whether it was newly stored
     /// (false: a duplicate of an earlier event, in this call or before).
-    public func store(_ events: [AppEvent]) async throws -> [Bool] {
+    ///
+    /// `expectsNew`: every client of the call says it never sent these events before
+    /// (`AdTally-Attempt: 1`), so the ledger is claimed with COPY at once, without the
+    /// read-only probe that keeps a retried batch's duplicates out of PostgreSQL's log.
+    /// Only a hint: a client that says so wrongly (a kit killed after its send, a hostile
+    /// one) costs an ERROR line in that log and the transaction done again the other
+    /// way; every event is still stored once.
+    public func store(_ events: [AppEvent], expectsNew: Bool = false) async throws -> [Bool] {
         if events.isEmpty { return [] }
         let partitions = self.partitions
         let networks = self.networks
@@ -65,9 +72,9 @@ public struct EventStore: Sendable {
             let isAdmitted = try networks.admitted(events, on: connection)
             func attempt() throws -> [Bool] {
                 do {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, isAdmitted: isAdmitted, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, probe: !expectsNew, isAdmitted: isAdmitted, on: $0) }
                 } catch is KnownIDs {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, isAdmitted: isAdmitted, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, probe: false, isAdmitted: isAdmitted, on: $0) }
                 }
             }
             // A deadlock or serialization failure cannot happen with sorted writes, but
@@ -114,7 +121,7 @@ public struct EventStore: Sendable {
     }
 
     static func write(
-        _ events: [AppEvent], claimInBulk: Bool, isAdmitted: (AppEvent) -> Bool, on connection: PostgresConnection
+        _ events: [AppEvent], claimInBulk: Bool, probe: Bool = true, isAdmitted: (AppEvent) -> Bool, on connection: PostgresConnection
     ) throws -> [Bool] {
         // 1. First occurrence of each (app, id) within the call, in (app, id) order.
         let ordered = LedgerKey.firstOccurrences(of: events)
@@ -129,7 +136,7 @@ public struct EventStore: Sendable {
             // One probe per app (a group holds a few), shaped `app_id = $1 AND event_id =
             // ANY($2)`: one index scan each, and on Citus one shard each (a correlated
             // subquery over unnest() is refused there).
-            var start = 0
+            var start = probe ? 0 : ordered.count
             while start < ordered.count {
                 var end = start + 1
                 while end < ordered.count && apps[end] == apps[start] { end += 1 }

@@ -88,11 +88,14 @@ public final class IngestBatcher: Sendable {
     /// One request's events and the continuation that answers it, resumed exactly once.
     private final class Ticket: Sendable {
         let events: [AppEvent]
+        /// The client says it never sent these events before (`submit`).
+        let isFirstAttempt: Bool
         private let continuation: Mutex<CheckedContinuation<Receipt, any Error>?>
         private let timer = Mutex<Task<Void, Never>?>(nil)
 
-        init(events: [AppEvent], continuation: CheckedContinuation<Receipt, any Error>) {
+        init(events: [AppEvent], isFirstAttempt: Bool, continuation: CheckedContinuation<Receipt, any Error>) {
             self.events = events
+            self.isFirstAttempt = isFirstAttempt
             self.continuation = Mutex(continuation)
         }
 
@@ -143,12 +146,14 @@ public final class IngestBatcher: Sendable {
         Gauge(label: "adtally_ingest_queue_limit_events").record(configuration.maxQueuedEvents)
     }
 
-    /// Queues events and returns once they are committed.
-    public func submit(_ events: [AppEvent]) async throws -> Receipt {
+    /// Queues events and returns once they are committed. `isFirstAttempt`: the client
+    /// says it never sent them before (`EventStore.store`'s `expectsNew`), a hint that
+    /// saves the ledger probe, never trusted for correctness.
+    public func submit(_ events: [AppEvent], isFirstAttempt: Bool = false) async throws -> Receipt {
         if events.isEmpty { return Receipt(accepted: 0, duplicates: 0) }
         let timeout = configuration.commitTimeout
         return try await withCheckedThrowingContinuation { continuation in
-            let ticket = Ticket(events: events, continuation: continuation)
+            let ticket = Ticket(events: events, isFirstAttempt: isFirstAttempt, continuation: continuation)
             let outcome = state.withLock { state -> Result<CheckedContinuation<Void, Never>?, Refusal> in
                 if state.isFinishing { return .failure(.shuttingDown) }
                 if let until = state.refuseUntil, ContinuousClock.now < until {
@@ -246,7 +251,7 @@ public final class IngestBatcher: Sendable {
         let events = live.flatMap(\.events)
         let started = ContinuousClock.now
         do {
-            let isNew = try await store.store(events)
+            let isNew = try await store.store(events, expectsNew: live.allSatisfy(\.isFirstAttempt))
             let elapsed = ContinuousClock.now - started
             flushTimer.record(duration: elapsed)
             var offset = 0

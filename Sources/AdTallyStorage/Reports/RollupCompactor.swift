@@ -97,7 +97,7 @@ public struct RollupCompactor: Sendable {
         // By default under the pool's own statement timeout (the server's, the CLI's).
         let limits = limits ?? PassLimits(statementTimeout: store.pool.configuration.options.statementTimeout)
         self.limits = limits
-        self.budget = PassBudget(rows: limits.start)
+        self.budget = PassBudget(rows: max(1, min(limits.start, limits.rows)))
     }
 
     /// The most delta rows one pass folds (`pass`): a backlog (an import of history,
@@ -319,12 +319,15 @@ public struct RollupCompactor: Sendable {
     /// The next pass's rows after one that moved `moved` of a budget of `rows` in `elapsed`:
     /// smaller in proportion when it took longer than the target, twice as many (up to
     /// the most) when a backlog pass took under half of it.
+    /// A pass that emptied the deltas ends a backlog: the next one starts again at `start`.
     static func nextBudget(rows: Int, moved: Int, more: Bool, elapsed: Duration, limits: PassLimits) -> Int {
+        let start = min(limits.start, limits.rows)
         if elapsed > limits.target {
             let scaled = Double(moved) * (limits.target / elapsed)
-            return max(1, min(rows, Int(scaled)))
+            return max(1, min(rows, more ? Int(scaled) : min(Int(scaled), start)))
         }
-        if more && elapsed < limits.target / 2 { return min(limits.rows, rows * 2) }
+        if !more { return min(rows, start) }
+        if elapsed < limits.target / 2 { return min(limits.rows, rows * 2) }
         return rows
     }
 

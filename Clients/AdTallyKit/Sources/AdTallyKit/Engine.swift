@@ -42,6 +42,10 @@ final class Engine: @unchecked Sendable {
     var notBefore = Date.distantPast
     var batchLimit: Int
     var flushRequested = false
+    /// Every queued record that ends at or before this position was posted by this
+    /// process, or was queued when it started (an earlier one may have posted it): a
+    /// batch wholly after it is sent for the first time (`AdTally-Attempt: 1`).
+    var postedThrough = QueuePosition(segment: 0, offset: 0)
     var lastSend = Date()
     var stoppedBy: (status: Int, detail: String)?
     var waiters: [(target: QueuePosition, id: UUID, continuation: CheckedContinuation<Void, any Error>)] = []
@@ -124,6 +128,7 @@ final class Engine: @unchecked Sendable {
             close(lockFD)
             throw error
         }
+        postedThrough = queue.tail
         QueueDamage.clearForFile(directory.appendingPathComponent("drops.json").path)
         QueueDamage.clearForFile(directory.appendingPathComponent("switch.json").path)
         QueueDamage.clearForFile(directory.appendingPathComponent("dead-letter.ndjson").path)

@@ -107,8 +107,13 @@ extension Engine {
         let oldest = Int64((Date().timeIntervalSince1970 - min(configuration.maxEventAge, 100 * 365 * 86_400)) * 1000)
         let fresh = records.filter { $0.occurredAtMillis >= oldest }
         var outcome = BatchOutcome.delivered(Receipt(accepted: 0, duplicates: 0, rejected: []))
-        if !fresh.isEmpty {
-            outcome = await post(fresh, to: server, key: key)
+        if let first = fresh.first, let end = fresh.last?.end {
+            // Never posted before (by this process, or before it started), or maybe a retry.
+            let isFirstAttempt = lock.locked { () -> Bool in
+                defer { postedThrough = max(postedThrough, end) }
+                return first.end > postedThrough
+            }
+            outcome = await post(fresh, to: server, key: key, isFirstAttempt: isFirstAttempt)
         }
         let (list, refused, stopped) = lock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>], (status: Int, detail: String)?) in
             let list = finishBatch(records, fresh: fresh, last: last, outcome: outcome)
@@ -230,7 +235,7 @@ extension Engine {
         notBefore = Date().addingTimeInterval(delay / 2 + Double.random(in: 0...(delay / 2)))
     }
 
-    private func post(_ records: [QueuedRecord], to server: URL, key: String) async -> BatchOutcome {
+    private func post(_ records: [QueuedRecord], to server: URL, key: String, isFirstAttempt: Bool) async -> BatchOutcome {
         var body: [UInt8] = []
         body.reserveCapacity(records.reduce(0) { $0 + $1.json.count + 1 })
         for record in records {
@@ -243,6 +248,9 @@ extension Engine {
         request.setValue("application/x-ndjson", forHTTPHeaderField: "Content-Type")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         request.setValue("AdTallyKit/1", forHTTPHeaderField: "User-Agent")
+        // The server skips a probe of its id ledger for a batch sent the first time; for any
+        // other (2: maybe sent before) it keeps a retry's duplicates out of its log.
+        request.setValue(isFirstAttempt ? "1" : "2", forHTTPHeaderField: "AdTally-Attempt")
         if let compressed = Gzip.compress(body) {
             request.setValue("gzip", forHTTPHeaderField: "Content-Encoding")
             request.httpBody = Data(compressed)
