@@ -51,6 +51,7 @@ struct DescribedMetricsFactory: MetricsFactory {
         "adtally_client_dropped_events_total": ("adtally_client_dropped_events_total", "Events AdTallyKit clients reported they dropped (queue full, too old), by app and reason."),
         "adtally_export_runs_total": ("adtally_export_runs_total", "Scheduled export runs this server finished, by outcome."),
         "adtally_ingest_events_total": ("adtally_ingest_events_total", "Events ingested and committed, by outcome (stored, duplicate)."),
+        "adtally_ingest_claim_redos_total": ("adtally_ingest_claim_redos_total", "Ingest transactions done again because an id said to be new (AdTally-Attempt: 1) or raced in was already in the ledger."),
         "adtally_ingest_refusals_total": ("adtally_ingest_refusals_total", "Ingest requests refused, by reason (invalid, overloaded, unauthorized, too large …)."),
         "adtally_mediation_decisions_total": ("adtally_mediation_decisions_total", "Mediation switch decisions made, by how they were decided."),
         "adtally_mediation_unreadable_numbers_total": ("adtally_mediation_unreadable_numbers_total", "Mediation refreshes whose report numbers could not be read (the last decision kept)."),

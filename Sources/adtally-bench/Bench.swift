@@ -195,8 +195,8 @@ extension Bench {
                             request.method = .POST
                             request.headers.add(name: "Authorization", value: "Bearer \(bodies[index].key)")
                             request.headers.add(name: "Content-Type", value: "application/json")
-                            // Each batch is sent once, as AdTallyKit marks a batch it never sent
-                            // (the server claims its ids without the probe for retries).
+                            // Each batch is sent once, and says so as AdTallyKit does for a batch it
+                            // never sent: the server claims its ids without probing for known ones.
                             request.headers.add(name: "AdTally-Attempt", value: "1")
                             request.body = .bytes(bodies[index].body)
                             let sent = rate > 0 ? min(due, ContinuousClock.now) : ContinuousClock.now

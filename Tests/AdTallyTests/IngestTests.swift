@@ -213,7 +213,7 @@ struct IngestTests {
         }
     }
 
-    @Test("a batch that says it is sent for the first time but is not (a kit killed after its send, a hostile client) is still stored and counted once")
+    @Test("a batch that says it is sent for the first time but is not (a hostile client, a replayed POST) is still stored and counted once, and the redo is counted")
     func firstAttemptThatIsNot() async throws {
         try await withTestApp { services, client in
             let keys = try await Ingest.keys(services)
@@ -235,6 +235,12 @@ struct IngestTests {
             }
             #expect(try await Ingest.count(services, "SELECT count(*)::int FROM events") == 75)
             #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m") == 75)
+            // The header was heeded: the three known batches skipped the probe, met their ids
+            // in the COPY and were done again (the counter is the process's: at least these).
+            try await client.execute(uri: "/metrics", method: .get) { response in
+                let line = String(buffer: response.body).split(separator: "\n").first { $0.hasPrefix("adtally_ingest_claim_redos_total ") }
+                #expect((line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0) >= 3, "\(String(describing: line))")
+            }
         }
     }
 

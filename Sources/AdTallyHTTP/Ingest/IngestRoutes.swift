@@ -136,16 +136,16 @@ public struct IngestRoutes: Sendable {
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: json))
     }
 
-    /// Every 503 of ingest, by why: `concurrency` (too many requests in progress)
-    /// and the batcher's refusals.
     /// `AdTally-Attempt: 1`: the client never sent this batch before (AdTallyKit says so
-    /// for a batch none of whose events it posted since it started). Anything else, or no
-    /// header, may be a retry.
+    /// for a batch none of whose events it posted since it started, nor found queued when
+    /// it started). Anything else, or no header, may be a retry.
     static func isFirstAttempt(_ headers: HTTPFields) -> Bool {
         guard let name = HTTPField.Name("AdTally-Attempt") else { return false }
         return headers[name] == "1"
     }
 
+    /// Every 503 of ingest, by why: `concurrency` (too many requests in progress)
+    /// and the batcher's refusals.
     static func countRefusal(_ reason: String) {
         Counter(label: "adtally_ingest_refusals_total", dimensions: [("reason", reason)]).increment()
     }

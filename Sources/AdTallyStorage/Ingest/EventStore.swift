@@ -1,6 +1,7 @@
 import AdTallyCore
 import Foundation
 import Logging
+import Metrics
 import PostgresKit
 import Synchronization
 
@@ -44,13 +45,14 @@ public struct EventStore: Sendable {
     /// Stores events; returns, for each input position, whether it was newly stored
     /// (false: a duplicate of an earlier event, in this call or before).
     ///
-    /// `expectsNew`: every client of the call says it never sent these events before
-    /// (`AdTally-Attempt: 1`), so the ledger is claimed with COPY at once, without the
-    /// read-only probe that keeps a retried batch's duplicates out of PostgreSQL's log.
-    /// Only a hint: a client that says so wrongly (a kit killed after its send, a hostile
-    /// one) costs an ERROR line in that log and the transaction done again the other
-    /// way; every event is still stored once.
-    public func store(_ events: [AppEvent], expectsNew: Bool = false) async throws -> [Bool] {
+    /// `expectsNew` (one per event, nil: none): the client that sent that event says it
+    /// never sent it before (`AdTally-Attempt: 1`), so its id is claimed by the COPY
+    /// without the read-only probe that keeps a retried batch's duplicates out of
+    /// PostgreSQL's log; the other events' ids are probed as ever. Only a hint: a client
+    /// that says so wrongly (a hostile one, a proxy that replays a POST) costs an ERROR
+    /// line in that log and the transaction done again the other way (counted in
+    /// `adtally_ingest_claim_redos_total`); every event is still stored once.
+    public func store(_ events: [AppEvent], expectsNew: [Bool]? = nil) async throws -> [Bool] {
         if events.isEmpty { return [] }
         let partitions = self.partitions
         let networks = self.networks
@@ -72,9 +74,10 @@ public struct EventStore: Sendable {
             let isAdmitted = try networks.admitted(events, on: connection)
             func attempt() throws -> [Bool] {
                 do {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, probe: !expectsNew, isAdmitted: isAdmitted, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, expectsNew: expectsNew, isAdmitted: isAdmitted, on: $0) }
                 } catch is KnownIDs {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, probe: false, isAdmitted: isAdmitted, on: $0) }
+                    Counter(label: "adtally_ingest_claim_redos_total").increment()
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, isAdmitted: isAdmitted, on: $0) }
                 }
             }
             // A deadlock or serialization failure cannot happen with sorted writes, but
@@ -121,7 +124,7 @@ public struct EventStore: Sendable {
     }
 
     static func write(
-        _ events: [AppEvent], claimInBulk: Bool, probe: Bool = true, isAdmitted: (AppEvent) -> Bool, on connection: PostgresConnection
+        _ events: [AppEvent], claimInBulk: Bool, expectsNew: [Bool]? = nil, isAdmitted: (AppEvent) -> Bool, on connection: PostgresConnection
     ) throws -> [Bool] {
         // 1. First occurrence of each (app, id) within the call, in (app, id) order.
         let ordered = LedgerKey.firstOccurrences(of: events)
@@ -136,14 +139,18 @@ public struct EventStore: Sendable {
             // One probe per app (a group holds a few), shaped `app_id = $1 AND event_id =
             // ANY($2)`: one index scan each, and on Citus one shard each (a correlated
             // subquery over unnest() is refused there).
-            var start = probe ? 0 : ordered.count
+            // (Only the ids no client said were new: `expectsNew`.)
+            var start = 0
             while start < ordered.count {
                 var end = start + 1
                 while end < ordered.count && apps[end] == apps[start] { end += 1 }
-                let known = try connection.query("""
-                    SELECT 1 FROM event_ids WHERE app_id = \(apps[start]) AND event_id = ANY(\(array: Array(ids[start..<end]))::uuid[]) LIMIT 1
-                    """)
-                guard known.isEmpty else { throw KnownIDs() }
+                let probed = expectsNew.map { flags in (start..<end).filter { !flags[ordered[$0]] }.map { ids[$0] } } ?? Array(ids[start..<end])
+                if !probed.isEmpty {
+                    let known = try connection.query("""
+                        SELECT 1 FROM event_ids WHERE app_id = \(apps[start]) AND event_id = ANY(\(array: probed)::uuid[]) LIMIT 1
+                        """)
+                    guard known.isEmpty else { throw KnownIDs() }
+                }
                 start = end
             }
             var ledger = PostgresCopyBuffer(columns: 3, capacity: ordered.count * 60)

@@ -148,7 +148,7 @@ public final class IngestBatcher: Sendable {
 
     /// Queues events and returns once they are committed. `isFirstAttempt`: the client
     /// says it never sent them before (`EventStore.store`'s `expectsNew`), a hint that
-    /// saves the ledger probe, never trusted for correctness.
+    /// saves their ids the ledger probe, never trusted for correctness.
     public func submit(_ events: [AppEvent], isFirstAttempt: Bool = false) async throws -> Receipt {
         if events.isEmpty { return Receipt(accepted: 0, duplicates: 0) }
         let timeout = configuration.commitTimeout
@@ -251,7 +251,10 @@ public final class IngestBatcher: Sendable {
         let events = live.flatMap(\.events)
         let started = ContinuousClock.now
         do {
-            let isNew = try await store.store(events, expectsNew: live.allSatisfy(\.isFirstAttempt))
+            // The events of requests that said they are sent for the first time skip the probe.
+            let expectsNew = live.contains(where: \.isFirstAttempt)
+                ? live.flatMap { repeatElement($0.isFirstAttempt, count: $0.events.count) } : nil
+            let isNew = try await store.store(events, expectsNew: expectsNew)
             let elapsed = ContinuousClock.now - started
             flushTimer.record(duration: elapsed)
             var offset = 0

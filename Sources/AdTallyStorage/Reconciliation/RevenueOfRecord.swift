@@ -14,7 +14,10 @@ import PostgresKit
 /// network day holds its earnings exactly. The hours are UTC hours: a day of the
 /// network's zone is the hours that start in it (exact for whole-hour zones, which the
 /// networks' America/Los_Angeles and UTC are). Where the network's zone is the apps'
-/// and the report's (MAX's UTC for apps in UTC), the daily rollups serve, by their day.
+/// and the report's (MAX's UTC for apps in UTC), the daily rollups serve, by their day;
+/// where any is in another zone (or not whole UTC hours), a report in the apps' own zone
+/// reads the rows of the apps and networks with record days by the hour, every other
+/// row by the day (`ReportPlan.recordByHour`).
 ///
 /// Which import is current: per app and network, one source and zone, whatever the
 /// report's range: the network's own report if it has one (AdMob's for admob, MAX's for

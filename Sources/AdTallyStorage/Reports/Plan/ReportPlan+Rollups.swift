@@ -138,7 +138,9 @@ extension ReportPlan {
         switch source {
         case .daily where recordByHour:
             // The apps and networks whose network's days lie in another zone, by the hour.
-            let pairs: PostgresQuery = " AND (r.app_id || chr(1) || r.network) = ANY(\(array: recordPairs)::text[])"
+            // (The networks named apart too: an index condition on the hourly rows' key.)
+            let networks = Array(Set(record.map(\.network))).sorted()
+            let pairs: PostgresQuery = " AND r.network = ANY(\(array: networks)::text[]) AND (r.app_id || chr(1) || r.network) = ANY(\(array: recordPairs)::text[])"
             daily(" AND (r.app_id || chr(1) || r.network) <> ALL(\(array: recordPairs)::text[])")
             hourly(pairs)
         case .daily:

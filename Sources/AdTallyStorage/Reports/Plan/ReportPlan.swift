@@ -90,7 +90,7 @@ struct ReportPlan {
     var sourceDescription: String {
         switch source {
         case .daily where recordByHour:
-            "rollups: daily rows in the apps' own zone (hourly rows for the apps and networks whose days in the network's zone take its earnings), and pending 15-minute deltas"
+            "rollups: daily rows in the apps' own zone (hourly rows, and 15-minute rows for hours a day boundary cuts, for the apps and networks whose days in the network's zone take its earnings), and pending 15-minute deltas"
         case .daily: "rollups: daily rows in the apps' own zone, and pending 15-minute deltas"
         case .hourly: "rollups: hourly rows for whole hours, 15-minute rows for hours a day or hour boundary of the zone cuts, and pending deltas"
         case .raw:
