@@ -129,7 +129,7 @@ struct RevenueOfRecordTests {
             // (With AdMob's Los Angeles days beside them the report reads admob's rows by the hour
             // and the other networks' by the day; for applovin alone, daily.)
             let mixed = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network"), ("metrics", "revenue")])
-            #expect(mixed.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (hourly rows for the apps and networks"), "\(mixed.notes.source)")
+            #expect(mixed.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (hourly rows, and 15-minute rows for hours a day boundary cuts, for the apps and networks"), "\(mixed.notes.source)")
             #expect(Self.byKey(mixed)["2026-11-01 applovin"]?.revenueMicros == 200_000)
             let own = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network"), ("metrics", "impressions,revenue,revenue_source"), ("network", "applovin")])
             #expect(own.notes.source == "rollups: daily rows in the apps' own zone, and pending 15-minute deltas", "\(own.notes.source)")
