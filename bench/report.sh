@@ -53,6 +53,8 @@ if [ -n "${BENCH_REUSE:-}" ]; then
   echo "== reusing the data loaded in $BENCH_REUSE"
   cp -a "$BENCH_REUSE/loaded" "$work/loaded"
   cp -a "$work/loaded" "$work/data"
+  # The copies written out before anything is timed (their writeback ran under run 1).
+  sync
   start_server
 else
   start_server
@@ -83,6 +85,7 @@ echo "compaction_passes_cut=$cut_passes compaction_passes_failed=$failed_passes"
 if [ -z "${BENCH_REUSE:-}" ]; then
   stop_server
   cp -a "$data" "$work/loaded"
+  sync
   start_server
 fi
 
@@ -256,6 +259,7 @@ stop_server
 rm -rf "$data"
 # (Moved back when the work folder is not kept: the copy takes a minute.)
 if [ "${BENCH_KEEP:-0}" = 1 ]; then cp -a "$work/loaded" "$data"; else mv "$work/loaded" "$data"; fi
+sync
 start_server
 trace_settings
 measure 2
