@@ -31,10 +31,29 @@ extension ReportPlan {
         query.dimensions.indices.filter { viewers || !query.dimensions[$0].isOnAdEventsOnly }
     }
 
+    /// Whether active devices and viewers are read in one scan (`AudienceKind.both`): both
+    /// are asked for, and they group and filter alike (no dimension or filter names what
+    /// a session lacks). Viewers are then read beside the sessions' rows, whose viewers are
+    /// NULL (no impression) and add nothing. Two scans of the same sketch rows, and their
+    /// per-day unions, were most of what the audience added to a report.
+    var readsAudienceOnce: Bool {
+        needsActive && needsViewers && source != .raw
+            && !query.dimensions.contains(where: \.isOnAdEventsOnly)
+            && !query.filters.contains(where: { !$0.dimension.isTime && $0.dimension.isOnAdEventsOnly })
+    }
+
+    /// Which devices a sketch read holds: any event's, the impressions' (viewers), or
+    /// both (two sketches a row: `s` and `v`).
+    enum AudienceKind {
+        case active, viewers, both
+    }
+
     /// Rows (app_id, d, hk, network, format, s) of the range's per-day sketches from the
-    /// rollups: `s` the devices of any event, or of the impressions.
-    func audienceParts(viewers: Bool) -> [PostgresQuery] {
-        let column = viewers ? "viewers" : "devices"
+    /// rollups: `s` the devices of any event, or of the impressions; for `both`, a last
+    /// column `v`, the impressions'.
+    func audienceParts(_ kind: AudienceKind) -> [PostgresQuery] {
+        let viewers = kind == .viewers
+        let column = switch kind { case .active: "devices"; case .viewers: "viewers"; case .both: "devices, r.viewers" }
         let filters = viewers ? columnFilters("r", devices: true) : columnFilters("r", sessionless: true)
         let present: PostgresQuery = viewers ? " AND r.viewers IS NOT NULL" : ""
         var parts: [PostgresQuery] = []
@@ -60,21 +79,26 @@ extension ReportPlan {
             preconditionFailure("raw events are not rollup parts")
         }
         let hashes = viewers ? "viewer_hashes" : "device_hashes"
+        let sketches = (kind == .both ? ["device_hashes", "viewer_hashes"] : [hashes])
+            .map { "(SELECT \(Self.sketch("h::hll_hashval")) FROM unnest(r.\($0)) AS h)" }.joined(separator: ", ")
         parts.append("""
             SELECT r.app_id, \(unsafeRaw: rowDate), \(unsafeRaw: rowHour), r.network, r.format,
-                   (SELECT \(unsafeRaw: Self.sketch("h::hll_hashval")) FROM unnest(r.\(unsafeRaw: hashes)) AS h)
+                   \(unsafeRaw: sketches)
             FROM rollup_delta r
             WHERE r.app_id = ANY(\(apps)) AND r.bucket >= \(t0) AND r.bucket < \(t1) AND r.\(unsafeRaw: hashes) IS NOT NULL\(filters)
             """)
         return parts
     }
 
-    /// One kind of device per group and local day: `d…` of its dimensions, `day`, `s`.
-    func audienceDays(viewers: Bool) -> PostgresQuery {
+    /// One kind of device per group and local day: `d…` of its dimensions, `day`, `s`
+    /// (and `v`, the viewers, for `both`).
+    func audienceDays(_ kind: AudienceKind) -> PostgresQuery {
+        let viewers = kind == .viewers
         let dimensions = audienceDimensions(viewers: viewers)
         let select = dimensions.map { dimensionSelect($0) + ", " }.joined()
         let positions = (0...dimensions.count).map { String($0 + 1) }.joined(separator: ", ")
         if source == .raw {
+            precondition(kind != .both, "raw events are read per kind of device")
             let impressions = viewers ? " AND e.type = 'impression'" : ""
             let filters = viewers ? columnFilters("e") : columnFilters("e", sessionless: true)
             return """
@@ -84,9 +108,10 @@ extension ReportPlan {
                 GROUP BY \(unsafeRaw: positions)
                 """
         }
-        var sql: PostgresQuery = "SELECT \(unsafeRaw: select)s.d AS day, hll_union_agg(s.s) AS s FROM (\n"
-        sql.append(Self.union(audienceParts(viewers: viewers)))
-        sql.append("\n) AS s (app_id, d, hk, network, format, s) WHERE true")
+        let both = kind == .both
+        var sql: PostgresQuery = "SELECT \(unsafeRaw: select)s.d AS day, hll_union_agg(s.s) AS s\(unsafeRaw: both ? ", hll_union_agg(s.v) AS v" : "") FROM (\n"
+        sql.append(Self.union(audienceParts(kind)))
+        sql.append("\n) AS s (app_id, d, hk, network, format, s\(unsafeRaw: both ? ", v" : "")) WHERE true")
         sql.append(timeFilters())
         sql.append("\nGROUP BY \(unsafeRaw: positions)")
         return sql
@@ -96,15 +121,22 @@ extension ReportPlan {
     /// `aud_days`) and over all groups (`aud_total`, one row).
     func audienceCTEs() -> [PostgresQuery] {
         var ctes: [PostgresQuery] = []
+        let once = readsAudienceOnce
+        if once { ctes.append("aud_both_days AS MATERIALIZED (\n\(audienceDays(.both))\n)") }
+        // Each kind's per-day sketches: its own CTE `<name>_days` (column `s`), or a column of `aud_both_days`.
+        func days(_ name: String, _ viewers: Bool) -> (table: String, column: String) {
+            once ? ("aud_both_days", viewers ? "v" : "s") : (name + "_days", "s")
+        }
         func perGroup(_ name: String, _ viewers: Bool, _ unique: String, _ daily: String) {
             let keys = audienceDimensions(viewers: viewers).map { "d\($0)" }
             let groupBy = keys.isEmpty ? "" : " GROUP BY " + keys.joined(separator: ", ")
-            ctes.append("\(unsafeRaw: name)_days AS MATERIALIZED (\n\(audienceDays(viewers: viewers))\n)")
+            let (table, s) = days(name, viewers)
+            if !once { ctes.append("\(unsafeRaw: name)_days AS MATERIALIZED (\n\(audienceDays(viewers ? .viewers : .active))\n)") }
             ctes.append("""
                 \(unsafeRaw: name) AS (
-                    SELECT \(unsafeRaw: keys.map { $0 + ", " }.joined())\(unsafeRaw: Self.cardinality("hll_union_agg(s)")) AS \(unsafeRaw: unique),
-                           coalesce(sum(\(unsafeRaw: Self.cardinality("s"))), 0)::bigint AS \(unsafeRaw: daily)
-                    FROM \(unsafeRaw: name)_days\(unsafeRaw: groupBy)
+                    SELECT \(unsafeRaw: keys.map { $0 + ", " }.joined())\(unsafeRaw: Self.cardinality("hll_union_agg(\(s))")) AS \(unsafeRaw: unique),
+                           coalesce(sum(\(unsafeRaw: Self.cardinality(s))), 0)::bigint AS \(unsafeRaw: daily)
+                    FROM \(unsafeRaw: table)\(unsafeRaw: groupBy)
                 )
                 """)
         }
@@ -129,14 +161,15 @@ extension ReportPlan {
                 )
                 """)
         }
-        func total(_ name: String, _ needed: Bool) -> (unique: String, daily: String) {
+        func total(_ name: String, _ viewers: Bool, _ needed: Bool) -> (unique: String, daily: String) {
             guard needed else { return ("0::bigint", "0::bigint") }
+            let (table, s) = days(name, viewers)
             return (
-                "(SELECT \(Self.cardinality("hll_union_agg(s)")) FROM \(name)_days)",
-                "(SELECT coalesce(sum(\(Self.cardinality("x.s"))), 0)::bigint FROM (SELECT hll_union_agg(s) AS s FROM \(name)_days GROUP BY day) AS x)"
+                "(SELECT \(Self.cardinality("hll_union_agg(\(s))")) FROM \(table))",
+                "(SELECT coalesce(sum(\(Self.cardinality("x.s"))), 0)::bigint FROM (SELECT hll_union_agg(\(s)) AS s FROM \(table) GROUP BY day) AS x)"
             )
         }
-        let active = total("aud_active", needsActive), viewers = total("aud_viewers", needsViewers)
+        let active = total("aud_active", false, needsActive), viewers = total("aud_viewers", true, needsViewers)
         ctes.append("""
             aud_total AS (
                 SELECT \(unsafeRaw: active.unique) AS active_devices, \(unsafeRaw: viewers.unique) AS ad_viewers,
