@@ -72,6 +72,7 @@ SELECT pg_temp.place('rollup_unpriced_day_compacted', 'distributed');
 SELECT pg_temp.place('rollup_devices_15m_compacted', 'distributed');
 SELECT pg_temp.place('rollup_devices_1h_compacted', 'distributed');
 SELECT pg_temp.place('rollup_devices_day_compacted', 'distributed');
+SELECT pg_temp.place('rollup_devices_app_day', 'distributed');
 
 -- Priced rollups (Migrations/0012): revenue summed as it is compacted, the ranges a card
 -- change left to re-price, and the report series' changed days, per app like the rest.
@@ -118,7 +119,7 @@ BEGIN
         ('rollup_revenue_1h_compacted', 'distributed'), ('rollup_revenue_day_compacted', 'distributed'),
         ('rollup_unpriced_1h_compacted', 'distributed'), ('rollup_unpriced_day_compacted', 'distributed'),
         ('rollup_devices_15m_compacted', 'distributed'), ('rollup_devices_1h_compacted', 'distributed'),
-        ('rollup_devices_day_compacted', 'distributed'), ('report_series', 'distributed'),
+        ('rollup_devices_day_compacted', 'distributed'), ('rollup_devices_app_day', 'distributed'), ('report_series', 'distributed'),
         ('report_series_refresh', 'distributed'), ('mediation_policies', 'distributed'),
         ('mediation_changes', 'distributed'), ('app_networks', 'distributed'), ('client_drops', 'distributed'),
         ('rollup_priced_1h', 'distributed'), ('rollup_priced_day', 'distributed'), ('rollup_dirty', 'distributed'),

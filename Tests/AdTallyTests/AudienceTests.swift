@@ -240,6 +240,43 @@ struct AudienceTests {
         }
     }
 
+    @Test("each app's day sketch is the union of its networks' and formats' day sketches, as passes fold it and as Migrations/0022 builds it")
+    func appDaySketches() async throws {
+        try await withServices { services in
+            _ = try await services.appStore.createApp(id: "ktm", name: nil, timezone: "Asia/Kathmandu")
+            var random = SplitMix64(seed: 42)
+            let start = Reports.micros("2026-02-01T00:00:00Z")
+            for _ in 0..<3 {
+                var events: [AppEvent] = []
+                for index in 0..<2_000 {
+                    let micros = start + Int64(random.next() % (3 * 86_400)) * 1_000_000
+                    let device = "device-\(random.next() % 900)"
+                    let type: EventType = [.impression, .request, .session][index % 3]
+                    var event = Reports.event(type, at: micros) { $0.device = device }
+                    if type != .session { event.network = ["admob", "unity", "iad"][index % 3 == 0 ? Int(random.next() % 3) : 0] } else { event.network = ""; event.format = nil }
+                    events.append(AppEvent(appID: "ktm", event: event))
+                }
+                _ = try await services.eventStore.store(events)
+                try await services.compactor.compactOnce()
+            }
+            let compare = """
+                SELECT count(*)::int FROM rollup_devices_app_day a
+                FULL JOIN (SELECT app_id, day, hll_union_agg(devices) AS devices, hll_union_agg(viewers) AS viewers
+                           FROM rollup_devices_day_compacted GROUP BY 1, 2) AS u USING (app_id, day)
+                WHERE hll_cardinality(a.devices) IS DISTINCT FROM hll_cardinality(u.devices)
+                   OR hll_cardinality(a.viewers) IS DISTINCT FROM hll_cardinality(u.viewers)
+                """
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM rollup_devices_app_day") == 4, "three UTC days are four Kathmandu days")
+            #expect(try await Ingest.count(services, compare) == 0)
+            let migration = try String(contentsOf: Migrator.defaultDirectory(explicit: nil).appendingPathComponent("0022_audience_app_days.sql"), encoding: .utf8)
+            let insert = try #require(migration.range(of: "INSERT INTO rollup_devices_app_day")).lowerBound
+            try await services.database.pool.query("TRUNCATE rollup_devices_app_day")
+            _ = try await services.database.pool.withConnection { try $0.execute(unsafeSQL: String(migration[insert...])) }
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM rollup_devices_app_day") == 4)
+            #expect(try await Ingest.count(services, compare) == 0)
+        }
+    }
+
     @Test("revenue_precision splits reported revenue, and the split sums to it; precise_revenue_share is the precise part of revenue, in the report currency")
     func precision() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
@@ -311,13 +348,17 @@ struct AudienceTests {
                 ALTER TABLE rollup_delta DROP COLUMN viewer_hashes;
                 ALTER TABLE id_horizon DROP COLUMN viewers_from;
                 ALTER TABLE report_series DROP COLUMN sessions, DROP COLUMN dau, DROP COLUMN dav, DROP COLUMN engagement_rate, DROP COLUMN arpdau;
-                ALTER TABLE mediation_policies DROP COLUMN rank_by
+                ALTER TABLE mediation_policies DROP COLUMN rank_by;
+                DROP TABLE rollup_devices_app_day
                 """
             _ = try await pool.withConnection { try $0.execute(unsafeSQL: previous) }
             let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
                 .appendingPathComponent("Migrations/0014_audience.sql")
             let migration = try String(contentsOf: file, encoding: .utf8)
             _ = try await pool.withConnection { try $0.execute(unsafeSQL: migration) }
+            // And the later one that unions each app's day (Migrations/0022), as the migrator applies them in order.
+            let appDays = try String(contentsOf: file.deletingLastPathComponent().appendingPathComponent("0022_audience_app_days.sql"), encoding: .utf8)
+            _ = try await pool.withConnection { try $0.execute(unsafeSQL: appDays) }
             #expect(try await dav("2026-01-10").viewers == 4, "from the raw events, before the pending delta is folded")
             try await services.compactor.compactOnce()
             let after = try await dav("2026-01-10")

@@ -510,6 +510,13 @@ public struct RollupCompactor: Sendable {
             FROM devices d JOIN apps a USING (app_id) GROUP BY 1, 2, 3, 4
             ON CONFLICT (app_id, day, network, format) DO UPDATE SET \(devicesUpdate)
             RETURNING 1
+        ), devices_app_day AS (
+            -- The app's devices of the day over every network and format (Migrations/0022).
+            INSERT INTO rollup_devices_app_day AS r (app_id, day, devices, viewers)
+            SELECT d.app_id, (d.bucket AT TIME ZONE a.timezone)::date, hll_union_agg(d.devices), hll_union_agg(d.viewers)
+            FROM devices d JOIN apps a USING (app_id) GROUP BY 1, 2
+            ON CONFLICT (app_id, day) DO UPDATE SET \(devicesUpdate)
+            RETURNING 1
         )
         SELECT count(*)::bigint FROM moved
         """

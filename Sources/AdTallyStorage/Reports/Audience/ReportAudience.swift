@@ -37,9 +37,22 @@ extension ReportPlan {
     /// NULL (no impression) and add nothing. Two scans of the same sketch rows, and their
     /// per-day unions, were most of what the audience added to a report.
     var readsAudienceOnce: Bool {
-        needsActive && needsViewers && source != .raw
-            && !query.dimensions.contains(where: \.isOnAdEventsOnly)
-            && !query.filters.contains(where: { !$0.dimension.isTime && $0.dimension.isOnAdEventsOnly })
+        needsActive && needsViewers && source != .raw && !namesAdDimensions
+    }
+
+    /// Whether a dimension or filter names what only ad events carry (network, format …).
+    var namesAdDimensions: Bool {
+        query.dimensions.contains(where: \.isOnAdEventsOnly) || query.filters.contains(where: { !$0.dimension.isTime && $0.dimension.isOnAdEventsOnly })
+    }
+
+    /// Whether a kind's days are read from each app's own day sketch (`rollup_devices_app_day`,
+    /// Migrations/0022: the union over every network and format) rather than per network
+    /// and format: in the apps' own zone, for active devices always (they are the app's),
+    /// for viewers when nothing names a network or format. A day is then one row of two
+    /// sketches, not one per network and format (720 rows for the bench's largest app's
+    /// 30 days, whose unions were half the audience report's time).
+    func readsAppDays(_ kind: AudienceKind) -> Bool {
+        source == .daily && (kind == .active || !namesAdDimensions)
     }
 
     /// Which devices a sketch read holds: any event's, the impressions' (viewers), or
@@ -58,6 +71,12 @@ extension ReportPlan {
         let present: PostgresQuery = viewers ? " AND r.viewers IS NOT NULL" : ""
         var parts: [PostgresQuery] = []
         switch source {
+        case .daily where readsAppDays(kind):
+            parts.append("""
+                SELECT r.app_id, r.day, NULL::text, ''::text, ''::text, r.\(unsafeRaw: column)
+                FROM rollup_devices_app_day r
+                WHERE r.app_id = ANY(\(apps)) AND r.day BETWEEN \(ReportQuery.formatDate(query.from))::date AND \(ReportQuery.formatDate(query.to))::date\(columnFilters("r", sessionless: true))\(present)
+                """)
         case .daily:
             parts.append("""
                 SELECT r.app_id, r.day, NULL::text, r.network, r.format, r.\(unsafeRaw: column)
