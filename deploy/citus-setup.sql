@@ -94,6 +94,14 @@ SELECT pg_temp.place('network_import_pairs', 'distributed');
 SELECT pg_temp.place('network_report_rows', 'distributed');
 SELECT pg_temp.place('client_drops', 'distributed');
 
+-- Installs (Migrations/0023): each device's install, its active days and their money,
+-- the deltas the ingest path appends for them, and where each app's history starts.
+SELECT pg_temp.place('install_delta', 'distributed');
+SELECT pg_temp.place('installs', 'distributed');
+SELECT pg_temp.place('install_days', 'distributed');
+SELECT pg_temp.place('install_day_revenue', 'distributed');
+SELECT pg_temp.place('install_history', 'distributed');
+
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
 SELECT pg_temp.place('rate_cards', 'reference');
@@ -124,7 +132,8 @@ BEGIN
         ('mediation_changes', 'distributed'), ('app_networks', 'distributed'), ('client_drops', 'distributed'),
         ('rollup_priced_1h', 'distributed'), ('rollup_priced_day', 'distributed'), ('rollup_dirty', 'distributed'),
         ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference'),
-        ('network_import_pairs', 'distributed')
+        ('network_import_pairs', 'distributed'), ('install_delta', 'distributed'), ('installs', 'distributed'),
+        ('install_days', 'distributed'), ('install_day_revenue', 'distributed'), ('install_history', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

@@ -62,6 +62,8 @@ public struct ReportNotes: Sendable, Equatable {
     public var readFrom = ReadFrom(server: .primary)
     /// Which days' revenue is a network's final earnings, and from which imports (DESIGN §11).
     public var revenueOfRecord: [String] = []
+    /// A cohort report's lines (DESIGN §13): when a day N is mature, where install history starts.
+    public var cohorts: [String] = []
 
     /// Which server answered a report, and how far behind it was.
     public struct ReadFrom: Sendable, Equatable {
@@ -174,7 +176,7 @@ public struct ReportDocument: Sendable {
         key("to"); string(ReportQuery.formatDate(query.to)); raw(",")
         key("tz"); string(query.timezone); raw(",")
         key("dimensions"); strings(query.dimensions.map(\.rawValue)); raw(",")
-        key("metrics"); strings(query.metrics.map(\.rawValue)); raw(",")
+        key("metrics"); strings(query.metrics.map(\.rawValue) + query.cohortMetrics.map(\.name)); raw(",")
         key("filters"); raw("{")
         for (index, filter) in query.filters.enumerated() {
             if index > 0 { raw(",") }
@@ -282,8 +284,10 @@ public struct ReportDocument: Sendable {
             }
         }
         key("estimated"); strings(estimated); raw(",")
-        key("revenue_of_record"); strings(query.metrics.contains(where: { $0.isMoney || $0 == .revenueSource }) ? notes.revenueOfRecord : []); raw(",")
-        key("money"); strings(query.metrics.contains(where: \.isMoney) ? [ReportNotes.moneyRule(query.currency)] : [])
+        let cohortMoney = query.cohortMetrics.contains { $0.kind == .revenuePerInstall }
+        key("revenue_of_record"); strings(query.metrics.contains(where: { $0.isMoney || $0 == .revenueSource }) || cohortMoney ? notes.revenueOfRecord : []); raw(",")
+        if query.isCohortReport { key("cohorts"); strings(notes.cohorts); raw(",") }
+        key("money"); strings(query.metrics.contains(where: \.isMoney) || cohortMoney ? [ReportNotes.moneyRule(query.currency)] : [])
         raw("},")
         key("next_cursor"); if let cursor = nextCursor { string(cursor) } else { raw("null") }
         raw("}")

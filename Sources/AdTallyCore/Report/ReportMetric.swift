@@ -7,6 +7,12 @@ public enum ReportDimension: String, Sendable, CaseIterable {
     /// How the network SDK knew a reported amount (DESIGN §2): precise, estimated,
     /// publisher_provided, unknown (sent without one); null for events without reported revenue.
     case revenuePrecision = "revenue_precision"
+    /// A cohort report's install day (DESIGN §13), in the app's own zone.
+    case cohort
+
+    /// What a cohort report may group and filter by: the cohort, the app, and what a
+    /// device was first seen with (country, platform, app version).
+    public var isCohortDimension: Bool { [.cohort, .app, .country, .platform, .appVersion].contains(self) }
 
     /// A dimension of time in the report's zone.
     public var isTime: Bool { self == .date || self == .hour || self == .week || self == .month }
@@ -21,7 +27,7 @@ public enum ReportDimension: String, Sendable, CaseIterable {
     /// How its values read.
     public var valueType: ReportValueType {
         switch self {
-        case .date, .week: .date
+        case .date, .week, .cohort: .date
         case .hour: .timestamp
         case .month: .month
         case .errorCode: .integer
@@ -109,6 +115,8 @@ public struct ReportCounts: Sendable, Equatable {
     public var networkMicros: Int128 = 0, networkImpressions: Int64 = 0
     /// Impressions and taps without reported revenue that no rate card entry priced.
     public var unratedEvents: Int64 = 0
+    /// A cohort report's sums (DESIGN §13); empty in any other report.
+    public var cohort = CohortCounts()
 
     /// Revenue: reported + estimated, or a network's final earnings where that network's
     /// policy takes them (DESIGN §3, §11).
@@ -138,6 +146,7 @@ public struct ReportCounts: Sendable, Equatable {
         uniqueDevices += other.uniqueDevices; reportedMicros += other.reportedMicros; estimatedMicros += other.estimatedMicros
         networkMicros += other.networkMicros; networkImpressions += other.networkImpressions
         unratedEvents += other.unratedEvents
+        if other.cohort.installs != 0 || !other.cohort.days.isEmpty { cohort.add(other.cohort) }
     }
 
     /// A count as a wide integer.

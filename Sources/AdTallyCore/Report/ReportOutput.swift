@@ -55,6 +55,7 @@ public struct ReportLayout: Sendable {
                 columns.append(ReportColumn(name: metric.rawValue + "_change", type: .change))
             }
         }
+        for metric in query.cohortMetrics { columns.append(ReportColumn(name: metric.name, type: metric.valueType)) }
         self.columns = columns
         self.digits = Money.digits(query.currency)
     }
@@ -117,6 +118,9 @@ public struct ReportLayout: Sendable {
                 body(cell(earlier, digits: digits))
                 body(cell(value.change(from: earlier)))
             }
+        }
+        for metric in query.cohortMetrics {
+            body(cell(metric.value(counts.cohort), digits: metric.valueType == .moneyPerDevice ? min(digits + 4, 6) : digits))
         }
     }
 

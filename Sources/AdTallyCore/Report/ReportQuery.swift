@@ -109,6 +109,8 @@ public struct ReportQuery: Sendable {
     public var dimensions: [ReportDimension]
     /// Columns, in the order asked.
     public var metrics: [ReportMetric]
+    /// A cohort report's columns (DESIGN §13), in the order asked; then `metrics` is empty.
+    public var cohortMetrics: [CohortMetric] = []
     /// Only rows whose dimension value is one of these, by dimension (sorted by name).
     public var filters: [(dimension: ReportDimension, values: [String])]
     /// Money is shown in this currency.
@@ -151,6 +153,10 @@ public struct ReportQuery: Sendable {
 
     /// Number of days in the range.
     public var dayCount: Int { to - from + 1 }
+
+    /// Whether it is a cohort report (DESIGN §13): cohort metrics over installs, whose
+    /// range (`from`, `to`) chooses the cohorts.
+    public var isCohortReport: Bool { !cohortMetrics.isEmpty }
 
     /// The same query for the period it is compared with (nil without `compare`),
     /// and the number of days its dates are shifted forward to line up with this one.
@@ -288,16 +294,33 @@ public struct ReportQuery: Sendable {
             }
         }
         var metrics: [ReportMetric] = []
+        var cohortMetrics: [CohortMetric] = []
         if let text = values["metrics"] {
             for name in try list(text, "metrics") {
-                guard let metric = ReportMetric(rawValue: name) else {
-                    throw ReportQueryError("metrics", "unknown metric \"\(name)\"; allowed: \(ReportMetric.allCases.map(\.rawValue).joined(separator: ", "))")
+                if let metric = ReportMetric(rawValue: name) {
+                    guard !metrics.contains(metric) else { throw ReportQueryError("metrics", "\"\(name)\" is given twice") }
+                    metrics.append(metric)
+                } else if let metric = CohortMetric(name: name) {
+                    guard !cohortMetrics.contains(metric) else { throw ReportQueryError("metrics", "\"\(name)\" is given twice") }
+                    cohortMetrics.append(metric)
+                } else {
+                    throw ReportQueryError(
+                        "metrics", "unknown metric \"\(name)\"; allowed: \(ReportMetric.allCases.map(\.rawValue).joined(separator: ", ")), and with the cohort dimension \(CohortMetric.namesText)"
+                    )
                 }
-                guard !metrics.contains(metric) else { throw ReportQueryError("metrics", "\"\(name)\" is given twice") }
-                metrics.append(metric)
             }
+        } else if dimensions.contains(.cohort) {
+            cohortMetrics = CohortMetric.defaults
         } else {
             metrics = ReportMetric.defaults
+        }
+        if !cohortMetrics.isEmpty && !metrics.isEmpty {
+            throw ReportQueryError(
+                "metrics", "cohort metrics (\(cohortMetrics[0].name)) and event metrics (\(metrics[0].rawValue)) are separate reports: a cohort report counts installs by their first day, an event report events by theirs"
+            )
+        }
+        if dimensions.contains(.cohort) && cohortMetrics.isEmpty {
+            throw ReportQueryError("dimensions", "cohort groups cohort metrics only (\(CohortMetric.namesText))")
         }
 
         // Filters.
@@ -308,6 +331,11 @@ public struct ReportQuery: Sendable {
             guard items.count <= maxFilterValues else { throw ReportQueryError(dimension.rawValue, "at most \(maxFilterValues) values") }
             for item in items { try checkFilterValue(item, dimension) }
             filters.append((dimension, Array(Set(items)).sorted()))
+        }
+        if !cohortMetrics.isEmpty {
+            try checkCohortReport(dimensions: dimensions, filters: filters, apps: apps, timezone: timezone, tzGiven: values["tz"] != nil, compare: values["compare"])
+        } else if let filter = filters.first(where: { $0.dimension == .cohort }) {
+            throw ReportQueryError(filter.dimension.rawValue, "cohort filters a cohort report only (metrics \(CohortMetric.namesText))")
         }
         if let appFilter = filters.first(where: { $0.dimension == .app }) {
             for id in appFilter.values where !apps.contains(where: { $0.id == id }) {
@@ -387,6 +415,7 @@ public struct ReportQuery: Sendable {
             limit: limit, after: nil, comparison: comparison, format: format,
             isInAppsOwnZone: apps.allSatisfy { $0.timezone == timezone }
         )
+        query.cohortMetrics = cohortMetrics
         if let text = values["revenue_source"] {
             guard let value = ReportRevenueSource(rawValue: text) else {
                 throw ReportQueryError("revenue_source", "must be of_record (each network's policy: its final earnings where it is network_when_final) or sdk (the SDKs' and the rate card's amounts)")
@@ -397,6 +426,31 @@ public struct ReportQuery: Sendable {
             query.after = try ReportCursor.keys(text, for: query)
         }
         return query
+    }
+
+    /// What a cohort report may be (DESIGN §13): grouped and filtered by the cohort, the
+    /// app and what devices were first seen with; in the apps' own zone, where their
+    /// cohorts are kept; never compared (a cohort's days are its own comparison).
+    static func checkCohortReport(
+        dimensions: [ReportDimension], filters: [(dimension: ReportDimension, values: [String])], apps: [ReportApp], timezone: String, tzGiven: Bool, compare: String?
+    ) throws(ReportQueryError) {
+        let allowed = ReportDimension.allCases.filter(\.isCohortDimension).map(\.rawValue).joined(separator: ", ")
+        if let dimension = dimensions.first(where: { !$0.isCohortDimension }) {
+            throw ReportQueryError("dimensions", "a cohort report groups by \(allowed) (of the device's first sight), not \(dimension.rawValue)")
+        }
+        if let filter = filters.first(where: { !$0.dimension.isCohortDimension }) {
+            throw ReportQueryError(filter.dimension.rawValue, "a cohort report filters by \(allowed) (of the device's first sight), not \(filter.dimension.rawValue)")
+        }
+        let zones = Set(apps.map(\.timezone))
+        if zones.count > 1 {
+            throw ReportQueryError("apps", "cohorts are read in each app's own zone, and these apps are in \(zones.count) zones (\(zones.sorted().joined(separator: ", "))); ask for the apps of one zone at a time")
+        }
+        if tzGiven, let zone = zones.first, zone != timezone {
+            throw ReportQueryError("tz", "cohorts are read in the app's own zone (\(zone)), where an install's day is kept; leave tz out or give \(zone)")
+        }
+        if compare != nil {
+            throw ReportQueryError("compare", "a cohort report is not compared with another period: its days N are the comparison (retention_d1 … retention_d90)")
+        }
     }
 
     static func list(_ text: String, _ parameter: String) throws(ReportQueryError) -> [String] {
@@ -417,7 +471,7 @@ public struct ReportQuery: Sendable {
             guard EventValidator.isPlacement(value) else { throw ReportQueryError(name, "\"\(value)\": a placement " + EventValidator.placementRule.dropFirst(5)) }
         case .osVersion, .appVersion:
             guard EventValidator.isVersion(value) else { throw ReportQueryError(name, "a filter value is \(TextRule.version.limitText)") }
-        case .date:
+        case .date, .cohort:
             guard parseDate(value) != nil else { throw ReportQueryError(name, "\"\(value)\" is not a date YYYY-MM-DD") }
         case .week:
             // A week is named by its Monday (ISO); 1970-01-01 was a Thursday.
@@ -497,7 +551,7 @@ public struct ReportQuery: Sendable {
         }
         var parts = [
             "apps=\(apps.joined(separator: ","))", "from=\(Self.formatDate(from))", "to=\(Self.formatDate(to))", "tz=\(timezone)",
-            "dimensions=\(dimensions.map(\.rawValue).joined(separator: ","))", "metrics=\(metrics.map(\.rawValue).joined(separator: ","))",
+            "dimensions=\(dimensions.map(\.rawValue).joined(separator: ","))", "metrics=\((metrics.map(\.rawValue) + cohortMetrics.map(\.name)).joined(separator: ","))",
             "currency=\(currency)", "sort=\(sortText)", "compare=\(comparison?.rawValue ?? "")",
         ]
         for filter in filters { parts.append("\(filter.dimension.rawValue)=\(filter.values.map(escaped).joined(separator: ","))") }

@@ -23,7 +23,8 @@ public struct AppEvent: Sendable {
 /// One call is one transaction: the ids go into the dedupe ledger first (COPY, or
 /// `ON CONFLICT DO NOTHING` when some are known), only the ids that were new are copied into the
 /// partitioned events table with COPY, and only their sums are appended to the
-/// rollup deltas (`RollupAccumulator`; `RollupCompactor` folds them in later).
+/// rollup deltas (`RollupAccumulator`) and, per device, to the install deltas
+/// (`InstallAccumulator`); `RollupCompactor` folds both in later.
 /// Ids are written in sorted order so that concurrent writers — in this process or
 /// another server — take the ledger's index locks in the same order and cannot
 /// deadlock; the other tables are only appended to.
@@ -186,16 +187,19 @@ public struct EventStore: Sendable {
         // 3. COPY the new events.
         var buffer = PostgresCopyBuffer(columns: EventRow.columnCount, capacity: ordered.count * 260)
         var rollups = RollupAccumulator()
+        var installs = InstallAccumulator()
         for (index, original) in events.enumerated() where isNew[index] {
             var item = original
             if !isAdmitted(item) { item.event.network = AppNetworks.other }
             try EventRow.append(item, to: &buffer)
             rollups.add(item)
+            installs.add(item)
         }
         try connection.copyIn(unsafeSQL: "COPY events (\(EventRow.columns)) FROM STDIN (FORMAT binary)", data: buffer)
 
-        // 4. Rollup deltas, for the new events only.
+        // 4. Rollup and install deltas, for the new events only.
         try rollups.write(on: connection)
+        try installs.write(on: connection)
         return isNew
     }
 }

@@ -119,6 +119,7 @@ public struct ReportEngine: Sendable {
     public func page(_ query: ReportQuery) async throws -> ReportDocument {
         try await reads.run { pool, readFrom, _ in
             try await pool.withTransaction(begin: Self.snapshot) { connection in
+            if query.isCohortReport { return try Self.cohortPage(query, readFrom: readFrom, on: connection) }
             let plan = try self.plan(query, on: connection)
             let notes = try Self.notes(plan, readFrom: readFrom, on: connection)
             let limit = query.limit ?? ReportQuery.maxLimit
@@ -173,7 +174,30 @@ public struct ReportEngine: Sendable {
         _ query: ReportQuery, withSummary: Bool = false, withTotals: Bool = false, refusingFirst: Bool = false, idleInTransaction: Duration = .seconds(60),
         start: (ReportSummary?) async throws -> Void, rows: ([ReportRow]) async throws -> Void
     ) async throws -> ReportCounts? {
-        try await reads.run { pool, readFrom, started in
+        if query.isCohortReport {
+            // A cohort report's rows are few (cohorts x what devices were first seen with):
+            // read whole, then handed on, every refusal before `start`.
+            return try await reads.run { pool, readFrom, started in
+                try await pool.withLease { lease in
+                    let report = try await lease.run { connection in
+                        try connection.execute(unsafeSQL: "\(Self.snapshot); SET LOCAL idle_in_transaction_session_timeout = '\(max(1, idleInTransaction.components.seconds))s'")
+                        return try Self.cohortReport(query, readFrom: readFrom, on: connection)
+                    }
+                    try await lease.run { connection in _ = try connection.execute(unsafeSQL: "COMMIT") }
+                    started()
+                    try await start(withSummary ? ReportSummary(notes: report.notes, previousTotals: nil) : nil)
+                    var page = Array(Self.cohortRows(report.rows, after: query.after, query: query))
+                    if let limit = query.limit { page = Array(page.prefix(limit)) }
+                    var start = 0
+                    while start < page.count {
+                        try await rows(Array(page[start..<min(page.count, start + Self.fetchSize)]))
+                        start += Self.fetchSize
+                    }
+                    return withTotals ? report.totals : nil
+                }
+            }
+        }
+        return try await reads.run { pool, readFrom, started in
           try await pool.withLease { lease in
             let (plan, compared, summary, grain) = try await lease.run { connection -> (ReportPlan, [String: ReportCounts]?, ReportSummary?, GrainReader?) in
                 // Every row will be read: plan the cursor for the whole result, not for

@@ -281,6 +281,12 @@ public struct RollupCompactor: Sendable {
                     PostgresQuery(unsafeSQL: Self.boundedMoveStatement, binds: [PostgresBind(text: end.bucket, type: 1184), PostgresBind(text: end.app, type: 25)])
                 } ?? PostgresQuery(unsafeSQL: Self.moveStatement)
                 let moved = try connection.query(statement).first?.decode(0, as: Int.self) ?? 0
+                // The install deltas of the same groups (Migrations/0023): every event with a
+                // device wrote both kinds in one transaction, so these bounds hold its rows too.
+                let installs = end.map { end in
+                    PostgresQuery(unsafeSQL: InstallCompaction.boundedMoveStatement, binds: [PostgresBind(text: end.bucket, type: 1184), PostgresBind(text: end.app, type: 25)])
+                } ?? PostgresQuery(unsafeSQL: InstallCompaction.moveStatement)
+                try connection.query(installs)
                 if moved > 0 {
                     try connection.query("""
                         INSERT INTO rollup_compaction_passes (started_at, finished_at, server, delta_rows, priced)
@@ -295,7 +301,7 @@ public struct RollupCompactor: Sendable {
                 // Deleted deltas are dead rows; reclaim them now rather than at autovacuum's pace
                 // (the table takes tens of thousands of rows a second under load); once a
                 // backlog is folded, not after each of its passes.
-                _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED) rollup_delta")
+                _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED) rollup_delta, install_delta")
             }
             // The table keeps its emptied pages (vacuum_truncate = false, so that ingest
             // never waits on the lock a truncation takes). After a burst — an import of
@@ -304,8 +310,11 @@ public struct RollupCompactor: Sendable {
             // lock is taken only if free, and is rare. Checked on every pass, not only one
             // that moved rows: a pass whose vacuums were skipped (an autovacuum held the
             // table) is made good by the next one even when no event comes meanwhile.
-            if !result.more, try Citus.mainForkBytes("rollup_delta", on: connection) > Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576 {
-                _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED, TRUNCATE) rollup_delta")
+            if !result.more {
+                for table in ["rollup_delta", "install_delta"]
+                where try Citus.mainForkBytes(table, on: connection) > Int64(Self.shrinkDeltaTableAboveMB) * 1_048_576 {
+                    _ = try connection.execute(unsafeSQL: "VACUUM (SKIP_LOCKED, TRUNCATE) \(table)")
+                }
             }
             return result
         }

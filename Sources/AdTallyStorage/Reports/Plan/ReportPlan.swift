@@ -52,12 +52,18 @@ struct ReportPlan {
     /// still replace revenue in this report (nil: none; its days are provisional that long).
     var recordWindow: Int?
 
-    init(_ query: ReportQuery, distributed: Bool = false, dirty: [DirtyRange] = [], record: [RecordDay] = []) {
+    /// `source`: the source the rows are read from when the caller builds them itself
+    /// (a cohort report's device rows price as raw events do, by the hour); nil: the
+    /// cheapest that answers the query.
+    init(_ query: ReportQuery, distributed: Bool = false, dirty: [DirtyRange] = [], record: [RecordDay] = [], source forced: Source? = nil) {
         self.query = query
         self.distributed = distributed
         self.dirty = dirty
         self.record = record
-        if !query.isServedByRollups {
+        if let forced {
+            source = forced
+            recordByHour = false
+        } else if !query.isServedByRollups {
             source = .raw
             recordByHour = false
         } else if query.isInAppsOwnZone, !query.usedDimensions.contains(.hour) {
@@ -167,6 +173,7 @@ struct ReportPlan {
         case .appVersion: return "e.app_version"
         case .errorCode: return "e.error_code"
         case .revenuePrecision: return Self.precisionExpression
+        case .cohort: preconditionFailure("a cohort report is read by CohortReport, not planned here")
         }
     }
 
