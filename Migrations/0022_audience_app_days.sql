@@ -15,6 +15,10 @@
 -- impressions': DAV; NULL when none had a device). The compactor unions each pass's
 -- sketches into it beside the per-network day rows; a report in the apps' own zone reads
 -- it for active devices, and for viewers when no network or format is named.
+--
+-- Upgrading: stop every server of the previous version before one of this version
+-- migrates: a compactor of the previous version would fold deltas without adding their
+-- devices here, and those days' active devices and viewers would read too few.
 
 CREATE TABLE rollup_devices_app_day (
     app_id  text COLLATE "C" NOT NULL,

@@ -1,4 +1,4 @@
--- AdTally schema, part 22: installs and their days (issue 43, DESIGN §13).
+-- AdTally schema, part 23: installs and their days (issue 43, DESIGN §13).
 --
 -- The HyperLogLog sketches count devices; they cannot follow one. Cohort reports
 -- (installs, retention, revenue and impressions per install by day N) need to know,
@@ -30,8 +30,12 @@
 -- instant when a late event shows one (`first_seen` only ever goes back), and when
 -- that changes its day, every day row of the device moves to the new cohort with it.
 --
--- A device id is personal data: these tables hold it as the events do, and erasure
--- (DESIGN §15) removes a device's rows from them too.
+-- A device id is personal data: these tables hold it as the events do; erasure
+-- (DESIGN §15, the privacy issue after this one) is to remove a device's rows here too.
+--
+-- Upgrading: stop every server of the previous version before one of this version
+-- migrates. A server of the previous version writes no install deltas: the events it
+-- would still store (several servers, a rolling restart) would be in no install.
 
 CREATE TABLE install_delta (
     app_id          text COLLATE "C" NOT NULL,
@@ -123,7 +127,9 @@ SELECT DISTINCT ON (e.app_id, e.device) e.app_id, e.device, e.occurred_at, (e.oc
        e.country, e.platform, e.app_version
 FROM events e JOIN apps a USING (app_id)
 WHERE e.device IS NOT NULL
-ORDER BY e.app_id, e.device, e.occurred_at, e.country, coalesce(e.platform, ''), coalesce(e.app_version, '');
+-- Ties broken in byte order ("C"), as the compactor and the ingest path break them,
+-- whatever the database's own collation.
+ORDER BY e.app_id, e.device, e.occurred_at, e.country COLLATE "C", coalesce(e.platform, '') COLLATE "C", coalesce(e.app_version, '') COLLATE "C";
 
 INSERT INTO install_days (app_id, device, day, cohort, events, requests, impressions, taps, sessions)
 SELECT e.app_id, e.device, (e.occurred_at AT TIME ZONE a.timezone)::date, i.day, count(*),

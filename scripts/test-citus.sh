@@ -278,6 +278,16 @@ for app in demo-puzzle demo-news; do
   same "revenue of record, $app in its own zone: Citus = one node" "$work/o-citus" "$work/o-single"
 done
 grep -q ',network$\|,mixed$' "$work/o-citus" && ok "citus: admob's revenue is its final earnings" || fail "citus: no row takes the network's earnings: $(head -n 5 "$work/o-citus" | tr '\n' ' ')"
+# Cohort reports (Migrations/0023): installs, their days and their money (the record
+# days above included) read from the install tables, distributed like the rest.
+for app in demo-puzzle demo-news; do
+  for dims in cohort cohort,country,platform; do
+    report "$citus" --apps "$app" --dimensions "$dims" --metrics installs,retention_d1,retention_d7,revenue_per_install_d7,impressions_per_install_d3 >"$work/c-citus"
+    report "$single" --apps "$app" --dimensions "$dims" --metrics installs,retention_d1,retention_d7,revenue_per_install_d7,impressions_per_install_d3 >"$work/c-single"
+    same "cohort report of $app by $dims: Citus = one node" "$work/c-citus" "$work/c-single"
+  done
+done
+[ "$(tail -n +2 "$work/c-citus" | wc -l)" -gt 0 ] && ok "citus: the cohort report has rows" || fail "citus: the cohort report is empty"
 # Alert rules read through the report engine: the same readings on both (a threshold
 # on one network's fill, a change in revenue against the 4 weeks before), not the time
 # taken. Paused, so that neither server's evaluator changes their state meanwhile; read

@@ -158,7 +158,7 @@ public struct DemoLoader: Sendable {
             let validator = EventValidator(appID: app.id, maxAge: .seconds(nowSeconds - start + 86_400), maxAhead: .seconds(60))
             for day in firstDay...lastDay {
                 var events: [AppEvent] = []
-                for raw in Self.day(app, day: day, start: start, end: nowSeconds, scale: scale, random: &random) {
+                for raw in Self.day(app, day: day, firstDay: firstDay, start: start, end: nowSeconds, scale: scale, random: &random) {
                     do {
                         events.append(AppEvent(appID: app.id, event: try validator.validate(raw, nowMicros: nowMicros)))
                     } catch {
@@ -226,11 +226,35 @@ public struct DemoLoader: Sendable {
         _ = try await money.importFX(rates)
     }
 
+    /// The devices of an app active on a UTC day (DESIGN §13's installs): a steady stream
+    /// installs, `perDay` a day from 30 days before the demo's first day on, and a device
+    /// comes back on its day N with probability 0.35 × N^-0.45: about 35 % on day 1, 15 %
+    /// on day 7 and 7 % on day 30, a casual game's decay. Deterministic: a hash of the app,
+    /// the device and the day decides, so the cohorts are the same in every run.
+    static func activeDevices(_ app: DemoApp, day: Int, firstDay: Int, perDay: Int) -> [Int] {
+        var active: [Int] = []
+        let origin = firstDay - 30
+        guard day >= origin else { return active }
+        let salt = UInt64(app.id.utf8.reduce(0) { $0 &* 31 &+ Int($1) }.magnitude)
+        for installDay in origin...day {
+            let age = day - installDay
+            let chance = age == 0 ? 1 : 0.35 * pow(Double(age), -0.45)
+            for index in 0..<perDay {
+                let device = (installDay - origin) * perDay + index
+                var hash = SplitMix64(seed: salt &+ UInt64(device) &* 0x9E37_79B9 &+ UInt64(day) &* 0x85EB_CA6B)
+                if age == 0 || hash.nextDouble() < chance { active.append(device) }
+            }
+        }
+        return active
+    }
+
     /// One UTC day of an app's events, in time order within each hour.
-    static func day(_ app: DemoApp, day: Int, start: Int64, end: Int64, scale: Double, random: inout SplitMix64) -> [RawEvent] {
+    static func day(_ app: DemoApp, day: Int, firstDay: Int, start: Int64, end: Int64, scale: Double, random: inout SplitMix64) -> [RawEvent] {
         let zone = TimeZone(identifier: app.timezone)!
         var events: [RawEvent] = []
-        let devices = Int(3000 * scale) + 50
+        // About 450 installs a day at scale 1, so that the day's actives (new ones and the
+        // retained) are ~3,000, the devices the demo always had.
+        let active = Self.activeDevices(app, day: day, firstDay: firstDay, perDay: Int(450 * scale) + 10)
         for hour in 0..<24 {
             let hourStart = Int64(day) * 86_400 + Int64(hour) * 3600
             guard hourStart >= start, hourStart < end else { continue }
@@ -244,16 +268,15 @@ public struct DemoLoader: Sendable {
             for _ in 0..<requests {
                 let at = hourStart * 1_000_000 + Int64(random.nextDouble() * 3_600_000_000)
                 guard at / 1_000_000 < end else { continue }
-                events += request(app, at: at, devices: devices, random: &random).filter { $0.1 / 1_000_000 < end }.map(\.0)
+                events += request(app, at: at, devices: active, random: &random).filter { $0.1 / 1_000_000 < end }.map(\.0)
             }
-            // Sessions: the app coming to the foreground, a few times a day per device, from a
-            // pool a third larger than the ad devices' (some users never ask for an ad). Drawn
-            // from a generator of their own, so the ad traffic is the same as without them.
+            // Sessions: the app coming to the foreground, a few times a day per active device.
+            // Drawn from a generator of their own, so the ad traffic is the same as without them.
             var sessionRandom = SplitMix64(seed: UInt64(truncatingIfNeeded: hourStart) &* 31 &+ UInt64(app.id.utf8.count))
             for _ in 0..<(requests / 4) {
                 let at = hourStart * 1_000_000 + Int64(sessionRandom.nextDouble() * 3_600_000_000)
                 guard at / 1_000_000 < end else { continue }
-                events.append(session(app, at: at, device: Int(sessionRandom.next() % UInt64(devices + devices / 3))))
+                events.append(session(app, at: at, device: active[Int(sessionRandom.next() % UInt64(active.count))]))
             }
         }
         return events
@@ -278,11 +301,11 @@ public struct DemoLoader: Sendable {
     }
 
     /// One ad request and what followed it: (event, occurred_at micros).
-    static func request(_ app: DemoApp, at: Int64, devices: Int, random: inout SplitMix64) -> [(RawEvent, Int64)] {
+    static func request(_ app: DemoApp, at: Int64, devices: [Int], random: inout SplitMix64) -> [(RawEvent, Int64)] {
         let network = pick(app.networks.map { ($0, $0.weight) }, &random)
         let format = pick(app.formats, &random)
         let country = pick(app.countries, &random)
-        let device = Int(random.next() % UInt64(devices))
+        let device = devices[Int(random.next() % UInt64(devices.count))]
         let isIOS = device % 5 < 3
         var base = RawEvent()
         base.set("network", .string(network.name))

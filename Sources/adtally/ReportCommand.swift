@@ -145,9 +145,9 @@ struct ReportOptions: ParsableArguments {
     @Option(help: "First day YYYY-MM-DD, in the report's zone.") var from: String?
     @Option(help: "Last day YYYY-MM-DD, inclusive.") var to: String?
     @Option(help: "The N whole days before today (an export: before its slot's day) instead of --from/--to.") var days: Int?
-    @Option(help: "Group by: app date hour week month network placement format size country platform os_version app_version error_code.")
+    @Option(help: "Group by: app date hour week month network placement format size country platform os_version app_version error_code revenue_precision, or cohort (install day; with app country platform app_version of first sight).")
     var dimensions: String?
-    @Option(help: "Metrics, comma-separated (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm).") var metrics: String?
+    @Option(help: "Metrics, comma-separated (default: requests,impressions,fill_rate,taps,ctr,revenue,ecpm); a cohort report's: installs, retention_dN, revenue_per_install_dN, impressions_per_install_dN (N 0-90).") var metrics: String?
     @Option(name: .customLong("filter"), help: ArgumentHelp("Only these values of a dimension, e.g. network=admob,iad (repeatable).", valueName: "dimension=values"))
     var filters: [String] = []
     @Option(help: "Currency money is shown in (default: the app's; several apps: USD).") var currency: String?

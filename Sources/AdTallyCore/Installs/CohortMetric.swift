@@ -8,7 +8,7 @@
 public struct CohortMetric: Sendable, Hashable {
     /// What is counted.
     public enum Kind: String, Sendable, CaseIterable {
-        /// Devices whose day 0 is the cohort's day.
+        /// Devices whose day 0 is the cohort's day (once that day has passed).
         case installs
         /// Installs active (any event) on day N / installs.
         case retention
@@ -71,7 +71,7 @@ public struct CohortMetric: Sendable, Hashable {
 
     /// The metric's value for a group's cohort sums.
     public func value(_ counts: CohortCounts) -> MetricValue {
-        if kind == .installs { return .integer(Int128(counts.installs)) }
+        if kind == .installs { return counts.installs == 0 && counts.immatureInstalls > 0 ? .null : .integer(Int128(counts.installs)) }
         guard let sums = counts.days[day], sums.matureInstalls > 0 else { return .null }
         switch kind {
         case .installs: return .null
@@ -85,8 +85,11 @@ public struct CohortMetric: Sendable, Hashable {
 /// The cohort sums of one group (a row or the totals): its installs, and for each day N
 /// a cohort metric of the report names, the sums of the cohorts mature at N.
 public struct CohortCounts: Sendable, Equatable {
-    /// Devices installed on the group's cohort days.
+    /// Devices installed on the group's cohort days that have passed (today's is still
+    /// growing: its installs show `null` until it ends, like every day-N cell).
     public var installs: Int64 = 0
+    /// Devices installed so far today (a cohort that has not ended), counted in no value.
+    public var immatureInstalls: Int64 = 0
     /// By N.
     public var days: [Int: CohortDay] = [:]
 
@@ -96,6 +99,7 @@ public struct CohortCounts: Sendable, Equatable {
     /// Adds another group's sums (the sums add up: a device is in one cohort).
     public mutating func add(_ other: CohortCounts) {
         installs += other.installs
+        immatureInstalls += other.immatureInstalls
         for (day, sums) in other.days { days[day, default: CohortDay()].add(sums) }
     }
 }

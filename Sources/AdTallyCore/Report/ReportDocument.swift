@@ -283,6 +283,9 @@ public struct ReportDocument: Sendable {
                 estimated.append("\(totals.unratedEvents) impressions and taps had no reported revenue and no rate card entry: they add nothing to revenue")
             }
         }
+        if query.cohortMetrics.contains(where: { $0.kind == .revenuePerInstall }) && totals.unratedEvents > 0 {
+            estimated.append("\(totals.unratedEvents) impressions and taps of these cohorts had no reported revenue and no rate card entry: they add nothing to revenue per install")
+        }
         key("estimated"); strings(estimated); raw(",")
         let cohortMoney = query.cohortMetrics.contains { $0.kind == .revenuePerInstall }
         key("revenue_of_record"); strings(query.metrics.contains(where: { $0.isMoney || $0 == .revenueSource }) || cohortMoney ? notes.revenueOfRecord : []); raw(",")

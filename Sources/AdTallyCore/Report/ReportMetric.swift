@@ -146,7 +146,7 @@ public struct ReportCounts: Sendable, Equatable {
         uniqueDevices += other.uniqueDevices; reportedMicros += other.reportedMicros; estimatedMicros += other.estimatedMicros
         networkMicros += other.networkMicros; networkImpressions += other.networkImpressions
         unratedEvents += other.unratedEvents
-        if other.cohort.installs != 0 || !other.cohort.days.isEmpty { cohort.add(other.cohort) }
+        if other.cohort.installs != 0 || other.cohort.immatureInstalls != 0 || !other.cohort.days.isEmpty { cohort.add(other.cohort) }
     }
 
     /// A count as a wide integer.

@@ -67,7 +67,8 @@ struct CohortReport {
         return sql
     }
 
-    /// The statement: one row per group, `d0…` (text), installs, then per day N of
+    /// The statement: one row per group, `d0…` (text), installs of ended cohorts and of
+    /// today's, then per day N of
     /// `days`: mature installs, active devices, impressions and revenue of days 0…N (micros),
     /// then the first missing FX rate and the unrated events.
     ///
@@ -118,12 +119,15 @@ struct CohortReport {
                 CROSS JOIN LATERAL (SELECT i.first_seen IS NULL OR (p.first_at, p.country, coalesce(p.first_platform, ''), coalesce(p.first_version, ''))
                                         < (i.first_seen, i.country, coalesce(i.platform, ''), coalesce(i.app_version, '')) AS earlier) AS e
                 ORDER BY p.app_id, p.device, p.first_at, p.country, coalesce(p.first_platform, ''), coalesce(p.first_version, '')
+            ), touched_in AS MATERIALIZED (
+                -- Those whose cohort is in the range: only their stored rows are read again.
+                SELECT * FROM touched WHERE day BETWEEN \(from)::date AND \(to)::date
             ), inst AS (
                 SELECT \(unsafeRaw: select)x.c, count(*)::bigint AS installs
                 FROM (SELECT x.app_id, x.day AS c, x.country::text AS country, x.platform, x.app_version FROM installs x
                       WHERE x.app_id = ANY(\(apps)) AND x.day BETWEEN \(from)::date AND \(to)::date AND \(unsafeRaw: untouched)
                       UNION ALL
-                      SELECT tt.app_id, tt.day, tt.country, tt.platform, tt.app_version FROM touched tt WHERE tt.day BETWEEN \(from)::date AND \(to)::date) AS x
+                      SELECT tt.app_id, tt.day, tt.country, tt.platform, tt.app_version FROM touched_in tt) AS x
                 WHERE true\(filters())
                 GROUP BY \(unsafeRaw: groupKeys)x.c
             ), act AS (
@@ -136,10 +140,11 @@ struct CohortReport {
                     WHERE \(inRange) AND \(untouched)
                     UNION ALL
                     SELECT u.app_id, tt.day, tt.country, tt.platform, tt.app_version, u.day - tt.day, sum(u.impressions)
-                    FROM (SELECT x.app_id, x.device, x.day, x.impressions FROM install_days x JOIN touched tt USING (app_id, device)
+                    FROM (SELECT x.app_id, x.device, x.day, x.impressions FROM install_days x JOIN touched_in tt USING (app_id, device) CROSS JOIN t
+                          WHERE x.app_id = ANY($apps) AND x.day <= tt.day + \(maxDay) AND x.day < t.today
                           UNION ALL SELECT p.app_id, p.device, p.day, p.impressions FROM pend p) AS u
-                    JOIN touched tt USING (app_id, device) CROSS JOIN t
-                    WHERE tt.day BETWEEN '\(from)'::date AND '\(to)'::date AND u.day <= tt.day + \(maxDay) AND u.day < t.today
+                    JOIN touched_in tt USING (app_id, device) CROSS JOIN t
+                    WHERE u.day <= tt.day + \(maxDay) AND u.day < t.today
                     GROUP BY u.app_id, u.device, tt.day, tt.country, tt.platform, tt.app_version, u.day
             """))
         sql.append("""
@@ -175,12 +180,13 @@ struct CohortReport {
                         SELECT u.app_id, tt.day, tt.country, tt.platform, tt.app_version, u.day - tt.day, u.hour, u.network, u.format, u.event_country, u.currency,
                                u.impressions, u.taps, u.revenue_micros, u.unpriced_impressions, u.unpriced_taps
                         FROM (SELECT x.app_id, x.device, x.day, x.hour, \(columns.split(separator: ",").map { "x." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
-                              FROM install_day_revenue x JOIN touched tt USING (app_id, device)
+                              FROM install_day_revenue x JOIN touched_in tt USING (app_id, device) CROSS JOIN t
+                              WHERE x.app_id = ANY($apps) AND x.day <= tt.day + \(maxDay) AND x.day < t.today
                               UNION ALL
                               SELECT p.app_id, p.device, p.day, p.hour, \(columns.split(separator: ",").map { "p." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
                               FROM pend p WHERE p.impressions + p.taps > 0) AS u
-                        JOIN touched tt USING (app_id, device) CROSS JOIN t
-                        WHERE tt.day BETWEEN '\(from)'::date AND '\(to)'::date AND u.day <= tt.day + \(maxDay) AND u.day < t.today
+                        JOIN touched_in tt USING (app_id, device) CROSS JOIN t
+                        WHERE u.day <= tt.day + \(maxDay) AND u.day < t.today
                 """))
             sql.append("""
                     ) AS x
@@ -199,7 +205,7 @@ struct CohortReport {
             )
         }
         sql.append(",\nparts AS (\n\(unsafeRaw: parts.joined(separator: "\nUNION ALL\n"))\n)\n")
-        var columns = ["coalesce(sum(p.installs), 0)::bigint"]
+        var columns = ["coalesce(sum(p.installs) FILTER (WHERE p.c < t.today), 0)::bigint", "coalesce(sum(p.installs) FILTER (WHERE p.c >= t.today), 0)::bigint"]
         for day in days {
             let mature = "p.c + \(day) < t.today"
             columns.append("coalesce(sum(p.installs) FILTER (WHERE \(mature)), 0)::bigint")
@@ -221,7 +227,8 @@ struct CohortReport {
         return sql
     }
 
-    /// Every row of the report, in its order, and the first missing FX rate (nil: none).
+    /// Every row of the report, in its order, and the impressions and taps no rate card
+    /// entry priced (a missing FX rate throws `ReportCurrencyError`).
     func rows(on connection: PostgresConnection) throws -> (rows: [ReportRow], unrated: Int64) {
         let width = query.dimensions.count
         var rows: [ReportRow] = []
@@ -229,7 +236,8 @@ struct CohortReport {
         for row in try connection.query(statement()) {
             var counts = ReportCounts()
             counts.cohort.installs = try row.decode(width, as: Int64.self)
-            var column = width + 1
+            counts.cohort.immatureInstalls = try row.decode(width + 1, as: Int64.self)
+            var column = width + 2
             for day in days {
                 let revenue = try row.decode(column + 3, as: String.self)
                 guard let micros = Int128(revenue) else {
@@ -246,7 +254,7 @@ struct CohortReport {
             }
             unrated += try row.decode(column + 1, as: Int64.self)
             // A grouping with no cohort at all (no install in the range) is no row.
-            if width > 0 || counts.cohort.installs > 0 || !rows.isEmpty {
+            if width > 0 || counts.cohort.installs + counts.cohort.immatureInstalls > 0 || !rows.isEmpty {
                 rows.append(ReportRow(dimensions: try (0..<width).map { try row.decode($0, as: String?.self) }, counts: counts))
             }
         }
@@ -266,13 +274,20 @@ struct CohortReport {
             youngest.append(last >= query.from ? "d\(day): \(ReportQuery.formatDate(last))" : "d\(day): none yet")
         }
         if !youngest.isEmpty { lines.append("youngest mature cohort: " + youngest.joined(separator: ", ")) }
+        if needsMoney {
+            lines.append(
+                "revenue per install: each device day's revenue as revenue is priced (reported amounts, the rate card on the UTC date, a network's final earnings on its record days), "
+                    + "summed per row, cohort, day N, UTC date and currency, converted at that date's FX rate and rounded half to even once, then added up over days 0…N"
+            )
+        }
         for row in try connection.query("""
             SELECT app_id, from_day - DATE '1970-01-01' FROM install_history WHERE app_id = ANY(\(array: query.apps)::text[]) AND from_day <= \(ReportQuery.formatDate(query.to))::date ORDER BY app_id
             """) {
             let app = try row.decode(0, as: String.self), first = try row.decode(1, as: Int.self)
             guard first >= query.from else { continue }
             lines.append(
-                "\(app)'s install history starts on \(ReportQuery.formatDate(first)): devices first seen that day may have been installed before AdTally saw them (older events were not kept, or the app sent none); their day 0 is their first-seen day"
+                "\(app)'s install history starts on \(ReportQuery.formatDate(first)): devices installed before AdTally saw them (older events were not kept, or the app sent none) "
+                    + "are cohorted on their first-seen day, so that day's cohort and those of the days after it hold long-installed devices too"
             )
         }
         return lines

@@ -16,10 +16,25 @@ struct InstallAccumulator {
         /// Index into `pairs` (app, network).
         var pair: UInt32
         var device: String
+        /// `DeviceHash` of `device`: what the key hashes by, so that a lookup hashes no
+        /// string (equal keys still compare their devices, so no two devices share a row).
+        var deviceHash: Int64
         var bucket: Int64
         var format: AdFormat?
         /// country bytes << 24 | currency bytes (validated ASCII codes, as RollupAccumulator packs them).
         var codes: UInt64
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(pair)
+            hasher.combine(deviceHash)
+            hasher.combine(bucket)
+            hasher.combine(codes)
+            hasher.combine(format)
+        }
+
+        static func == (a: Key, b: Key) -> Bool {
+            a.deviceHash == b.deviceHash && a.pair == b.pair && a.bucket == b.bucket && a.codes == b.codes && a.format == b.format && a.device == b.device
+        }
     }
 
     struct Sums {
@@ -35,6 +50,7 @@ struct InstallAccumulator {
     /// are (the delta table has no unique key; the compactor sums).
     private var fullRows: [(Key, Sums)] = []
     private var pairs: [(app: String, network: String)] = []
+    private var pairIndexes: [String: UInt32] = [:]
 
     var isEmpty: Bool { rows.isEmpty && fullRows.isEmpty }
 
@@ -43,9 +59,15 @@ struct InstallAccumulator {
         + "events, requests, impressions, taps, sessions, revenue_micros, priced_events, unpriced_impressions, unpriced_taps"
 
     private mutating func pairIndex(app: String, network: String) -> UInt32 {
-        // A group holds a few apps and networks: a scan beats hashing per event.
-        for index in pairs.indices where pairs[index].network == network && pairs[index].app == app { return UInt32(index) }
+        // Most groups hold a few apps and networks: a scan of short strings beats hashing
+        // them per event; past 16 pairs (a group of many apps), a dictionary.
+        if pairs.count <= 16 {
+            for index in pairs.indices where pairs[index].network == network && pairs[index].app == app { return UInt32(index) }
+        } else if let index = pairIndexes[app + "\u{1}" + network] {
+            return index
+        }
         pairs.append((app, network))
+        pairIndexes[app + "\u{1}" + network] = UInt32(pairs.count - 1)
         return UInt32(pairs.count - 1)
     }
 
@@ -54,7 +76,7 @@ struct InstallAccumulator {
         guard let device = event.device else { return }
         let currency = event.type == .impression || event.type == .tap ? event.currency ?? "" : ""
         let key = Key(
-            pair: pairIndex(app: item.appID, network: event.network), device: device, bucket: event.bucketStartSeconds,
+            pair: pairIndex(app: item.appID, network: event.network), device: device, deviceHash: DeviceHash.hash(device), bucket: event.bucketStartSeconds,
             format: event.format, codes: RollupAccumulator.Key.code(event.country) << 24 | RollupAccumulator.Key.code(currency)
         )
         if !Self.count(event, into: &rows[key, default: Sums()]) {

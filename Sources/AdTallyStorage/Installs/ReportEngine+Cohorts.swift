@@ -20,8 +20,31 @@ extension ReportEngine {
         totals.unratedEvents = unrated
         var notes = ReportNotes()
         notes.readFrom = readFrom
-        notes.source = "installs: each device's install and its active days with their money (Migrations/0023_installs.sql), pending install deltas not yet folded excluded"
+        notes.source = "installs: each device's install and its active days with their money (Migrations/0023_installs.sql), and the install deltas not yet folded"
         notes.cohorts = try report.notes(on: connection)
+        // A cohort is provisional until its last day read (day N of the largest N) has
+        // passed and the accepted event age (and a network's restatement window) after it:
+        // a late event may still move a device into it or add to one of its days.
+        let lag = readFrom.server == .replica ? readFrom.replicaLagSeconds ?? 0 : 0
+        let last = days.max() ?? 0
+        let wait: PostgresQuery = """
+            greatest(make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)), make_interval(days => \(prepared.recordWindow.map { $0 + 1 } ?? 0)::int))
+            """
+        var provisional: PostgresQuery = "SELECT c - DATE '1970-01-01', extract(epoch FROM e + "
+        provisional.append(wait)
+        provisional.append("""
+            )::bigint
+            FROM (SELECT g.c, (g.c + \(last)::int + 1)::timestamp AT TIME ZONE \(query.timezone) AS e
+                  FROM (SELECT \(ReportQuery.formatDate(query.from))::date + n AS c
+                        FROM generate_series(0, \(ReportQuery.formatDate(query.to))::date - \(ReportQuery.formatDate(query.from))::date) AS n) AS g) AS cohorts
+            WHERE e > now() -
+            """)
+        provisional.append(wait)
+        provisional.append(" ORDER BY 1")
+        for row in try connection.query(provisional) {
+            notes.provisionalDays.append(try row.decode(0, as: Int.self))
+            notes.finalAt = try row.decode(1, as: Int64.self)
+        }
         if !record.isEmpty, let range = try connection.query("""
             SELECT extract(epoch FROM \(ReportQuery.formatDate(money.from))::date::timestamp AT TIME ZONE \(query.timezone))::bigint,
                    extract(epoch FROM (\(ReportQuery.formatDate(money.to))::date + 1)::timestamp AT TIME ZONE \(query.timezone))::bigint
