@@ -226,19 +226,19 @@ public struct DemoLoader: Sendable {
         _ = try await money.importFX(rates)
     }
 
-    /// The devices of an app active on a UTC day (DESIGN §13's installs): a steady stream
-    /// installs, `perDay` a day from 30 days before the demo's first day on, and a device
-    /// comes back on its day N with probability 0.35 × N^-0.45: about 35 % on day 1, 15 %
-    /// on day 7 and 7 % on day 30, a casual game's decay. Deterministic: a hash of the app,
+    /// The devices of an app active on a local day (DESIGN §13's installs): a steady stream
+    /// installs, `perDay` a day from a week before the demo's first day on, and a device
+    /// comes back on its local day N with probability 0.35 × N^-0.54: 35 % on day 1, 12 %
+    /// on day 7 and 6 % on day 30, a casual game's decay. Deterministic: a hash of the app,
     /// the device and the day decides, so the cohorts are the same in every run.
     static func activeDevices(_ app: DemoApp, day: Int, firstDay: Int, perDay: Int) -> [Int] {
         var active: [Int] = []
-        let origin = firstDay - 30
+        let origin = firstDay - 7
         guard day >= origin else { return active }
         let salt = UInt64(app.id.utf8.reduce(0) { $0 &* 31 &+ Int($1) }.magnitude)
         for installDay in origin...day {
             let age = day - installDay
-            let chance = age == 0 ? 1 : 0.35 * pow(Double(age), -0.45)
+            let chance = age == 0 ? 1 : 0.35 * pow(Double(age), -0.54)
             for index in 0..<perDay {
                 let device = (installDay - origin) * perDay + index
                 var hash = SplitMix64(seed: salt &+ UInt64(device) &* 0x9E37_79B9 &+ UInt64(day) &* 0x85EB_CA6B)
@@ -253,13 +253,17 @@ public struct DemoLoader: Sendable {
         let zone = TimeZone(identifier: app.timezone)!
         var events: [RawEvent] = []
         // About 450 installs a day at scale 1, so that the day's actives (new ones and the
-        // retained) are ~3,000, the devices the demo always had.
-        let active = Self.activeDevices(app, day: day, firstDay: firstDay, perDay: Int(450 * scale) + 10)
+        // retained) are ~3,000, the devices the demo always had. Each hour draws from the
+        // devices of its local day (the app's zone, where cohorts are counted).
+        var actives: [Int: [Int]] = [:]
         for hour in 0..<24 {
             let hourStart = Int64(day) * 86_400 + Int64(hour) * 3600
             guard hourStart >= start, hourStart < end else { continue }
             let localHour = ((hourStart + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(hourStart))))) % 86_400) / 3600
             let weekday = ((hourStart + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(hourStart))))) / 86_400 + 4) % 7
+            let localDay = Int((hourStart + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(hourStart))))) / 86_400)
+            if actives[localDay] == nil { actives[localDay] = Self.activeDevices(app, day: localDay, firstDay: firstDay, perDay: Int(450 * scale) + 10) }
+            let active = actives[localDay]!
             // Quiet at 4 am, busiest around 9 pm local; weekends a fifth busier.
             let phase = Double((localHour + 24 - 4) % 24) / 24
             let rhythm = 0.25 + 1.5 * pow(sin(Double.pi * phase * 0.95), 2)
