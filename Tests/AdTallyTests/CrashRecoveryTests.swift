@@ -139,8 +139,10 @@ struct CrashRecoveryTests {
             let (database, secret) = try await openWithApp(conninfo, app: "crash")
 
             let batchCount = 60
-            let batches: [String] = (0..<batchCount).map { _ in
-                #"{"events":[\#((0..<100).map { _ in Ingest.event(type: "impression") }.joined(separator: ","))]}"#
+            // Each batch from one of 37 devices, as a kit sends its own: the install grain
+            // (Migrations/0023) must count each event once too.
+            let batches: [String] = (0..<batchCount).map { index in
+                #"{"events":[\#((0..<100).map { _ in Ingest.event(type: "impression", extra: #","device":"crash-device-\#(index % 37)""#) }.joined(separator: ","))]}"#
             }
             let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-crash-\(UUID().uuidString).log")
             let port = try freePort()
@@ -213,6 +215,15 @@ struct CrashRecoveryTests {
             #expect(try rows[0].decode("ids", as: Int.self) == batchCount * 100)
             #expect(try rows[0].decode("rolled", as: Int.self) == batchCount * 100)
             #expect(try rows[0].decode("unpriced", as: Int.self) == batchCount * 100)
+            // Installs and their days, folded or pending: every impression once, every device once.
+            let installs = try await database.pool.query("""
+                SELECT ((SELECT coalesce(sum(impressions), 0) FROM install_days) + (SELECT coalesce(sum(impressions), 0) FROM install_delta))::int,
+                       (SELECT count(*) FROM (SELECT device FROM installs UNION SELECT device FROM install_delta) AS d)::int,
+                       (SELECT count(*) FROM installs)::int
+                """)
+            #expect(try installs[0].decode(0, as: Int.self) == batchCount * 100)
+            #expect(try installs[0].decode(1, as: Int.self) == 37)
+            #expect(try installs[0].decode(2, as: Int.self) <= 37)
             try await client.shutdown()
             await database.close()
             try? FileManager.default.removeItem(at: log)

@@ -340,6 +340,45 @@ struct ExportTests {
         }
     }
 
+    @Test("a scheduled export of a cohort report writes the engine's cohort rows, with immature cells empty, and is provisional while its cohorts may change")
+    func cohortExport() async throws {
+        try await Self.withSeededDatabase { conninfo, services, directory in
+            _ = try await services.appStore.createApp(id: "coh", name: nil, timezone: "UTC", currency: "USD")
+            let now = Int64(Date().timeIntervalSince1970) * 1_000_000
+            // Three devices a day over five days; each comes back the next day.
+            var events: [AdEvent] = []
+            for day in 1...5 {
+                for device in 0..<3 {
+                    for at in [now - Int64(day) * 86_400_000_000, now - Int64(day - 1) * 86_400_000_000 - 60_000_000] where at < now {
+                        events.append(Reports.event(.impression, at: at) { $0.device = "d\(day)-\(device)" })
+                    }
+                }
+            }
+            try await Reports.store(services, app: "coh", events)
+            let readable = try await services.reports.readableApps(only: nil)
+            _ = try await services.exports.create(
+                ExportSchedule(name: "cohorts", query: ["apps": "coh", "days": "5", "dimensions": "cohort", "metrics": "installs,retention_d1"], format: .csv, cron: "0 6 * * *", timezone: "UTC", directory: directory),
+                readable: readable, exportsRoot: services.exportsRoot
+            )
+            let run = try await services.exports.requestRun("cohorts", slot: nil)
+            let (runner, pool) = Exports.runner(services, conninfo, identity: "one")
+            let task = Task { await runner.run() }
+            try await waitUntil { try await services.exports.run("cohorts", slot: run.slot)?.status == "succeeded" }
+            task.cancel()
+            await task.value
+            await pool.shutdown()
+            let done = try #require(try await services.exports.run("cohorts", slot: run.slot))
+            #expect(done.fileStatus == "provisional", "its cohorts are inside the accepted event age")
+            let text = try String(contentsOfFile: directory + "/" + (done.file ?? ""), encoding: .utf8)
+            let records = try #require(Reports.strictCSV(text))
+            #expect(records.first == ["cohort", "installs", "retention_d1"], "\(records)")
+            #expect(records.count == 6, "five cohorts: \(records)")
+            // Yesterday's cohort has not lived its day 1 yet: empty, never 0.
+            #expect(records.last?[1] == "3" && records.last?[2] == "", "\(records)")
+            #expect(records.dropFirst().dropLast().allSatisfy { $0[1] == "3" && $0[2] == "1" }, "\(records)")
+        }
+    }
+
     @Test("a provisional file is written again as NAME-SLOT.final once its days are final; a failing run retries with backoff, then fails")
     func finalPassAndRetries() async throws {
         try await Self.withSeededDatabase { conninfo, services, directory in
