@@ -228,9 +228,11 @@ public struct DemoLoader: Sendable {
 
     /// The devices of an app active on a local day (DESIGN §13's installs): a steady stream
     /// installs, `perDay` a day from a week before the demo's first day on, and a device
-    /// comes back on its local day N with probability 0.35 × N^-0.54: 35 % on day 1, 12 %
-    /// on day 7 and 6 % on day 30, a casual game's decay. Deterministic: a hash of the app,
-    /// the device and the day decides, so the cohorts are the same in every run.
+    /// comes back on its local day N with probability 0.35 × N^-0.47: 35 % on day 1, 14 %
+    /// on day 7 and 7 % on day 30, a casual game's decay. (Each device active on a local
+    /// day has a session that day: `day` sees to it.) Deterministic: a hash of the app,
+    /// the device and the day decides, so the cohorts are the same in every run that ends on
+    /// the same day (`--until`).
     static func activeDevices(_ app: DemoApp, day: Int, firstDay: Int, perDay: Int) -> [Int] {
         var active: [Int] = []
         let origin = firstDay - 7
@@ -238,7 +240,7 @@ public struct DemoLoader: Sendable {
         let salt = UInt64(app.id.utf8.reduce(0) { $0 &* 31 &+ Int($1) }.magnitude)
         for installDay in origin...day {
             let age = day - installDay
-            let chance = age == 0 ? 1 : 0.35 * pow(Double(age), -0.54)
+            let chance = age == 0 ? 1 : 0.35 * pow(Double(age), -0.47)
             for index in 0..<perDay {
                 let device = (installDay - origin) * perDay + index
                 var hash = SplitMix64(seed: salt &+ UInt64(device) &* 0x9E37_79B9 &+ UInt64(day) &* 0x85EB_CA6B)
@@ -248,12 +250,14 @@ public struct DemoLoader: Sendable {
         return active
     }
 
-    /// One UTC day of an app's events, in time order within each hour.
+    /// One UTC day of an app's events, in time order within each hour, then a session of
+    /// every device active on a local day, at a time of that day in this UTC day (so that a
+    /// device the cohorts count as active is seen that day, whatever the ad traffic drew).
     static func day(_ app: DemoApp, day: Int, firstDay: Int, start: Int64, end: Int64, scale: Double, random: inout SplitMix64) -> [RawEvent] {
         let zone = TimeZone(identifier: app.timezone)!
         var events: [RawEvent] = []
-        // About 450 installs a day at scale 1, so that the day's actives (new ones and the
-        // retained) are ~3,000, the devices the demo always had. Each hour draws from the
+        // About 450 installs a day at scale 1: a local day's actives (new ones and the
+        // retained) grow from ~1,000 to ~2,000 over four weeks. Each hour draws from the
         // devices of its local day (the app's zone, where cohorts are counted).
         var actives: [Int: [Int]] = [:]
         for hour in 0..<24 {
@@ -281,6 +285,19 @@ public struct DemoLoader: Sendable {
                 let at = hourStart * 1_000_000 + Int64(sessionRandom.nextDouble() * 3_600_000_000)
                 guard at / 1_000_000 < end else { continue }
                 events.append(session(app, at: at, device: active[Int(sessionRandom.next() % UInt64(active.count))]))
+            }
+        }
+        // Every active device's own session on each local day this UTC day overlaps.
+        let perDay = Int(450 * scale) + 10
+        let dayStart = Int64(day) * 86_400
+        for localDay in Set([dayStart, dayStart + 86_399].map { Int(($0 + Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval($0))))) / 86_400) }).sorted() {
+            let offset = Int64(zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(Int64(localDay) * 86_400))))
+            let devices = actives[localDay] ?? Self.activeDevices(app, day: localDay, firstDay: firstDay, perDay: perDay)
+            for device in devices {
+                var hash = SplitMix64(seed: UInt64(device) &* 0x2545_F491_4F6C_DD1D &+ UInt64(localDay))
+                let at = Int64(localDay) * 86_400 - offset + Int64(hash.next() % 86_400)
+                guard at >= dayStart, at < dayStart + 86_400, at >= start, at < end else { continue }
+                events.append(session(app, at: at * 1_000_000 + Int64(hash.next() % 1_000_000), device: device))
             }
         }
         return events

@@ -8,12 +8,12 @@ struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo",
         abstract: "Load demo apps, a rate card, FX rates and weeks of realistic traffic, then print what to try.",
-        discussion: "Loads once per database (it refuses when the demo apps exist). 0.8 to 0.9 M events at the default size."
+        discussion: "Loads once per database (it refuses when the demo apps exist). about 1 M events at the default size."
     )
 
     @OptionGroup var database: DatabaseOptions
     @Option(help: "Days of history, ending now (or at --until).") var days = 28
-    @Option(help: "Traffic multiplier (1: 0.8 to 0.9 M events over 28 days).") var scale = 1.0
+    @Option(help: "Traffic multiplier (1: about 1 M events over 28 days).") var scale = 1.0
     @Option(help: "Random seed (the same seed makes the same traffic).") var seed: UInt64 = 2026
     @Option(help: "End of the history, an RFC 3339 time within the last --days (default: now). The same seed and end load the same traffic, e.g. on two databases to compare.")
     var until: String?

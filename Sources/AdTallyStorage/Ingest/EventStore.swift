@@ -192,8 +192,10 @@ public struct EventStore: Sendable {
             var item = original
             if !isAdmitted(item) { item.event.network = AppNetworks.other }
             try EventRow.append(item, to: &buffer)
-            rollups.add(item)
-            installs.add(item)
+            // The device hashed once: the sketches and the install rows both key by it.
+            let deviceHash = item.event.device.map(DeviceHash.hash) ?? 0
+            rollups.add(item, deviceHash: deviceHash)
+            installs.add(item, deviceHash: deviceHash)
         }
         try connection.copyIn(unsafeSQL: "COPY events (\(EventRow.columns)) FROM STDIN (FORMAT binary)", data: buffer)
 

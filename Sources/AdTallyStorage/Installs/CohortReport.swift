@@ -284,7 +284,9 @@ struct CohortReport {
             SELECT app_id, from_day - DATE '1970-01-01' FROM install_history WHERE app_id = ANY(\(array: query.apps)::text[]) AND from_day <= \(ReportQuery.formatDate(query.to))::date ORDER BY app_id
             """) {
             let app = try row.decode(0, as: String.self), first = try row.decode(1, as: Int.self)
-            guard first >= query.from else { continue }
+            // Its first month's cohorts hold the devices installed before it most (each shows
+            // up on the first day it is active again): said for ranges that reach into it.
+            guard query.from <= first + 30 else { continue }
             lines.append(
                 "\(app)'s install history starts on \(ReportQuery.formatDate(first)): devices installed before AdTally saw them (older events were not kept, or the app sent none) "
                     + "are cohorted on their first-seen day, so that day's cohort and those of the days after it hold long-installed devices too"

@@ -71,12 +71,14 @@ struct InstallAccumulator {
         return UInt32(pairs.count - 1)
     }
 
-    mutating func add(_ item: AppEvent) {
+    /// Adds a new event; `deviceHash` is `DeviceHash.hash` of its device (computed once
+    /// per event for both accumulators).
+    mutating func add(_ item: AppEvent, deviceHash: Int64) {
         let event = item.event
         guard let device = event.device else { return }
         let currency = event.type == .impression || event.type == .tap ? event.currency ?? "" : ""
         let key = Key(
-            pair: pairIndex(app: item.appID, network: event.network), device: device, deviceHash: DeviceHash.hash(device), bucket: event.bucketStartSeconds,
+            pair: pairIndex(app: item.appID, network: event.network), device: device, deviceHash: deviceHash, bucket: event.bucketStartSeconds,
             format: event.format, codes: RollupAccumulator.Key.code(event.country) << 24 | RollupAccumulator.Key.code(currency)
         )
         if !Self.count(event, into: &rows[key, default: Sums()]) {

@@ -26,9 +26,11 @@ extension ReportEngine {
         // passed and the accepted event age (and a network's restatement window) after it:
         // a late event may still move a device into it or add to one of its days.
         let lag = readFrom.server == .replica ? readFrom.replicaLagSeconds ?? 0 : 0
+        // A network's restatement window counts only where its earnings may replace revenue here.
+        let recordWindow = needsMoney && query.revenueSource == .ofRecord ? prepared.recordWindow : nil
         let last = days.max() ?? 0
         let wait: PostgresQuery = """
-            greatest(make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)), make_interval(days => \(prepared.recordWindow.map { $0 + 1 } ?? 0)::int))
+            greatest(make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)), make_interval(days => \(recordWindow.map { $0 + 1 } ?? 0)::int))
             """
         var provisional: PostgresQuery = "SELECT c - DATE '1970-01-01', extract(epoch FROM e + "
         provisional.append(wait)

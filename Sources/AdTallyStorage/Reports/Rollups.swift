@@ -85,7 +85,8 @@ struct RollupAccumulator {
     static let columns = "app_id, bucket, network, format, country, currency, requests, loads, impressions, errors, taps, "
         + "action_cancels, expiries, wasted_fills, sessions, revenue_micros, priced_events, unpriced_impressions, unpriced_taps, device_hashes, viewer_hashes"
 
-    mutating func add(_ item: AppEvent) {
+    /// Adds a new event; `deviceHash`: `DeviceHash.hash` of its device, when it has one.
+    mutating func add(_ item: AppEvent, deviceHash: Int64? = nil) {
         let event = item.event
         var dimensions: UInt64 = 0
         if event.type == .impression || event.type == .tap {
@@ -101,7 +102,7 @@ struct RollupAccumulator {
             _ = Self.count(event, into: &rows[key]!)
         }
         if let device = event.device {
-            let hash = DeviceHash.hash(device)
+            let hash = deviceHash ?? DeviceHash.hash(device)
             rows[key]!.devices.append(hash)
             if event.type == .impression { rows[key]!.viewers.append(hash) }
         }
