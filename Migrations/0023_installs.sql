@@ -109,17 +109,11 @@ CREATE TABLE install_day_revenue (
 ) WITH (fillfactor = 80);
 CREATE INDEX install_day_revenue_by_cohort ON install_day_revenue (app_id, cohort, day);
 
--- Where each app's install history starts: its earliest install day (from the raw
--- events still kept when this ran, below, or from its first events after). A device
--- first seen on that day may have been installed before AdTally saw it (events older
--- than the partitions kept, an app that shipped the SDK later): its cohort is its
--- first-seen day, and a cohort report over that day says so in its notes.
-CREATE TABLE install_history (
-    app_id    text COLLATE "C" PRIMARY KEY,
-    from_day  date NOT NULL
-);
-
 -- History: every device of the raw events still kept (the partitions not yet dropped).
+-- An app's install history starts with its earliest install (min(installs.day)): a
+-- device first seen in its first days may have been installed before AdTally saw it
+-- (older events dropped, or never sent); its cohort is its first-seen day, and a cohort
+-- report reaching into the app's first month says so in its notes.
 -- Events whose deltas are still pending in rollup_delta are among them; their install
 -- deltas were never written (this version had not started), so nothing counts twice.
 INSERT INTO installs (app_id, device, first_seen, day, country, platform, app_version)
@@ -149,6 +143,3 @@ SELECT e.app_id, e.device, (e.occurred_at AT TIME ZONE a.timezone)::date, i.day,
 FROM events e JOIN apps a USING (app_id) JOIN installs i ON i.app_id = e.app_id AND i.device = e.device
 WHERE e.type IN ('impression', 'tap')
 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9;
-
-INSERT INTO install_history (app_id, from_day)
-SELECT app_id, min(day) FROM installs GROUP BY app_id;

@@ -95,12 +95,11 @@ SELECT pg_temp.place('network_report_rows', 'distributed');
 SELECT pg_temp.place('client_drops', 'distributed');
 
 -- Installs (Migrations/0023): each device's install, its active days and their money,
--- the deltas the ingest path appends for them, and where each app's history starts.
+-- and the deltas the ingest path appends for them.
 SELECT pg_temp.place('install_delta', 'distributed');
 SELECT pg_temp.place('installs', 'distributed');
 SELECT pg_temp.place('install_days', 'distributed');
 SELECT pg_temp.place('install_day_revenue', 'distributed');
-SELECT pg_temp.place('install_history', 'distributed');
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
@@ -133,7 +132,7 @@ BEGIN
         ('rollup_priced_1h', 'distributed'), ('rollup_priced_day', 'distributed'), ('rollup_dirty', 'distributed'),
         ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference'),
         ('network_import_pairs', 'distributed'), ('install_delta', 'distributed'), ('installs', 'distributed'),
-        ('install_days', 'distributed'), ('install_day_revenue', 'distributed'), ('install_history', 'distributed')
+        ('install_days', 'distributed'), ('install_day_revenue', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

@@ -71,6 +71,12 @@ struct CohortReportTests {
         return result
     }
 
+    /// The Kathmandu app "ktm" (USD), and an admin key.
+    static func app(_ services: AppServices) async throws -> String {
+        _ = try await services.appStore.createApp(id: "ktm", name: nil, timezone: zone, currency: "USD")
+        return try await services.appStore.createKey(app: nil, scope: .admin).secret
+    }
+
     /// Waits, within two minutes either side of a Kathmandu midnight, until two minutes
     /// after it: the fixture's days are counted from today, and an event a minute ago
     /// must be today's.
@@ -85,8 +91,7 @@ struct CohortReportTests {
     @Test("hand-computed installs, retention and revenue per install in Kathmandu: card and JPY money, a late event moving a device, immature cells null; the same from deltas, compacted rows and the migration of raw events")
     func handComputed() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
-            _ = try await services.appStore.createApp(id: "ktm", name: nil, timezone: Self.zone, currency: "USD")
-            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            let admin = try await Self.app(services)
             let today = try await Self.today()
             let d0 = today - 12
             let pool = services.database.pool
@@ -145,7 +150,7 @@ struct CohortReportTests {
             let migration = try String(contentsOf: Migrator.defaultDirectory(explicit: nil).appendingPathComponent("0023_installs.sql"), encoding: .utf8)
             let history = try #require(migration.range(of: "-- History:")).lowerBound
             try await pool.withTransaction { connection in
-                _ = try connection.execute(unsafeSQL: "TRUNCATE installs, install_days, install_day_revenue, install_history")
+                _ = try connection.execute(unsafeSQL: "TRUNCATE installs, install_days, install_day_revenue")
                 _ = try connection.execute(unsafeSQL: String(migration[history...]))
             }
             #expect(try await report() == compacted)
@@ -168,8 +173,7 @@ struct CohortReportTests {
     @Test("a cohort report in another zone, with event metrics, by an event dimension or compared is refused naming the parameter; CSV leaves immature cells empty")
     func refusalsAndCSV() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
-            _ = try await services.appStore.createApp(id: "ktm", name: nil, timezone: Self.zone, currency: "USD")
-            let admin = try await services.appStore.createKey(app: nil, scope: .admin).secret
+            let admin = try await Self.app(services)
             let today = try await Self.today()
             let now = Int64(Date().timeIntervalSince1970 * 1_000_000) - 60_000_000
             var late = Self.event("I", .session, day: today, 0)

@@ -46,7 +46,7 @@ struct InstallsTests {
         return events
     }
 
-    /// installs, install_days, install_day_revenue and install_history, as one comparable string.
+    /// installs, install_days and install_day_revenue, as one comparable string.
     static func state(_ services: AppServices) async throws -> String {
         try await services.database.pool.query("""
             SELECT concat_ws(' | ',
@@ -54,8 +54,7 @@ struct InstallsTests {
               (SELECT string_agg(concat_ws(',', app_id, device, day, cohort, events, requests, impressions, taps, sessions), ';' ORDER BY app_id, device, day) FROM install_days),
               (SELECT string_agg(concat_ws(',', app_id, device, day, cohort, hour, network, format, country, currency, impressions, taps, revenue_micros,
                                            priced_events, unpriced_impressions, unpriced_taps), ';' ORDER BY app_id, device, day, hour, network, format, country, currency)
-               FROM install_day_revenue),
-              (SELECT string_agg(app_id || ',' || from_day, ';' ORDER BY app_id) FROM install_history))
+               FROM install_day_revenue))
             """).first?.decode(0, as: String.self) ?? ""
     }
 
@@ -64,7 +63,7 @@ struct InstallsTests {
         let migration = try String(contentsOf: Migrator.defaultDirectory(explicit: nil).appendingPathComponent("0023_installs.sql"), encoding: .utf8)
         let history = try #require(migration.range(of: "-- History:")).lowerBound
         try await services.database.pool.withTransaction { connection in
-            _ = try connection.execute(unsafeSQL: "TRUNCATE installs, install_days, install_day_revenue, install_history")
+            _ = try connection.execute(unsafeSQL: "TRUNCATE installs, install_days, install_day_revenue")
             _ = try connection.execute(unsafeSQL: String(migration[history...]))
         }
         return try await state(services)

@@ -281,9 +281,12 @@ struct CohortReport {
             )
         }
         for row in try connection.query("""
-            SELECT app_id, from_day - DATE '1970-01-01' FROM install_history WHERE app_id = ANY(\(array: query.apps)::text[]) AND from_day <= \(ReportQuery.formatDate(query.to))::date ORDER BY app_id
+            SELECT a.app_id, (SELECT min(i.day) FROM installs i WHERE i.app_id = a.app_id) - DATE '1970-01-01'
+            FROM unnest(\(array: query.apps)::text[]) AS a (app_id) ORDER BY 1
             """) {
-            let app = try row.decode(0, as: String.self), first = try row.decode(1, as: Int.self)
+            // An app's install history starts with its earliest install (an index lookup).
+            let app = try row.decode(0, as: String.self)
+            guard let first = try row.decode(1, as: Int?.self), first <= query.to else { continue }
             // Its first month's cohorts hold the devices installed before it most (each shows
             // up on the first day it is active again): said for ranges that reach into it.
             guard query.from <= first + 30 else { continue }

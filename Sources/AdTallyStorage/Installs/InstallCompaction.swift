@@ -48,12 +48,6 @@ enum InstallCompaction {
                 first_seen = excluded.first_seen, day = excluded.day, country = excluded.country,
                 platform = excluded.platform, app_version = excluded.app_version
             RETURNING 1
-        ), history AS (
-            -- An app's install history starts with its earliest install day (Migrations/0023).
-            INSERT INTO install_history AS h (app_id, from_day)
-            SELECT app_id, min(day) FROM firsts GROUP BY app_id
-            ON CONFLICT (app_id) DO UPDATE SET from_day = excluded.from_day WHERE excluded.from_day < h.from_day
-            RETURNING 1
         ), day_sums AS (
             SELECT l.app_id, l.device, l.day, c.cohort, sum(events) AS events, sum(requests) AS requests, sum(impressions) AS impressions,
                    sum(taps) AS taps, sum(sessions) AS sessions

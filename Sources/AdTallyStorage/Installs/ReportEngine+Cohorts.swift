@@ -29,9 +29,7 @@ extension ReportEngine {
         // A network's restatement window counts only where its earnings may replace revenue here.
         let recordWindow = needsMoney && query.revenueSource == .ofRecord ? prepared.recordWindow : nil
         let last = days.max() ?? 0
-        let wait: PostgresQuery = """
-            greatest(make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)), make_interval(days => \(recordWindow.map { $0 + 1 } ?? 0)::int))
-            """
+        let wait = provisionalWait(lag: lag, recordWindow: recordWindow)
         var provisional: PostgresQuery = "SELECT c - DATE '1970-01-01', extract(epoch FROM e + "
         provisional.append(wait)
         provisional.append("""

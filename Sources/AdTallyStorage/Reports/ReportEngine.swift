@@ -374,9 +374,7 @@ public struct ReportEngine: Sendable {
         // A day is provisional while late events may still come, and, where a network's
         // revenue of record may still replace its SDK revenue, until its restatement
         // window (and the day its report is imported) has passed.
-        let wait: PostgresQuery = """
-            greatest(make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)), make_interval(days => \(plan.recordWindow.map { $0 + 1 } ?? 0)::int))
-            """
+        let wait = Self.provisionalWait(lag: lag, recordWindow: plan.recordWindow)
         var daysSQL: PostgresQuery = "SELECT d - DATE '1970-01-01', extract(epoch FROM e - s)::bigint, e > now() - "
         daysSQL.append(wait)
         daysSQL.append(", extract(epoch FROM e + ")
@@ -401,6 +399,15 @@ public struct ReportEngine: Sendable {
             }
         }
         return notes
+    }
+
+    /// How long after a day's end it may still change (SQL, an interval): the accepted
+    /// event age (measured on a replica from what it holds: plus its lag) and, where a
+    /// network's final earnings may still replace revenue, its restatement window and a day.
+    static func provisionalWait(lag: Double, recordWindow: Int?) -> PostgresQuery {
+        """
+        greatest(make_interval(secs => \(lag)::float8 + (SELECT max_event_age_seconds FROM id_horizon)), make_interval(days => \(recordWindow.map { $0 + 1 } ?? 0)::int))
+        """
     }
 
     /// Gives each row the compared period's sums for its dimensions (zero when it had none).
