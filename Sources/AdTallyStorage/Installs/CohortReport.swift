@@ -280,13 +280,11 @@ struct CohortReport {
                     + "summed per row, cohort, day N, UTC date and currency, converted at that date's FX rate and rounded half to even once, then added up over days 0…N"
             )
         }
-        for row in try connection.query("""
-            SELECT a.app_id, (SELECT min(i.day) FROM installs i WHERE i.app_id = a.app_id) - DATE '1970-01-01'
-            FROM unnest(\(array: query.apps)::text[]) AS a (app_id) ORDER BY 1
-            """) {
-            // An app's install history starts with its earliest install (an index lookup).
-            let app = try row.decode(0, as: String.self)
-            guard let first = try row.decode(1, as: Int?.self), first <= query.to else { continue }
+        // An app's install history starts with its earliest install: one index lookup per
+        // app (on Citus one shard each; a correlated subquery over unnest() is refused there).
+        for app in query.apps {
+            guard let first = try connection.query("SELECT min(day) - DATE '1970-01-01' FROM installs WHERE app_id = \(app)").first?.decode(0, as: Int?.self) ?? nil,
+                  first <= query.to else { continue }
             // Its first month's cohorts hold the devices installed before it most (each shows
             // up on the first day it is active again): said for ranges that reach into it.
             guard query.from <= first + 30 else { continue }
