@@ -100,6 +100,9 @@ SELECT pg_temp.place('install_delta', 'distributed');
 SELECT pg_temp.place('installs', 'distributed');
 SELECT pg_temp.place('install_days', 'distributed');
 SELECT pg_temp.place('install_day_revenue', 'distributed');
+-- The cohort grain (Migrations/0024): the device rows summed per cohort and day.
+SELECT pg_temp.place('cohort_days', 'distributed');
+SELECT pg_temp.place('cohort_priced_day', 'distributed');
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
@@ -132,7 +135,8 @@ BEGIN
         ('rollup_priced_1h', 'distributed'), ('rollup_priced_day', 'distributed'), ('rollup_dirty', 'distributed'),
         ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference'),
         ('network_import_pairs', 'distributed'), ('install_delta', 'distributed'), ('installs', 'distributed'),
-        ('install_days', 'distributed'), ('install_day_revenue', 'distributed')
+        ('install_days', 'distributed'), ('install_day_revenue', 'distributed'), ('cohort_days', 'distributed'),
+        ('cohort_priced_day', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

@@ -88,6 +88,37 @@ struct CohortReportTests {
         return try ReportQuery.today(in: zone, now: Date())
     }
 
+    /// Migration 0024's backfill: the cohort grain from the device rows.
+    static func grainBackfill() throws -> String {
+        let migration = try String(contentsOf: Migrator.defaultDirectory(explicit: nil).appendingPathComponent("0024_cohort_grain.sql"), encoding: .utf8)
+        return String(migration[try #require(migration.range(of: "INSERT INTO cohort_days")).lowerBound...])
+    }
+
+    /// Rows in which the cohort grain differs from the device rows summed and priced with
+    /// the card as it is now (the migration's backfill, written into temporary tables):
+    /// zero when the compactor and the re-pricer keep it.
+    static func grainMismatches(_ pool: PostgresPool) async throws -> Int {
+        let backfill = try grainBackfill()
+            .replacingOccurrences(of: "INSERT INTO cohort_days", with: "INSERT INTO expect_days")
+            .replacingOccurrences(of: "INSERT INTO cohort_priced_day", with: "INSERT INTO expect_priced")
+        return try await pool.withTransaction { connection in
+            _ = try connection.execute(unsafeSQL: """
+                CREATE TEMP TABLE expect_days (LIKE cohort_days) ON COMMIT DROP;
+                CREATE TEMP TABLE expect_priced (LIKE cohort_priced_day) ON COMMIT DROP;
+                """)
+            _ = try connection.execute(unsafeSQL: backfill)
+            return try connection.query("""
+                SELECT (SELECT count(*) FROM ((SELECT * FROM cohort_days WHERE devices <> 0 OR impressions <> 0 EXCEPT SELECT * FROM expect_days)
+                                              UNION ALL (SELECT * FROM expect_days EXCEPT SELECT * FROM cohort_days)) AS d)
+                     + (SELECT count(*) FROM ((SELECT app_id, cohort, day, utc_day, network, format, currency, reported, estimated, unrated FROM cohort_priced_day
+                                               WHERE reported <> 0 OR estimated <> 0 OR unrated <> 0
+                                               EXCEPT SELECT * FROM expect_priced WHERE reported <> 0 OR estimated <> 0 OR unrated <> 0)
+                                              UNION ALL (SELECT * FROM expect_priced WHERE reported <> 0 OR estimated <> 0 OR unrated <> 0
+                                                         EXCEPT SELECT * FROM cohort_priced_day)) AS d)
+                """).first!.decode(0, as: Int.self)
+        }
+    }
+
     @Test("hand-computed installs, retention and revenue per install in Kathmandu: card and JPY money, a late event moving a device, immature cells null; the same from deltas, compacted rows and the migration of raw events")
     func handComputed() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
@@ -146,12 +177,37 @@ struct CohortReportTests {
             #expect(totals["installs"] == "7" && totals["retention_d1"] == "0.333333" && totals["retention_d7"] == "0.166667", "\(totals)")
             #expect(totals["revenue_per_install_d7"] == "0.169667", "(1,016,000 + 2,000) / 6 mature installs: \(totals)")
 
-            // The same from the migration's rebuild from the raw events.
+            #expect(try await Self.grainMismatches(pool) == 0, "the cohort grain is the device rows summed and priced")
+            // (The check sees a wrong row of either table.)
+            try await pool.query("UPDATE cohort_days SET devices = devices + 1 WHERE cohort = \(ReportQuery.formatDate(d0))::date AND day = cohort")
+            try await pool.query("UPDATE cohort_priced_day SET estimated = estimated + 1 WHERE cohort = \(ReportQuery.formatDate(d0))::date AND day = cohort AND currency = 'USD'")
+            #expect(try await Self.grainMismatches(pool) == 4)
+            try await pool.query("UPDATE cohort_days SET devices = devices - 1 WHERE cohort = \(ReportQuery.formatDate(d0))::date AND day = cohort")
+            try await pool.query("UPDATE cohort_priced_day SET estimated = estimated - 1 WHERE cohort = \(ReportQuery.formatDate(d0))::date AND day = cohort AND currency = 'USD'")
+            // A card change: its dirty days are priced now from the device rows, then the
+            // re-pricer writes them into the grain.
+            try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "3.00", cpt: "0.01", from: ReportQuery.formatDate(d0 + 1))])
+            let repriced = try await report()
+            #expect(repriced[ReportQuery.formatDate(d0)]?["revenue_per_install_d0"] == "0.001500", "day 0 keeps the 2.00 CPM: \(repriced)")
+            #expect(repriced[ReportQuery.formatDate(d0 + 1)]?["revenue_per_install_d7"] == "0.001500", "E's impression on d0+4 at the 3.00 CPM, over 2 installs: \(repriced)")
+            let (_, repricedByCountry) = try await Reports.get(client, admin, byCountry)
+            #expect(Self.table(repricedByCountry)["totals"] == repriced["totals"], "read from the grain or the device rows, the card change is the same")
+            _ = try await services.compactor.reprice()
+            #expect(try await pool.query("SELECT count(*)::int FROM rollup_dirty").first!.decode(0, as: Int.self) == 0)
+            #expect(try await report() == repriced, "re-priced into the grain")
+            #expect(try await Self.grainMismatches(pool) == 0)
+            try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "2.00", cpt: "0.01", from: ReportQuery.formatDate(d0 + 1))])
+            _ = try await services.compactor.reprice()
+            #expect(try await report() == compacted)
+
+            // The same from the migrations' rebuild from the raw events.
             let migration = try String(contentsOf: Migrator.defaultDirectory(explicit: nil).appendingPathComponent("0023_installs.sql"), encoding: .utf8)
             let history = try #require(migration.range(of: "-- History:")).lowerBound
+            let grain = try Self.grainBackfill()
             try await pool.withTransaction { connection in
-                _ = try connection.execute(unsafeSQL: "TRUNCATE installs, install_days, install_day_revenue")
+                _ = try connection.execute(unsafeSQL: "TRUNCATE installs, install_days, install_day_revenue, cohort_days, cohort_priced_day")
                 _ = try connection.execute(unsafeSQL: String(migration[history...]))
+                _ = try connection.execute(unsafeSQL: grain)
             }
             #expect(try await report() == compacted)
 

@@ -18,6 +18,8 @@ struct CohortReport {
     /// The record days (the networks' final earnings) of the cohorts' days.
     let record: [ReportPlan.RecordDay]
     let distributed: Bool
+    /// The dirty ranges of the apps' money (a card change not yet re-priced, Migrations/0012).
+    var dirty: [ReportPlan.DirtyRange] = []
 
     /// The days N the metrics read, and the largest.
     var days: [Int] { Array(Set(query.cohortMetrics.filter { $0.kind != .installs }.map(\.day))).sorted() }
@@ -28,6 +30,10 @@ struct CohortReport {
     var needsInstalls: Bool {
         query.usedDimensions.contains { [.country, .platform, .appVersion].contains($0) }
     }
+    /// Whether the report reads the cohort grain (Migrations/0024, summed over devices):
+    /// where it is exact, grouped and filtered by cohort and app only, with no network's
+    /// final earnings (spread by the UTC hour) in its money. Else the device rows.
+    var readsGrain: Bool { !needsInstalls && record.isEmpty }
 
     /// The query the money of the cohorts is priced as: revenue over the cohorts' days.
     static func moneyQuery(_ query: ReportQuery, maxDay: Int) -> ReportQuery {
@@ -76,7 +82,56 @@ struct CohortReport {
     /// pending rows (`touched`) has its install, cohort and days as the compactor will
     /// leave them (its earliest event, pending or stored; its stored days and its pending
     /// ones, under that cohort); every other device is read as stored.
-    func statement() -> PostgresQuery {
+    func statement() -> PostgresQuery { readsGrain ? grainStatement() : deviceStatement() }
+
+    /// `WITH t (today), pend (the install deltas not yet folded), touched (their devices,
+    /// with their cohort and first sight as the compactor will leave them, and `old_day`:
+    /// the cohort their stored rows are under, NULL for none), touched_in (those whose
+    /// cohort is in the range)`, ending with a comma.
+    func prelude() -> PostgresQuery {
+        let from = ReportQuery.formatDate(query.from), to = ReportQuery.formatDate(query.to)
+        let apps: PostgresQuery = "\(array: query.apps)::text[]"
+        var sql: PostgresQuery = "WITH t AS (SELECT (now() AT TIME ZONE \(query.timezone))::date AS today),\n"
+        sql.append("""
+            pend AS MATERIALIZED (
+                SELECT d.app_id, d.device, (d.bucket AT TIME ZONE a.timezone)::date AS day, date_trunc('hour', d.bucket, 'UTC') AS hour,
+                       d.network, d.format, d.country, d.currency, d.first_at, d.first_platform, d.first_version,
+                       (d.first_at AT TIME ZONE a.timezone)::date AS first_day, d.impressions, d.taps, d.revenue_micros,
+                       d.unpriced_impressions, d.unpriced_taps
+                FROM install_delta d JOIN apps a USING (app_id)
+                WHERE d.app_id = ANY(\(apps))
+            ), touched AS MATERIALIZED (
+                SELECT DISTINCT ON (p.app_id, p.device) p.app_id, p.device,
+                       CASE WHEN e.earlier THEN p.first_day ELSE i.day END AS day,
+                       CASE WHEN e.earlier THEN p.country ELSE i.country END::text AS country,
+                       CASE WHEN e.earlier THEN p.first_platform ELSE i.platform END AS platform,
+                       CASE WHEN e.earlier THEN p.first_version ELSE i.app_version END AS app_version,
+                       i.day AS old_day
+                FROM pend p LEFT JOIN installs i ON i.app_id = p.app_id AND i.device = p.device
+                CROSS JOIN LATERAL (SELECT i.first_seen IS NULL OR (p.first_at, p.country, coalesce(p.first_platform, ''), coalesce(p.first_version, ''))
+                                        < (i.first_seen, i.country, coalesce(i.platform, ''), coalesce(i.app_version, '')) AS earlier) AS e
+                ORDER BY p.app_id, p.device, p.first_at, p.country, coalesce(p.first_platform, ''), coalesce(p.first_version, '')
+            ), touched_in AS MATERIALIZED (
+                -- Those whose cohort is in the range: only their stored rows are read again.
+                SELECT * FROM touched WHERE day BETWEEN \(from)::date AND \(to)::date
+            ),\n
+            """)
+        return sql
+    }
+
+    /// The rows of every touched device whose cohort is in the range, as the compactor will
+    /// leave them: its stored rows of `table` and its pending ones (`pend`), of days 0…max
+    /// that have passed, with `columns` (x. or p. before each).
+    func touchedRows(_ table: String, _ columns: [String], pendingWhere: String = "true") -> PostgresQuery {
+        let apps: PostgresQuery = "\(array: query.apps)::text[]"
+        var sql: PostgresQuery = "SELECT x.app_id, x.device, x.day\(unsafeRaw: columns.map { ", x." + $0 }.joined()) FROM \(unsafeRaw: table) x JOIN touched_in tt USING (app_id, device) CROSS JOIN t\n"
+        sql.append("WHERE x.app_id = ANY(\(apps)) AND x.day <= tt.day + \(unsafeRaw: String(maxDay)) AND x.day < t.today\n")
+        sql.append("UNION ALL SELECT p.app_id, p.device, p.day\(unsafeRaw: columns.map { ", p." + $0 }.joined()) FROM pend p WHERE \(unsafeRaw: pendingWhere)")
+        return sql
+    }
+
+    /// The statement read from each device's rows (Migrations/0023).
+    func deviceStatement() -> PostgresQuery {
         let dimensions = query.dimensions
         let names = dimensions.indices.map { "d\($0)" }
         let from = ReportQuery.formatDate(query.from), to = ReportQuery.formatDate(query.to)
@@ -100,29 +155,9 @@ struct CohortReport {
             sql.append("\(unsafeRaw: String(rest))")
             return sql
         }
-        var sql: PostgresQuery = "WITH t AS (SELECT (now() AT TIME ZONE \(query.timezone))::date AS today),\n"
+        var sql = prelude()
         sql.append("""
-            pend AS MATERIALIZED (
-                SELECT d.app_id, d.device, (d.bucket AT TIME ZONE a.timezone)::date AS day, date_trunc('hour', d.bucket, 'UTC') AS hour,
-                       d.network, d.format, d.country, d.currency, d.first_at, d.first_platform, d.first_version,
-                       (d.first_at AT TIME ZONE a.timezone)::date AS first_day, d.impressions, d.taps, d.revenue_micros,
-                       d.unpriced_impressions, d.unpriced_taps
-                FROM install_delta d JOIN apps a USING (app_id)
-                WHERE d.app_id = ANY(\(apps))
-            ), touched AS MATERIALIZED (
-                SELECT DISTINCT ON (p.app_id, p.device) p.app_id, p.device,
-                       CASE WHEN e.earlier THEN p.first_day ELSE i.day END AS day,
-                       CASE WHEN e.earlier THEN p.country ELSE i.country END::text AS country,
-                       CASE WHEN e.earlier THEN p.first_platform ELSE i.platform END AS platform,
-                       CASE WHEN e.earlier THEN p.first_version ELSE i.app_version END AS app_version
-                FROM pend p LEFT JOIN installs i ON i.app_id = p.app_id AND i.device = p.device
-                CROSS JOIN LATERAL (SELECT i.first_seen IS NULL OR (p.first_at, p.country, coalesce(p.first_platform, ''), coalesce(p.first_version, ''))
-                                        < (i.first_seen, i.country, coalesce(i.platform, ''), coalesce(i.app_version, '')) AS earlier) AS e
-                ORDER BY p.app_id, p.device, p.first_at, p.country, coalesce(p.first_platform, ''), coalesce(p.first_version, '')
-            ), touched_in AS MATERIALIZED (
-                -- Those whose cohort is in the range: only their stored rows are read again.
-                SELECT * FROM touched WHERE day BETWEEN \(from)::date AND \(to)::date
-            ), inst AS (
+            inst AS (
                 SELECT \(unsafeRaw: select)x.c, count(*)::bigint AS installs
                 FROM (SELECT x.app_id, x.day AS c, x.country::text AS country, x.platform, x.app_version FROM installs x
                       WHERE x.app_id = ANY(\(apps)) AND x.day BETWEEN \(from)::date AND \(to)::date AND \(unsafeRaw: untouched)
@@ -204,6 +239,126 @@ struct CohortReport {
                 "SELECT \(groupKeys)c, n, 0::bigint, 0::bigint, 0::bigint, reported_micros + estimated_micros + network_micros, missing_fx, unrated FROM money"
             )
         }
+        finish(&sql, parts: parts)
+        return sql
+    }
+
+    /// The statement read from the cohort grain (`readsGrain`, Migrations/0024): its sums
+    /// per cohort and day, less the stored rows of the devices with install deltas pending
+    /// (`touched`) under the cohort they are stored under, plus those devices' rows as the
+    /// compactor will leave them; money on the days a card change left dirty is priced now
+    /// from every device's rows, as the rollups' is (Migrations/0012).
+    func grainStatement() -> PostgresQuery {
+        let names = query.dimensions.indices.map { "d\($0)" }
+        let from = ReportQuery.formatDate(query.from), to = ReportQuery.formatDate(query.to)
+        let apps: PostgresQuery = "\(array: query.apps)::text[]"
+        let select = query.dimensions.enumerated().map { "(\(column($0.element)))::text AS d\($0.offset), " }.joined()
+        let groupKeys = names.map { $0 + ", " }.joined()
+        let maxDay = String(self.maxDay)
+        // The rows of a table `x` (cohort, day) of the range's cohorts, days 0…max.
+        let cohorts: PostgresQuery = "x.app_id = ANY(\(apps)) AND x.cohort BETWEEN \(from)::date AND \(to)::date AND x.day <= x.cohort + \(unsafeRaw: maxDay)"
+        var sql = prelude()
+        sql.append("""
+            touched_old AS MATERIALIZED (
+                -- Touched devices stored under a cohort of the range: their stored rows leave its sums.
+                SELECT app_id, device, old_day FROM touched WHERE old_day BETWEEN \(from)::date AND \(to)::date
+            ), counted AS (
+                SELECT x.app_id, x.cohort AS c, x.day - x.cohort AS n, x.devices AS active, x.impressions
+                FROM cohort_days x WHERE \(cohorts)
+                UNION ALL
+                SELECT x.app_id, x.cohort, x.day - x.cohort, -1, -x.impressions
+                FROM install_days x JOIN touched_old o USING (app_id, device) WHERE \(cohorts) AND x.cohort = o.old_day
+                UNION ALL
+                SELECT u.app_id, tt.day, u.day - tt.day, 1, sum(u.impressions)
+                FROM (\(touchedRows("install_days", ["impressions"]))) AS u JOIN touched_in tt USING (app_id, device)
+                WHERE u.day <= tt.day + \(unsafeRaw: maxDay)
+                GROUP BY u.app_id, u.device, tt.day, u.day
+            ), inst AS (
+                -- A cohort's installs: its devices of day 0.
+                SELECT \(unsafeRaw: select)x.c, sum(x.active)::bigint AS installs
+                FROM counted x WHERE x.n = 0\(filters())
+                GROUP BY \(unsafeRaw: groupKeys)x.c
+            ), act AS (
+                SELECT \(unsafeRaw: select)x.c, x.n, sum(x.active)::bigint AS active, sum(x.impressions)::bigint AS impressions
+                FROM counted x CROSS JOIN t WHERE x.c + x.n < t.today\(filters())
+                GROUP BY \(unsafeRaw: groupKeys)x.c, x.n
+            )
+            """)
+        var parts = [
+            "SELECT \(groupKeys)c, NULL::int AS n, installs, 0::bigint AS active, 0::bigint AS impressions, 0::numeric AS revenue, NULL::text AS missing_fx, 0::bigint AS unrated FROM inst",
+            "SELECT \(groupKeys)c, n, 0::bigint, active, impressions, 0::numeric, NULL::text, 0::bigint FROM act",
+        ]
+        if needsMoney {
+            let plan = ReportPlan(Self.moneyQuery(query, maxDay: self.maxDay), distributed: distributed, dirty: dirty, source: .raw)
+            let dirty = !self.dirty.isEmpty
+            func isDirty(_ u: String) -> String {
+                "EXISTS (SELECT 1 FROM dirty_days dd WHERE dd.app_id = x.app_id AND dd.network = x.network AND dd.format = x.format AND dd.u = \(u))"
+            }
+            let utc = "(x.hour AT TIME ZONE 'UTC')::date"
+            let unpriced = "x.network, x.format, x.country::text, x.currency"
+            if dirty { sql.append(",\n\(plan.dirtyDaysCTE())") }
+            sql.append("""
+                ,
+                pending AS MATERIALIZED (
+                    SELECT \(unsafeRaw: select)x.c, x.n, x.u, x.network, x.format,
+                           0::bigint AS requests, 0::bigint AS loads, sum(x.impressions)::bigint AS impressions, 0::bigint AS errors, sum(x.taps)::bigint AS taps,
+                           0::bigint AS action_cancels, 0::bigint AS expiries, 0::bigint AS wasted_fills, 0::bigint AS sessions,
+                           NULL::hll AS devices, sum(x.revenue_micros)::numeric AS revenue_micros, x.currency, x.country,
+                           sum(x.ui)::bigint AS ui, sum(x.ut)::bigint AS ut, sum(x.est) AS est, sum(x.unrated)::bigint AS unrated_adjust,
+                           0::numeric AS precise_micros
+                    FROM (
+                        -- The grain's priced money (a row's estimate and unrated events as stored; no country).
+                        SELECT x.app_id, x.cohort AS c, x.day - x.cohort AS n, x.utc_day AS u, x.network, x.format, NULL::text AS country, x.currency,
+                               0::bigint AS impressions, 0::bigint AS taps, x.reported AS revenue_micros, 0::bigint AS ui, 0::bigint AS ut,
+                               x.estimated AS est, x.unrated
+                        FROM cohort_priced_day x CROSS JOIN t WHERE \(cohorts) AND x.day < t.today\(unsafeRaw: dirty ? " AND NOT " + isDirty("x.utc_day") : "")
+                """)
+            if dirty {
+                sql.append("""
+                    \nUNION ALL
+                        -- Dirty days: every device's rows, priced now.
+                        SELECT x.app_id, x.cohort, x.day - x.cohort, \(unsafeRaw: utc), \(unsafeRaw: unpriced), x.impressions, x.taps, x.revenue_micros,
+                               x.unpriced_impressions, x.unpriced_taps, NULL::numeric, NULL::bigint
+                        FROM install_day_revenue x CROSS JOIN t WHERE \(cohorts) AND x.day < t.today AND \(unsafeRaw: isDirty(utc))
+                    """)
+            }
+            sql.append("""
+                \nUNION ALL
+                        -- Touched devices: their stored rows out of the cohort they are stored under…
+                        SELECT x.app_id, x.cohort, x.day - x.cohort, \(unsafeRaw: utc), \(unsafeRaw: unpriced), -x.impressions, -x.taps, -x.revenue_micros,
+                               -x.unpriced_impressions, -x.unpriced_taps, NULL::numeric, NULL::bigint
+                        FROM install_day_revenue x JOIN touched_old o USING (app_id, device) CROSS JOIN t
+                        WHERE \(cohorts) AND x.cohort = o.old_day AND x.day < t.today
+                        UNION ALL
+                        -- …and all their rows, stored and pending, into the cohort they will be under.
+                        SELECT x.app_id, tt.day, x.day - tt.day, \(unsafeRaw: utc), \(unsafeRaw: unpriced), x.impressions, x.taps, x.revenue_micros,
+                               x.unpriced_impressions, x.unpriced_taps, NULL::numeric, NULL::bigint
+                        FROM (\(touchedRows("install_day_revenue", ["hour", "network", "format", "country", "currency", "impressions", "taps", "revenue_micros", "unpriced_impressions", "unpriced_taps"], pendingWhere: "p.impressions + p.taps > 0"))) AS x
+                        JOIN touched_in tt USING (app_id, device) CROSS JOIN t
+                        WHERE x.day <= tt.day + \(unsafeRaw: maxDay) AND x.day < t.today
+                    ) AS x
+                    WHERE true\(filters())
+                    GROUP BY \(unsafeRaw: groupKeys)x.c, x.n, x.u, x.network, x.format, x.currency, x.country
+                ),
+                \(unsafeRaw: RatePricing.pricesCTE("prices", of: "pending"))
+                """)
+            let keys = names + ["c", "n"]
+            sql.append(",\nmoney AS (\n")
+            sql.append(plan.pricedSums(names: keys, rows: "pending AS s", dimensionList: keys.map { "s.\($0), " }.joined()))
+            sql.append("\n)")
+            parts.append(
+                "SELECT \(groupKeys)c, n, 0::bigint, 0::bigint, 0::bigint, reported_micros + estimated_micros + network_micros, missing_fx, unrated FROM money"
+            )
+        }
+        finish(&sql, parts: parts)
+        return sql
+    }
+
+    /// The statement's end, after its CTEs (`parts`: per group, cohort and day N or none,
+    /// installs, active devices, impressions, revenue, the missing FX rate and unrated events).
+    func finish(_ sql: inout PostgresQuery, parts: [String]) {
+        let dimensions = query.dimensions
+        let names = dimensions.indices.map { "d\($0)" }
         sql.append(",\nparts AS (\n\(unsafeRaw: parts.joined(separator: "\nUNION ALL\n"))\n)\n")
         var columns = ["coalesce(sum(p.installs) FILTER (WHERE p.c < t.today), 0)::bigint", "coalesce(sum(p.installs) FILTER (WHERE p.c >= t.today), 0)::bigint"]
         for day in days {
@@ -222,9 +377,12 @@ struct CohortReport {
         sql.append("""
             SELECT \(unsafeRaw: names.map { "p.\($0), " }.joined())\(unsafeRaw: columns.joined(separator: ", "))
             FROM parts p CROSS JOIN t
-            \(unsafeRaw: names.isEmpty ? "" : "GROUP BY " + names.map { "p.\($0)" }.joined(separator: ", ") + "\nORDER BY " + order.joined(separator: ", "))
+            \(unsafeRaw: names.isEmpty ? "" : "GROUP BY " + names.map { "p.\($0)" }.joined(separator: ", "))
+            -- A group is a group of installs: a cohort the grain holds only emptied rows of
+            -- (its devices moved to an earlier one) is none.
+            HAVING coalesce(sum(p.installs), 0) <> 0
+            \(unsafeRaw: names.isEmpty ? "" : "ORDER BY " + order.joined(separator: ", "))
             """)
-        return sql
     }
 
     /// Every row of the report, in its order, and the impressions and taps no rate card

@@ -1,7 +1,8 @@
 import PostgresKit
 
 /// Folds the install deltas the ingest path appends (`install_delta`, Migrations/0023)
-/// into `installs`, `install_days` and `install_day_revenue`. `RollupCompactor` runs it
+/// into `installs`, `install_days` and `install_day_revenue`, and the cohort grain summed
+/// from them (`cohort_days`, `cohort_priced_day`, Migrations/0024). `RollupCompactor` runs it
 /// in each pass's transaction, under the compaction lock and the pass's bounds, after the
 /// rollups' move: every delta row is folded once, and deleted in the transaction that
 /// folds it.
@@ -93,6 +94,49 @@ enum InstallCompaction {
               AND NOT EXISTS (SELECT 1 FROM revenue_sums s WHERE s.app_id = r.app_id AND s.device = r.device AND s.day = r.day AND s.hour = r.hour
                                                              AND s.network = r.network AND s.format = r.format AND s.country = r.country
                                                              AND s.currency = r.currency)
+            RETURNING 1
+        ), day_changes AS (
+            -- The cohort grain (Migrations/0024): each day row this pass writes adds a device
+            -- to its cohort's day unless the device had that day already (under the same
+            -- cohort); a moved install's rows before the pass leave their cohort, and join
+            -- the new one (those this pass writes, with what they held, above).
+            SELECT s.app_id, s.cohort, s.day, CASE WHEN o.day IS NOT NULL AND NOT c.moved THEN 0 ELSE 1 END AS devices,
+                   s.impressions + CASE WHEN c.moved THEN coalesce(o.impressions, 0) ELSE 0 END AS impressions
+            FROM day_sums s JOIN cohort c ON c.app_id = s.app_id AND c.device = s.device
+            LEFT JOIN install_days o ON o.app_id = s.app_id AND o.device = s.device AND o.day = s.day
+            UNION ALL
+            SELECT o.app_id, o.cohort, o.day, -1, -o.impressions
+            FROM install_days o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+            UNION ALL
+            SELECT o.app_id, c.cohort, o.day, 1, o.impressions
+            FROM install_days o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+            WHERE NOT EXISTS (SELECT 1 FROM day_sums s WHERE s.app_id = o.app_id AND s.device = o.device AND s.day = o.day)
+        ), cohort_counts AS (
+            INSERT INTO cohort_days AS r (app_id, cohort, day, devices, impressions)
+            SELECT app_id, cohort, day, sum(devices), sum(impressions) FROM day_changes GROUP BY 1, 2, 3
+            ON CONFLICT (app_id, cohort, day) DO UPDATE SET devices = r.devices + excluded.devices, impressions = r.impressions + excluded.impressions
+            RETURNING 1
+        ), money_changes AS MATERIALIZED (
+            -- Their money: this pass's, and a moved install's rows before the pass, out of
+            -- the old cohort and into the new one; priced at the card in force, as the
+            -- rollups' deltas are (the pass holds the compaction lock a card change takes).
+            SELECT app_id, cohort, day, (hour AT TIME ZONE 'UTC')::date AS u, network, format, country::text AS country, currency,
+                   revenue_micros, unpriced_impressions AS ui, unpriced_taps AS ut
+            FROM revenue_sums
+            UNION ALL
+            SELECT o.app_id, o.cohort, o.day, (o.hour AT TIME ZONE 'UTC')::date, o.network, o.format, o.country::text, o.currency,
+                   -o.revenue_micros, -o.unpriced_impressions, -o.unpriced_taps
+            FROM install_day_revenue o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+            UNION ALL
+            SELECT o.app_id, c.cohort, o.day, (o.hour AT TIME ZONE 'UTC')::date, o.network, o.format, o.country::text, o.currency,
+                   o.revenue_micros, o.unpriced_impressions, o.unpriced_taps
+            FROM install_day_revenue o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+        ), \(RatePricing.pricesCTE("cohort_prices", of: "money_changes")), cohort_money AS (
+            INSERT INTO cohort_priced_day AS r (app_id, cohort, day, utc_day, network, format, currency, reported, estimated, unrated)
+            SELECT s.app_id, s.cohort, s.day, s.u, s.network, s.format, \(RatePricing.pricedColumns("s"))
+            FROM money_changes s \(RatePricing.join("s", prices: "cohort_prices"))
+            GROUP BY 1, 2, 3, 4, 5, 6, 7
+            ON CONFLICT (app_id, cohort, day, utc_day, network, format, currency) DO UPDATE SET \(RollupCompactor.pricedUpdate)
             RETURNING 1
         )
         SELECT count(*)::bigint FROM moved

@@ -13,14 +13,16 @@ extension ReportEngine {
         let money = CohortReport.moneyQuery(query, maxDay: days.max() ?? 0)
         let needsMoney = query.cohortMetrics.contains { $0.kind == .revenuePerInstall }
         let record = needsMoney && prepared.recordWindow != nil ? try ReportPlan.recordDays(money, on: connection) : []
-        let report = CohortReport(query: query, record: record, distributed: prepared.distributed)
+        let report = CohortReport(query: query, record: record, distributed: prepared.distributed, dirty: prepared.dirty)
         let (rows, unrated) = try report.rows(on: connection)
         var totals = ReportCounts()
         for row in rows { totals.add(row.counts) }
         totals.unratedEvents = unrated
         var notes = ReportNotes()
         notes.readFrom = readFrom
-        notes.source = "installs: each device's install and its active days with their money (Migrations/0023_installs.sql), and the install deltas not yet folded"
+        notes.source = report.readsGrain
+            ? "installs: the cohort grain, each cohort's active devices and priced money per day (Migrations/0024_cohort_grain.sql), and the install deltas not yet folded"
+            : "installs: each device's install and its active days with their money (Migrations/0023_installs.sql), and the install deltas not yet folded"
         notes.cohorts = try report.notes(on: connection)
         // A cohort is provisional until its last day read (day N of the largest N) has
         // passed and the accepted event age (and a network's restatement window) after it:
