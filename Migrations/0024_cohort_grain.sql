@@ -13,22 +13,24 @@
 --                        A cohort's installs are its day-0 devices: a device is active on
 --                        its install day by definition.
 --   cohort_priced_day    their money, priced as rollup_priced_day is (Migrations/0012):
---                        per UTC date, network, format and money currency, reported
---                        revenue (in the SDK's currency), estimated revenue (the rate
---                        card in force on the UTC date, exact, with the thousandths of a
---                        micro a CPM leaves) and unrated events (currency '').
+--                        per UTC date and money currency (over every network and
+--                        format: a cohort report names neither), reported revenue (in
+--                        the SDK's currency), estimated revenue (the rate card in force
+--                        on the UTC date, exact, with the thousandths of a micro a CPM
+--                        leaves) and unrated events (currency '').
 --
 -- Invariants (CohortGrainTests):
 --
 -- 1. cohort_days equals install_days summed per (app, cohort, day); cohort_priced_day
---    equals install_day_revenue priced with the card as it is now, outside the dirty
---    ranges of rollup_dirty. The compactor keeps them so in the transaction that folds
+--    equals install_day_revenue priced with the card as it is now, outside the UTC
+--    dates that rollup_dirty holds for any of the app's networks and formats. The compactor keeps them so in the transaction that folds
 --    the install deltas (InstallCompaction): a new device-day adds a device, a device
 --    moved to an earlier cohort takes its rows from the old cohort to the new one; the
---    re-pricer rewrites a dirty window's cohort money with the rollups' (RatePricing).
+--    re-pricer rewrites the cohort money of a dirty window's UTC dates with the
+--    rollups' (RatePricing).
 -- 2. A report reads the grain only where it is exact: grouped by cohort and app (no
 --    first-sight attribute), with no revenue of record (a network's final earnings are
---    spread by the UTC hour), the dirty days priced at query time from the device rows,
+--    spread by the UTC hour), the dirty UTC dates priced at query time from the device rows,
 --    and the devices with install deltas pending read from theirs (`CohortReport`).
 --    Other cohort reports read the device rows, as before.
 
@@ -46,13 +48,11 @@ CREATE TABLE cohort_priced_day (
     cohort     date NOT NULL,
     day        date NOT NULL,                      -- local, in the app's zone
     utc_day    date NOT NULL,
-    network    text COLLATE "C" NOT NULL,
-    format     text COLLATE "C" NOT NULL,
     currency   text COLLATE "C" NOT NULL,          -- '' for unrated events only
     reported   numeric NOT NULL,
     estimated  numeric NOT NULL,
     unrated    bigint NOT NULL,
-    PRIMARY KEY (app_id, cohort, day, utc_day, network, format, currency)
+    PRIMARY KEY (app_id, cohort, day, utc_day, currency)
 ) WITH (fillfactor = 70);
 
 -- The re-pricer rewrites a window of UTC dates of one app from the device rows: by day.
@@ -77,12 +77,12 @@ WITH source AS MATERIALIZED (
     LEFT JOIN rate_cards c ON c.network = k.network AND c.format = k.format AND c.country IN (k.country, '*') AND c.effective_from <= k.u
     GROUP BY k.u, k.network, k.format, k.country
 )
-INSERT INTO cohort_priced_day (app_id, cohort, day, utc_day, network, format, currency, reported, estimated, unrated)
-SELECT s.app_id, s.cohort, s.day, s.u, s.network, s.format,
+INSERT INTO cohort_priced_day (app_id, cohort, day, utc_day, currency, reported, estimated, unrated)
+SELECT s.app_id, s.cohort, s.day, s.u,
        coalesce(CASE WHEN s.currency = '' THEN rt.currency ELSE s.currency END, ''),
        coalesce(sum(CASE WHEN s.currency <> '' THEN s.revenue_micros END), 0),
        coalesce(sum(s.ui::numeric * rt.cpm_micros * 0.001 + s.ut::numeric * rt.cpt_micros), 0),
        coalesce(sum(CASE WHEN s.currency = '' AND rt.currency IS NULL THEN s.ui + s.ut END), 0)
 FROM source s
 LEFT JOIN prices rt ON s.currency = '' AND rt.u = s.u AND rt.network = s.network AND rt.format = s.format AND rt.country = s.country
-GROUP BY 1, 2, 3, 4, 5, 6, 7;
+GROUP BY 1, 2, 3, 4, 5;

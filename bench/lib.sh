@@ -67,8 +67,17 @@ PY
 
 # load_events EVENTS APPS: EVENTS realistic events over 35 days for APPS apps (40% of
 # them for bench-00, America/New_York; the rest spread evenly over apps in five
-# zones), straight into `events` with SQL; then their rollup deltas, appended as the
-# ingest path does and folded into every grain by the running server's compactor.
+# zones), straight into `events` with SQL; then their rollup and install deltas,
+# appended as the ingest path does and folded into every grain by the running
+# server's compactor.
+#
+# Devices install and come back (DESIGN §13): every app installs devices on every day
+# (one per 40 of its events a day: ~2,860 a day, ~100 k in all, for bench-00 at 10 M
+# events), and an event of day k is a device's of age n (days since its install) with
+# a weight of its retention, 1 on day 0 and 0.35 n^-0.47 after (~35 % D1, ~14 % D7,
+# ~7 % D30): the continuous inverse of that weight picks n, then one of the day's
+# retained devices (the first cap x retention of its installs). A device keeps its
+# country and platform.
 # Needs start_server; sets load_started.
 load_events() {
   local events=$1 apps=$2
@@ -94,25 +103,45 @@ END \$\$;
 DROP INDEX events_app_time;
 INSERT INTO events (app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version,
                     app_version, device, revenue_micros, currency, error_code, will_leave, shown)
-SELECT app, at, gen_random_uuid(), type, network, format, placement, CASE WHEN format = 'banner' THEN '320x50' END, country,
-       platform, platform || '-17', '3.' || (r5 * 4)::int, 'device-' || (r6 * 200000)::int,
+SELECT app, at, gen_random_uuid(), type, network, format, placement, CASE WHEN format = 'banner' THEN '320x50' END,
+       (ARRAY['US', 'US', 'US', 'JP', 'JP', 'DE', 'GB', 'IN', 'IN', 'BR', 'FR', 'KR', 'CA', 'AU', 'NP', 'MX', 'ID', 'ZZ'])[1 + (idx * 7 + installed * 13) % 18],
+       CASE WHEN (idx * 3 + installed) % 20 < 11 THEN 'android' ELSE 'ios' END,
+       CASE WHEN (idx * 3 + installed) % 20 < 11 THEN 'android' ELSE 'ios' END || '-17', '3.' || (r5 * 4)::int,
+       'device-' || installed || '-' || idx,
        CASE WHEN type IN ('impression', 'tap') AND r5 < 0.6 THEN 200 + (r6 * 9000)::int END,
        CASE WHEN type IN ('impression', 'tap') AND r5 < 0.6 THEN 'USD' END,
        CASE WHEN type = 'error' THEN 1 + (r5 * 4)::int END, CASE WHEN type = 'tap' THEN r5 < 0.5 END,
        CASE WHEN type = 'expiry' THEN r5 < 0.7 END
 FROM (
+ SELECT a.*, a.k - a.n AS installed,
+        -- one of the installs of day k - n still active at age n (the first cap x retention)
+        floor(r7 * greatest(1, a.cap * CASE WHEN a.n = 0 THEN 1 ELSE 0.35 * power(a.n, -0.47) END))::int AS idx
+ FROM (
+  SELECT g.*,
+         -- age: 0 with weight 1, else (continuous weight 0.35 x^-0.47 over [1, k + 1]) its inverse
+         CASE WHEN r8 * (1 + 0.35 * (power(k + 1, 0.53) - 1) / 0.53) < 1 THEN 0
+              ELSE least(k, floor(power((power(k + 1, 0.53) - 1) * r9 + 1, 1 / 0.53)))::int END AS n,
+         CASE WHEN i % 10 < 4 THEN $events * 0.4 / 35 / 40 ELSE $events * 0.6 / greatest($apps - 1, 1) / 35 / 40 END AS cap
+  FROM (SELECT i, random() AS r1, random() AS r2, random() AS r3, random() AS r4, random() AS r5, random() AS r6,
+               random() AS r7, random() AS r8, random() AS r9, floor(random() * 35)::int AS k
+        FROM generate_series(1, $events) AS i) AS g
+ ) AS a
+) AS b
+-- The app's zone, as the apps above are made.
+CROSS JOIN LATERAL (
+  SELECT CASE WHEN i % 10 < 4 THEN 'America/New_York'
+              ELSE (ARRAY['UTC', 'Asia/Kolkata', 'Europe/London', 'Asia/Tokyo', 'America/Los_Angeles'])[1 + (1 + i % ($apps - 1)) % 5] END AS zone
+) AS z
+CROSS JOIN LATERAL (
   SELECT CASE WHEN i % 10 < 4 THEN 'bench-00' ELSE 'bench-' || lpad((1 + i % ($apps - 1))::text, 2, '0') END AS app,
-         -- a daily rhythm: more traffic in the (UTC) evening
-         now() - interval '35 days' + (floor(r1 * 35) * interval '1 day') + (power(r2, 0.7) * interval '1 day') AS at,
+         -- day k starts at a local midnight of the app's zone (a device's day 0 is one
+         -- local day, as its cohort is); a daily rhythm: more traffic late in the day
+         ((now() AT TIME ZONE z.zone)::date - 35 + k)::timestamp AT TIME ZONE z.zone + (power(r2, 0.7) * interval '1 day') AS at,
          CASE WHEN r3 < 0.45 THEN 'request' WHEN r3 < 0.75 THEN 'impression' WHEN r3 < 0.83 THEN 'load' WHEN r3 < 0.88 THEN 'tap'
               WHEN r3 < 0.95 THEN 'error' WHEN r3 < 0.98 THEN 'expiry' ELSE 'action_cancel' END AS type,
          (ARRAY['admob', 'admob', 'admob', 'applovin', 'applovin', 'unity', 'meta', 'iad', 'nend'])[1 + (r4 * 9)::int % 9] AS network,
          (ARRAY['banner', 'banner', 'banner', 'interstitial', 'interstitial', 'native', 'rewarded'])[1 + (r2 * 7000)::int % 7] AS format,
-         (ARRAY['home', 'feed', 'level_end', 'settings', 'default'])[1 + (r4 * 5000)::int % 5] AS placement,
-         (ARRAY['US', 'US', 'US', 'JP', 'JP', 'DE', 'GB', 'IN', 'IN', 'BR', 'FR', 'KR', 'CA', 'AU', 'NP', 'MX', 'ID', 'ZZ'])[1 + (r6 * 18000)::int % 18] AS country,
-         CASE WHEN r5 < 0.55 THEN 'android' ELSE 'ios' END AS platform, r5, r6
-  FROM (SELECT i, random() AS r1, random() AS r2, random() AS r3, random() AS r4, random() AS r5, random() AS r6
-        FROM generate_series(1, $events) AS i) AS g
+         (ARRAY['home', 'feed', 'level_end', 'settings', 'default'])[1 + (r4 * 5000)::int % 5] AS placement
 ) AS e
 WHERE at < now() - interval '5 minutes';
 CREATE INDEX events_app_time ON events (app_id, occurred_at);
@@ -127,8 +156,8 @@ SQL
 first_event=$(sql -c "SELECT min(occurred_at) FROM events")
 for week in 0 1 2 3 4 5; do
   append_deltas "occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'" >/dev/null
-  for _ in $(seq 1 600); do [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] && break; sleep 1; done
-  [ "$(sql -c "SELECT count(*) FROM rollup_delta")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
+  for _ in $(seq 1 600); do [ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] && break; sleep 1; done
+  [ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
 done
 # What compaction left behind, before the VACUUM that ends the load: dead rows and the
 # updates made in place (HOT) of every rollup grain.
@@ -138,10 +167,11 @@ psql "$conn" -q -c "SELECT relname AS table, n_live_tup AS live, n_dead_tup AS d
 sql -c "VACUUM ANALYZE" -c "CHECKPOINT"
 }
 
-# append_deltas CONDITION: the rollup deltas of the events matching CONDITION (SQL on
-# `events`), appended as the ingest path appends them (RollupAccumulator's rows: counts
-# without a revenue dimension, impressions and taps with country and currency, ''
-# when unpriced, the device and viewer hashes); prints how many rows.
+# append_deltas CONDITION: the rollup and install deltas of the events matching
+# CONDITION (SQL on `events`), appended as the ingest path appends them
+# (RollupAccumulator's rows: counts without a revenue dimension, impressions and taps
+# with country and currency, '' when unpriced, the device and viewer hashes;
+# InstallAccumulator's); prints how many rows.
 append_deltas() {
   sql <<SQL
 WITH appended AS (
@@ -160,8 +190,25 @@ SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), network, format,
 FROM events
 WHERE $1
 GROUP BY 1, 2, 3, 4, 5, 6
+RETURNING 1), installs_appended AS (
+-- The install deltas (InstallAccumulator's rows): per app, device, 15-minute bucket,
+-- network, format, country and reported currency ('' for none), with the earliest event.
+INSERT INTO install_delta (app_id, bucket, device, network, format, country, currency, first_at, first_platform, first_version,
+                           events, requests, impressions, taps, sessions, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+SELECT app_id, date_bin('15 minutes', occurred_at, 'epoch'), device, network, coalesce(format, ''), country,
+       CASE WHEN type IN ('impression', 'tap') THEN coalesce(currency, '') ELSE '' END,
+       min(occurred_at), (array_agg(platform ORDER BY occurred_at, platform, app_version))[1],
+       (array_agg(app_version ORDER BY occurred_at, platform, app_version))[1],
+       count(*), count(*) FILTER (WHERE type = 'request'), count(*) FILTER (WHERE type = 'impression'),
+       count(*) FILTER (WHERE type = 'tap'), count(*) FILTER (WHERE type = 'session'),
+       coalesce(sum(revenue_micros) FILTER (WHERE type IN ('impression', 'tap')), 0),
+       count(revenue_micros) FILTER (WHERE type IN ('impression', 'tap')),
+       count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'impression'), count(*) FILTER (WHERE revenue_micros IS NULL AND type = 'tap')
+FROM events
+WHERE ($1) AND device IS NOT NULL
+GROUP BY 1, 2, 3, 4, 5, 6, 7
 RETURNING 1)
-SELECT count(*) FROM appended;
+SELECT (SELECT count(*) FROM appended) + (SELECT count(*) FROM installs_appended);
 SQL
 }
 

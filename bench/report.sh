@@ -5,9 +5,11 @@
 # 1. start `adtally serve` on the embedded database (a fresh data folder);
 # 2. load BENCH_EVENTS (default 10 M) events over 35 days for BENCH_APPS (60) apps,
 #    40% of them for one app (bench-00, America/New_York), the rest spread evenly
-#    (apps in five zones), straight into `events` with SQL; then append their rollup
-#    deltas as the ingest path does and let the server's compactor fold them into
-#    every grain; then the rollup tables' dead tuples, bloat and HOT updates, and the
+#    (apps in five zones), straight into `events` with SQL, from devices that install
+#    on every day and come back with a retention decay (~100 k installs for bench-00,
+#    lib.sh); then append their rollup and install deltas as the ingest path does and
+#    let the server's compactor fold them into every grain (the install and cohort
+#    grains included); then the rollup tables' dead tuples, bloat and HOT updates, and the
 #    compaction passes cut or failed during the load (none, or the bench says so);
 #    the loaded data folder is copied aside (`loaded`);
 # 3. run 1, over HTTP: 200 calls of the default report (30 days, date x network) for the
@@ -18,6 +20,9 @@
 #    the same report in EUR (conversion on) and unique_devices by date (30 days): p50;
 #    the audience (dau, dav, arpdau, impressions_per_dau by date, 30 days) and its peer,
 #    the plain date report: p50 (audience_p50_ms, date_report_p50_ms);
+#    the largest app's cohort report, 30 install days x D0…D30 of retention and
+#    revenue per install: p50, its rows (cohort_p50_ms, cohort_rows; its peer
+#    report_p50_ms);
 #    the date x network report again with AdMob's imported earnings as its revenue of
 #    record (record_report_p50_ms; its peer report_p50_ms);
 #    `adtally report` with the server up (wall time, 5 runs);
@@ -63,6 +68,10 @@ else
 fi
 loaded=$(sql -c "SELECT count(*) FROM events")
 echo "events_loaded=$loaded largest_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = 'bench-00'") median_app_events=$(sql -c "SELECT count(*) FROM events WHERE app_id = '$median_app'")"
+echo "largest_app_installs=$(sql -c "SELECT count(*) FROM installs WHERE app_id = 'bench-00'") largest_app_device_days=$(sql -c "SELECT count(*) FROM install_days WHERE app_id = 'bench-00'") installs=$(sql -c "SELECT count(*) FROM installs")"
+echo "== the install and cohort grains: rows and size (tables and their indexes)"
+sql -c "SELECT relname || ' rows=' || n_live_tup || ' mb=' || round(pg_total_relation_size(relid) / 1048576.0, 1) FROM pg_stat_user_tables
+        WHERE relname IN ('installs', 'install_days', 'install_day_revenue', 'cohort_days', 'cohort_priced_day') ORDER BY relname"
 sql -c "SELECT 'rollup rows: 15m ' || (SELECT count(*) FROM rollup_15m_compacted) || ', 1h ' || (SELECT count(*) FROM rollup_1h_compacted) || ', day ' || (SELECT count(*) FROM rollup_day_compacted)"
 
 [ -f "$work/rollup-tables-before-vacuum.txt" ] && cat "$work/rollup-tables-before-vacuum.txt"
@@ -156,6 +165,19 @@ fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=unique_devices" 
 echo "== run $run: HTTP: the audience (dau, dav, arpdau, impressions per DAU) by date for the largest app, and its peer: the plain date report"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date&metrics=dau,dav,arpdau,impressions_per_dau" --count "$calls" --name audience | tee "$out/audience.txt"
 fetch --url "$url?apps=bench-00&days=30&dimensions=date" --count "$calls" --name date_report | tee "$out/date_report.txt"
+# The 30 oldest whole install days after the first (the loaded history's first local
+# day holds the devices of every day before it): the triangle with the most mature cells.
+echo "== run $run: HTTP: the largest app's cohorts, 30 install days x D0…D30 of retention and revenue per install (America/New_York), $calls calls"
+local cohort_from cohort_query
+cohort_from=$(sql -c "SELECT (now() AT TIME ZONE 'America/New_York')::date - 34")
+cohort_query="apps=bench-00&dimensions=cohort&from=$cohort_from&to=$(sql -c "SELECT '$cohort_from'::date + 29")&tz=America/New_York&metrics=installs,$(python3 -c 'print(",".join([f"retention_d{n}" for n in range(31)] + [f"revenue_per_install_d{n}" for n in range(31)]))')"
+fetch --url "$url?$cohort_query" --count "$calls" --name cohort | tee "$out/cohort.txt"
+curl -fsS -H "Authorization: Bearer $admin" "$url?$cohort_query" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+t = d["totals"]
+print(f"cohort_rows={len(d[\"rows\"])} cohort_installs={t[\"installs\"]} cohort_retention_d1={t[\"retention_d1\"]} cohort_retention_d7={t[\"retention_d7\"]} cohort_retention_d30={t[\"retention_d30\"]} cohort_revenue_per_install_d30={t[\"revenue_per_install_d30\"]}")
+print("cohort_source=" + d["notes"]["source"].split(":")[1].split(",")[0].strip().replace(" ", "_"))' | tee -a "$out/cohort.txt"
 
 echo "== run $run: HTTP: the same 30-day date x network with AdMob's earnings as the revenue of record, $calls calls"
 # AdMob's own report of its Los Angeles days for the largest app (a generic CSV in its
@@ -343,7 +365,7 @@ def read(name, run=None):
     return dict(re.findall(r"(\w+)=([^\s,]+)", open(path).read()))
 def figures(run):
     f = {}
-    for name in ["nocard", "largest", "median", "fx", "uniques", "audience", "date_report", "record"]:
+    for name in ["nocard", "largest", "median", "fx", "uniques", "audience", "date_report", "cohort", "record"]:
         got = read(name, run)
         f[f"{name}_p50_ms"] = float(got[f"{name}_p50_ms"])
         f[f"{name}_p99_ms"] = float(got[f"{name}_p99_ms"])
@@ -370,6 +392,7 @@ for run, f in (("", one), ("run2_", two)):
           f"{run}ratio_audience_to_report_p50={f['audience_p50_ms'] / f['largest_p50_ms']:.2f} "
           f"{run}ratio_audience_to_date_report_p50={f['audience_p50_ms'] / f['date_report_p50_ms']:.2f} "
           f"{run}ratio_fx_report_to_report_p50={f['fx_p50_ms'] / f['largest_p50_ms']:.2f} "
+          f"{run}ratio_cohort_to_report_p50={f['cohort_p50_ms'] / f['largest_p50_ms']:.2f} "
           f"{run}ratio_raw_peer_to_report_p50={f['raw_peer_p50_ms'] / f['largest_p50_ms']:.0f}")
 export_rate = float(export["export_lines_per_s"])
 print(f"ratio_export_to_copy={export_rate / copy_rate:.2f}")
@@ -387,6 +410,8 @@ print("RESULT "
       f"card_change_visible_ms={one['card_change_visible_ms']:.1f} repriced_s={one['repriced_s']} cli_report_ms={one['cli_report_ms']:.0f} "
       f"big_export_rows_per_s={float(big['big_export_lines_per_s']):.0f} "
       f"audience_p50_ms={one['audience_p50_ms']} date_report_p50_ms={one['date_report_p50_ms']} "
+      f"cohort_p50_ms={one['cohort_p50_ms']} cohort_p99_ms={one['cohort_p99_ms']} cohort_rows={read('cohort', 1)['cohort_rows']} "
+      f"ratio_cohort_to_report_p50={one['cohort_p50_ms'] / one['largest_p50_ms']:.2f} run2_cohort_p50_ms={two['cohort_p50_ms']} "
       f"record_report_p50_ms={one['record_p50_ms']} record_revenue_report_p50_ms={one['record_p50_ms']} "
       f"run2_report_p50_ms={two['largest_p50_ms']} run2_report_p99_ms={two['largest_p99_ms']} run2_no_card_report_p50_ms={two['nocard_p50_ms']} "
       f"run2_audience_p50_ms={two['audience_p50_ms']} run2_record_revenue_report_p50_ms={two['record_p50_ms']} "

@@ -110,7 +110,7 @@ struct CohortReportTests {
             return try connection.query("""
                 SELECT (SELECT count(*) FROM ((SELECT * FROM cohort_days WHERE devices <> 0 OR impressions <> 0 EXCEPT SELECT * FROM expect_days)
                                               UNION ALL (SELECT * FROM expect_days EXCEPT SELECT * FROM cohort_days)) AS d)
-                     + (SELECT count(*) FROM ((SELECT app_id, cohort, day, utc_day, network, format, currency, reported, estimated, unrated FROM cohort_priced_day
+                     + (SELECT count(*) FROM ((SELECT * FROM cohort_priced_day
                                                WHERE reported <> 0 OR estimated <> 0 OR unrated <> 0
                                                EXCEPT SELECT * FROM expect_priced WHERE reported <> 0 OR estimated <> 0 OR unrated <> 0)
                                               UNION ALL (SELECT * FROM expect_priced WHERE reported <> 0 OR estimated <> 0 OR unrated <> 0

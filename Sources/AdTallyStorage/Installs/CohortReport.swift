@@ -291,8 +291,10 @@ struct CohortReport {
         if needsMoney {
             let plan = ReportPlan(Self.moneyQuery(query, maxDay: self.maxDay), distributed: distributed, dirty: dirty, source: .raw)
             let dirty = !self.dirty.isEmpty
+            // The grain's money is per UTC date over every network and format: a date with
+            // any dirty key is priced now, whole, from the device rows.
             func isDirty(_ u: String) -> String {
-                "EXISTS (SELECT 1 FROM dirty_days dd WHERE dd.app_id = x.app_id AND dd.network = x.network AND dd.format = x.format AND dd.u = \(u))"
+                "EXISTS (SELECT 1 FROM dirty_days dd WHERE dd.app_id = x.app_id AND dd.u = \(u))"
             }
             let utc = "(x.hour AT TIME ZONE 'UTC')::date"
             let unpriced = "x.network, x.format, x.country::text, x.currency"
@@ -308,7 +310,7 @@ struct CohortReport {
                            0::numeric AS precise_micros
                     FROM (
                         -- The grain's priced money (a row's estimate and unrated events as stored; no country).
-                        SELECT x.app_id, x.cohort AS c, x.day - x.cohort AS n, x.utc_day AS u, x.network, x.format, NULL::text AS country, x.currency,
+                        SELECT x.app_id, x.cohort AS c, x.day - x.cohort AS n, x.utc_day AS u, ''::text AS network, ''::text AS format, NULL::text AS country, x.currency,
                                0::bigint AS impressions, 0::bigint AS taps, x.reported AS revenue_micros, 0::bigint AS ui, 0::bigint AS ut,
                                x.estimated AS est, x.unrated
                         FROM cohort_priced_day x CROSS JOIN t WHERE \(cohorts) AND x.day < t.today\(unsafeRaw: dirty ? " AND NOT " + isDirty("x.utc_day") : "")
@@ -316,7 +318,7 @@ struct CohortReport {
             if dirty {
                 sql.append("""
                     \nUNION ALL
-                        -- Dirty days: every device's rows, priced now.
+                        -- Dirty UTC dates: every device's rows, priced now.
                         SELECT x.app_id, x.cohort, x.day - x.cohort, \(unsafeRaw: utc), \(unsafeRaw: unpriced), x.impressions, x.taps, x.revenue_micros,
                                x.unpriced_impressions, x.unpriced_taps, NULL::numeric, NULL::bigint
                         FROM install_day_revenue x CROSS JOIN t WHERE \(cohorts) AND x.day < t.today AND \(unsafeRaw: isDirty(utc))

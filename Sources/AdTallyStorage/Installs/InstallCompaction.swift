@@ -132,11 +132,11 @@ enum InstallCompaction {
                    o.revenue_micros, o.unpriced_impressions, o.unpriced_taps
             FROM install_day_revenue o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
         ), \(RatePricing.pricesCTE("cohort_prices", of: "money_changes")), cohort_money AS (
-            INSERT INTO cohort_priced_day AS r (app_id, cohort, day, utc_day, network, format, currency, reported, estimated, unrated)
-            SELECT s.app_id, s.cohort, s.day, s.u, s.network, s.format, \(RatePricing.pricedColumns("s"))
+            INSERT INTO cohort_priced_day AS r (app_id, cohort, day, utc_day, currency, reported, estimated, unrated)
+            SELECT s.app_id, s.cohort, s.day, s.u, \(RatePricing.pricedColumns("s"))
             FROM money_changes s \(RatePricing.join("s", prices: "cohort_prices"))
-            GROUP BY 1, 2, 3, 4, 5, 6, 7
-            ON CONFLICT (app_id, cohort, day, utc_day, network, format, currency) DO UPDATE SET \(RollupCompactor.pricedUpdate)
+            GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (app_id, cohort, day, utc_day, currency) DO UPDATE SET \(RollupCompactor.pricedUpdate)
             RETURNING 1
         )
         SELECT count(*)::bigint FROM moved

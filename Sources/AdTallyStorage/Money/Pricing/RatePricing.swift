@@ -203,23 +203,24 @@ enum RatePricing {
                 FROM source s \(unsafeRaw: join("s", prices: "prices"))
                 GROUP BY 2, 3, 4, 5, 6
                 """)
-            // The cohort grain's money (Migrations/0024) from the device rows of the same days.
+            // The cohort grain's money (Migrations/0024), kept per UTC date over every network
+            // and format: each UTC date with a dirty key is priced again whole, from the device rows.
             try connection.query("""
                 WITH \(targets)
-                DELETE FROM cohort_priced_day r USING targets t
-                WHERE r.app_id = \(app) AND \(days) AND r.network = t.network AND r.format = t.format AND r.utc_day = t.u
+                DELETE FROM cohort_priced_day r
+                WHERE r.app_id = \(app) AND \(days) AND r.utc_day IN (SELECT u FROM targets)
                 """)
             try connection.query("""
                 WITH \(targets), source AS MATERIALIZED (
                     SELECT r.cohort, r.day, (r.hour AT TIME ZONE 'UTC')::date AS u, r.network, r.format, r.country::text AS country, r.currency,
                            r.revenue_micros, r.unpriced_impressions AS ui, r.unpriced_taps AS ut
-                    FROM install_day_revenue r JOIN targets t ON t.network = r.network AND t.format = r.format AND t.u = (r.hour AT TIME ZONE 'UTC')::date
-                    WHERE r.app_id = \(app) AND \(days) AND \(hours)
+                    FROM install_day_revenue r
+                    WHERE r.app_id = \(app) AND \(days) AND \(hours) AND (r.hour AT TIME ZONE 'UTC')::date IN (SELECT u FROM targets)
                 ), \(unsafeRaw: pricesCTE("prices", of: "source"))
-                INSERT INTO cohort_priced_day (app_id, cohort, day, utc_day, network, format, currency, reported, estimated, unrated)
-                SELECT \(app), s.cohort, s.day, s.u, s.network, s.format, \(unsafeRaw: pricedColumns("s"))
+                INSERT INTO cohort_priced_day (app_id, cohort, day, utc_day, currency, reported, estimated, unrated)
+                SELECT \(app), s.cohort, s.day, s.u, \(unsafeRaw: pricedColumns("s"))
                 FROM source s \(unsafeRaw: join("s", prices: "prices"))
-                GROUP BY 2, 3, 4, 5, 6, 7
+                GROUP BY 2, 3, 4, 5
                 """)
             // The window is priced; past the app's last stored day nothing is left to price.
             try connection.query("""
