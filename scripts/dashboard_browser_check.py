@@ -13,6 +13,9 @@ never put in a URL), then checks, over the Chrome DevTools Protocol:
   API's value (within the rounding of the API's text): one per day (or local
   hour) and series for counts and money, one per day with a defined ratio for
   ratios, one per day and network for the top networks; a bar above 0 has height;
+- the cohort triangle drew a cell per install day and day N whose revenue per
+  install the API defines, with the API's value and retention, and the LTV chart
+  a point per week of installs and day N, as the week's cohort report totals;
 - with JavaScript switched off the charts are the same;
 and saves a full-page screenshot. Prints a JSON summary; exits 1 on a failure.
 """
@@ -194,7 +197,21 @@ def expected_values(base, key, app, start, end, hourly):
             elif row[metric] is not None:
                 values[category] = number(row[metric])
         return values
+    # The LTV curves: per week of installs ending at the range's last whole day (at most
+    # yesterday), the totals of a cohort report over that week, by day N.
+    today = datetime.datetime.now(ZoneInfo(zone)).date()
+    last = min(datetime.date.fromisoformat(end), today - datetime.timedelta(days=1))
+    ltv = {}
+    for week in range(4):
+        to = last - datetime.timedelta(days=7 * week)
+        since = to - datetime.timedelta(days=6)
+        document = report(base, key, {"apps": app, "from": since.isoformat(), "to": to.isoformat(),
+                                      "metrics": ",".join(["installs"] + [f"revenue_per_install_d{n}" for n in range(31)])})
+        totals = document["totals"]
+        ltv[f"installs {since.isoformat()[5:]}–{to.isoformat()[5:]}"] = {
+            f"d{n}": number(totals[f"revenue_per_install_d{n}"]) for n in range(31) if totals[f"revenue_per_install_d{n}"] is not None}
     return {
+        "ltv": ltv,
         "inventory": {"requests": series(main, "requests", True), "impressions": series(main, "impressions", True)},
         "fill-rate": {"fill rate": series(main, "fill_rate", False)},
         "taps": {"taps": series(main, "taps", True), "cancel rate": series(main, "cancel_rate", False)},
@@ -206,6 +223,53 @@ def expected_values(base, key, app, start, end, hourly):
             "arpdau": {"revenue": series(audience, "revenue", True), "ARPDAU": series(audience, "arpdau", False)},
         }),
     }
+
+
+COUNT_CELLS = """
+(() => Array.from(document.querySelectorAll("svg.cohorts rect.cell")).map((cell) => {
+  const box = cell.getBBox();
+  return {cohort: cell.dataset.cohort, day: cell.dataset.day, value: Number(cell.dataset.value),
+          retention: cell.dataset.retention === "" ? null : Number(cell.dataset.retention), width: box.width, height: box.height};
+}))()
+"""
+
+TRIANGLE_DAYS = [0, 1, 2, 3, 7, 14, 30]
+
+
+def check_triangle(base, key, app, start, end, cells, label):
+    """The cohort triangle's cells against a cohort report of the API: one cell per
+    install day and day N whose revenue per install is defined, its value and retention."""
+    problems = []
+    zone = report(base, key, {"apps": app, "from": end, "to": end, "metrics": "requests"})["query"]["tz"]
+    today = datetime.datetime.now(ZoneInfo(zone)).date()
+    last = min(datetime.date.fromisoformat(end), today - datetime.timedelta(days=1))
+    first = max(datetime.date.fromisoformat(start), last - datetime.timedelta(days=29))
+    document = report(base, key, {"apps": app, "from": first.isoformat(), "to": max(first, last).isoformat(), "dimensions": "cohort",
+                                  "metrics": ",".join(["installs"] + [f"{m}_d{n}" for n in TRIANGLE_DAYS for m in ("revenue_per_install", "retention")])})
+    names = [column["name"] for column in document["columns"]]
+    expected = {}
+    for row in document["rows"]:
+        values = dict(zip(names, row))
+        for n in TRIANGLE_DAYS:
+            if values[f"revenue_per_install_d{n}"] is not None:
+                expected[(values["cohort"], str(n))] = (number(values[f"revenue_per_install_d{n}"]), values[f"retention_d{n}"])
+    drawn = {(cell["cohort"], cell["day"]): cell for cell in cells}
+    if set(drawn) != set(expected):
+        problems.append(f"{label}, cohort triangle: cells {sorted(set(drawn) - set(expected))[:3]} drawn and not in the API, "
+                        f"{sorted(set(expected) - set(drawn))[:3]} in the API and not drawn")
+    for where, ((value, tolerance), retention) in expected.items():
+        cell = drawn.get(where)
+        if cell is None:
+            continue
+        if abs(cell["value"] - value) > tolerance + 1e-9:
+            problems.append(f"{label}, cohort triangle {where}: drew {cell['value']}, the API says {value}")
+        if (retention is None) != (cell["retention"] is None) or (retention is not None and abs(cell["retention"] - retention) > 1e-6):
+            problems.append(f"{label}, cohort triangle {where}: retention {cell['retention']}, the API says {retention}")
+        if cell["width"] <= 0 or cell["height"] <= 0:
+            problems.append(f"{label}, cohort triangle {where}: a cell without size")
+    if not expected:
+        problems.append(f"{label}: the cohort triangle has no cell to check: the check would prove nothing")
+    return problems, len(expected)
 
 
 def compare(drawn, expected, label):
@@ -269,6 +333,8 @@ def main():
         end = browser.evaluate("document.querySelector('input[name=to]').value")
         drawn = browser.evaluate(COUNT_MARKS)
         problems, daily_marks = compare(drawn, expected_values(base, key, app, start, end, hourly=False), "by day")
+        triangle_problems, triangle_cells = check_triangle(base, key, app, start, end, browser.evaluate(COUNT_CELLS), "by day")
+        problems += triangle_problems
 
         browser.call("Page.captureScreenshot", format="png")  # settles layout
         shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
@@ -308,7 +374,7 @@ def main():
             problems.append(f"console errors: {errors}")
 
         summary = {"app": app, "from": start, "to": end, "charts": {c: {s: e["marks"] for s, e in v["series"].items()} for c, v in drawn.items()},
-                   "marks_checked": {"by_day": daily_marks, "by_hour": hourly_marks},
+                   "marks_checked": {"by_day": daily_marks, "by_hour": hourly_marks}, "cohort_cells_checked": triangle_cells,
                    "requests": len(requested), "screenshot": screenshot}
         print(json.dumps(summary, indent=1))
         if problems:

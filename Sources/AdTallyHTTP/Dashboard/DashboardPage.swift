@@ -30,6 +30,8 @@ struct DashboardPage {
     var reconciliation: ReconciliationDocument?
     /// Why the reconciliation could not be shown (a missing FX rate).
     var reconciliationFailure: String?
+    /// The app's cohorts: the triangle and the LTV curves (DESIGN §13).
+    var cohorts: DashboardCohorts?
 
     /// The audience metrics the page reads for a grain.
     static func audienceMetrics(_ grain: ReportDimension) -> [ReportMetric] {
@@ -242,6 +244,7 @@ struct DashboardPage {
             body += "<figure><figcaption>\(HTML.escape(chart.title))</figcaption>\(chart.svg())\(legend(chart))</figure>"
         }
         body += "</section>"
+        if let cohorts { body += cohorts.html() }
         if let main { body += table(main) }
         body += reconciliationTables()
         body += "</main>"
@@ -476,6 +479,13 @@ struct DashboardPage {
         main.login form { display: flex; flex-direction: column; gap: 10px; }
         main.login .hint { font-size: 12px; color: var(--muted); }
         button { font: inherit; padding: 4px 12px; }
+        section.cohorts { margin-top: 18px; }
+        section.cohorts h2 { font-size: 15px; margin: 0 0 8px; display: flex; gap: 12px; align-items: baseline; flex-wrap: wrap; }
+        .cohort-grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; }
+        .cohort-grid figure.triangle { grid-column: 1 / -1; } figure.triangle svg { max-width: 1100px; }
+        svg.cohorts { width: 100%; height: auto; display: block; }
+        svg .cell-text { font-size: 10.5px; fill: var(--fg); font-variant-numeric: tabular-nums; } svg .cell-text.dark { fill: #fff; }
+        svg rect.cell:hover { stroke: #111; stroke-width: 1.5; }
         """
 
     /// Interactions only (the charts need no script): picking an app shows it, and

@@ -296,6 +296,7 @@ public struct DashboardRoutes: Sendable {
             } catch let error as ReportQueryError {
                 page.reconciliationFailure = error.description
             }
+            page.cohorts = try await DashboardCohorts.load(engine: engine, selection: selection)
             page.topNetworks = topNetworks.sorted()
             page.hasMoreNetworks = top.nextCursor != nil
             return Self.html(page.html(), status: selection.problem == nil ? .ok : .badRequest)

@@ -176,7 +176,8 @@ struct SVGChart {
             let magnitude = abs(value)
             let (scaled, suffix): (Double, String) = magnitude >= 1e9 ? (value / 1e9, "G") : magnitude >= 1e6 ? (value / 1e6, "M") : magnitude >= 1e3 ? (value / 1e3, "k") : (value, "")
             if abs(scaled - scaled.rounded()) < 1e-9 { return "\(Int(scaled.rounded()))\(suffix)" }
-            return String(format: scaled >= 10 ? "%.1f" : "%.2f", scaled).replacingOccurrences(of: #"\.?0+$"#, with: "", options: .regularExpression) + suffix
+            // Below 1, four decimals: money per install is cents and less (0.0025).
+            return String(format: abs(scaled) >= 10 ? "%.1f" : abs(scaled) >= 1 ? "%.2f" : "%.4f", scaled).replacingOccurrences(of: #"\.?0+$"#, with: "", options: .regularExpression) + suffix
         }
     }
 
