@@ -19,7 +19,7 @@
 --                        on the UTC date, exact, with the thousandths of a micro a CPM
 --                        leaves) and unrated events (currency '').
 --
--- Invariants (CohortGrainTests):
+-- Invariants (CohortReportTests/handComputed, scripts/test-citus.sh):
 --
 -- 1. cohort_days equals install_days summed per (app, cohort, day); cohort_priced_day
 --    equals install_day_revenue priced with the card as it is now, outside the UTC
@@ -33,6 +33,10 @@
 --    spread by the UTC hour), the dirty UTC dates priced at query time from the device rows,
 --    and the devices with install deltas pending read from theirs (`CohortReport`).
 --    Other cohort reports read the device rows, as before.
+--
+-- Upgrading: stop every server of the previous version before one of this version
+-- migrates. A previous server's compactor folds install deltas without the grain, and
+-- nothing would add them to it later.
 
 CREATE TABLE cohort_days (
     app_id       text COLLATE "C" NOT NULL,

@@ -256,6 +256,21 @@ for node in citus single; do
 done
 same "adtally networks import (twice, restated) and adtally reconcile: Citus = one node" "$work/n-citus" "$work/n-single"
 grep -q 'replaced: demo-puzzle admob 2026-.* (1 day of import ' "$work/n-citus" && ok "citus: the second import replaced the first's day" || fail "citus: no restatement: $(tr '\n' ' ' <"$work/n-citus")"
+# The cohort grain (Migrations/0024), as the compactors of both left it: the same rows,
+# and a cohort report by cohort (which reads it, money included, before any network's
+# earnings are the revenue of record below) the same on both.
+for node in citus single; do
+  sql "${db[$node]}" -c "SELECT app_id, cohort, day, devices, impressions FROM cohort_days WHERE devices <> 0 OR impressions <> 0 ORDER BY 1, 2, 3" >"$work/g-$node"
+  sql "${db[$node]}" -c "SELECT app_id, cohort, day, utc_day, currency, reported, estimated, unrated FROM cohort_priced_day
+                         WHERE reported <> 0 OR estimated <> 0 OR unrated <> 0 ORDER BY 1, 2, 3, 4, 5" >>"$work/g-$node"
+done
+same "the cohort grain: Citus = one node" "$work/g-citus" "$work/g-single"
+[ "$(wc -l <"$work/g-citus")" -gt 100 ] && ok "citus: the cohort grain has rows" || fail "citus: the cohort grain is nearly empty"
+for app in demo-puzzle demo-news; do
+  report "$citus" --apps "$app" --dimensions cohort --metrics installs,retention_d1,retention_d7,revenue_per_install_d7,impressions_per_install_d3 >"$work/c-citus"
+  report "$single" --apps "$app" --dimensions cohort --metrics installs,retention_d1,retention_d7,revenue_per_install_d7,impressions_per_install_d3 >"$work/c-single"
+  same "cohort report of $app by cohort, from the grain: Citus = one node" "$work/c-citus" "$work/c-single"
+done
 # The revenue of record (Migrations/0016): admob's final days take its earnings, in
 # every report shape; the record days are read in the report's own transaction.
 # The network's USD earnings of $from are converted to each app's currency (the Grafana

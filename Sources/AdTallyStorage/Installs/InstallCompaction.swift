@@ -31,29 +31,69 @@ enum InstallCompaction {
                    country, first_platform, first_version
             FROM local
             ORDER BY app_id, device, first_at, country, coalesce(first_platform, ''), coalesce(first_version, '')
-        ), cohorts AS (
+        ), cohorts AS MATERIALIZED (
             -- Each device's install after the pass (its earliest event, this pass's or one
             -- before), and whether it left the day its rows were kept under (`moved`).
-            -- (Every CTE reads the tables as they were before the statement.)
+            -- (Every CTE reads the tables as they were before the statement. Citus runs
+            -- the CTEs of a statement over many apps one after another, each seeing the
+            -- writes before it: so every CTE that reads a table comes before any write.)
             SELECT f.*, i.day AS old_day,
                    i.first_seen IS NULL OR (f.first_at, f.country, coalesce(f.first_platform, ''), coalesce(f.first_version, ''))
                        < (i.first_seen, i.country, coalesce(i.platform, ''), coalesce(i.app_version, '')) AS earlier
             FROM firsts f LEFT JOIN installs i ON i.app_id = f.app_id AND i.device = f.device
-        ), cohort AS (
+        ), cohort AS MATERIALIZED (
             SELECT app_id, device, CASE WHEN earlier THEN day ELSE old_day END AS cohort, earlier AND old_day IS NOT NULL AND old_day <> day AS moved
             FROM cohorts
-        ), installed AS (
+        ), day_sums AS MATERIALIZED (
+            SELECT l.app_id, l.device, l.day, c.cohort, sum(events) AS events, sum(requests) AS requests, sum(impressions) AS impressions,
+                   sum(taps) AS taps, sum(sessions) AS sessions
+            FROM local l JOIN cohort c ON c.app_id = l.app_id AND c.device = l.device
+            GROUP BY 1, 2, 3, 4
+        ), revenue_sums AS MATERIALIZED (
+            SELECT l.app_id, l.device, l.day, c.cohort, l.hour, l.network, l.format, l.country, l.currency, sum(impressions) AS impressions,
+                   sum(taps) AS taps, sum(revenue_micros) AS revenue_micros, sum(priced_events) AS priced_events,
+                   sum(unpriced_impressions) AS unpriced_impressions, sum(unpriced_taps) AS unpriced_taps
+            FROM local l JOIN cohort c ON c.app_id = l.app_id AND c.device = l.device
+            WHERE l.impressions + l.taps > 0
+            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+        ), day_changes AS MATERIALIZED (
+            -- The cohort grain (Migrations/0024): each day row this pass writes adds a device
+            -- to its cohort's day unless the device had that day already (under the same
+            -- cohort); a moved install's rows before the pass leave their cohort, and join
+            -- the new one (those this pass writes, with what they held, above).
+            SELECT s.app_id, s.cohort, s.day, CASE WHEN o.day IS NOT NULL AND NOT c.moved THEN 0 ELSE 1 END AS devices,
+                   s.impressions + CASE WHEN c.moved THEN coalesce(o.impressions, 0) ELSE 0 END AS impressions
+            FROM day_sums s JOIN cohort c ON c.app_id = s.app_id AND c.device = s.device
+            LEFT JOIN install_days o ON o.app_id = s.app_id AND o.device = s.device AND o.day = s.day
+            UNION ALL
+            SELECT o.app_id, o.cohort, o.day, -1, -o.impressions
+            FROM install_days o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+            UNION ALL
+            SELECT o.app_id, c.cohort, o.day, 1, o.impressions
+            FROM install_days o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+            WHERE NOT EXISTS (SELECT 1 FROM day_sums s WHERE s.app_id = o.app_id AND s.device = o.device AND s.day = o.day)
+        ), money_changes AS MATERIALIZED (
+            -- Their money: this pass's, and a moved install's rows before the pass, out of
+            -- the old cohort and into the new one; priced at the card in force, as the
+            -- rollups' deltas are (the pass holds the compaction lock a card change takes).
+            SELECT app_id, cohort, day, (hour AT TIME ZONE 'UTC')::date AS u, network, format, country::text AS country, currency,
+                   revenue_micros, unpriced_impressions AS ui, unpriced_taps AS ut
+            FROM revenue_sums
+            UNION ALL
+            SELECT o.app_id, o.cohort, o.day, (o.hour AT TIME ZONE 'UTC')::date, o.network, o.format, o.country::text, o.currency,
+                   -o.revenue_micros, -o.unpriced_impressions, -o.unpriced_taps
+            FROM install_day_revenue o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+            UNION ALL
+            SELECT o.app_id, c.cohort, o.day, (o.hour AT TIME ZONE 'UTC')::date, o.network, o.format, o.country::text, o.currency,
+                   o.revenue_micros, o.unpriced_impressions, o.unpriced_taps
+            FROM install_day_revenue o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
+        ), \(RatePricing.pricesCTE("cohort_prices", of: "money_changes")), installed AS (
             INSERT INTO installs AS i (app_id, device, first_seen, day, country, platform, app_version)
             SELECT app_id, device, first_at, day, country, first_platform, first_version FROM cohorts WHERE earlier
             ON CONFLICT (app_id, device) DO UPDATE SET
                 first_seen = excluded.first_seen, day = excluded.day, country = excluded.country,
                 platform = excluded.platform, app_version = excluded.app_version
             RETURNING 1
-        ), day_sums AS (
-            SELECT l.app_id, l.device, l.day, c.cohort, sum(events) AS events, sum(requests) AS requests, sum(impressions) AS impressions,
-                   sum(taps) AS taps, sum(sessions) AS sessions
-            FROM local l JOIN cohort c ON c.app_id = l.app_id AND c.device = l.device
-            GROUP BY 1, 2, 3, 4
         ), days AS (
             INSERT INTO install_days AS d (app_id, device, day, cohort, events, requests, impressions, taps, sessions)
             SELECT * FROM day_sums
@@ -70,13 +110,6 @@ enum InstallCompaction {
             WHERE c.moved AND d.app_id = c.app_id AND d.device = c.device
               AND NOT EXISTS (SELECT 1 FROM day_sums s WHERE s.app_id = d.app_id AND s.device = d.device AND s.day = d.day)
             RETURNING 1
-        ), revenue_sums AS (
-            SELECT l.app_id, l.device, l.day, c.cohort, l.hour, l.network, l.format, l.country, l.currency, sum(impressions) AS impressions,
-                   sum(taps) AS taps, sum(revenue_micros) AS revenue_micros, sum(priced_events) AS priced_events,
-                   sum(unpriced_impressions) AS unpriced_impressions, sum(unpriced_taps) AS unpriced_taps
-            FROM local l JOIN cohort c ON c.app_id = l.app_id AND c.device = l.device
-            WHERE l.impressions + l.taps > 0
-            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
         ), revenue AS (
             INSERT INTO install_day_revenue AS r (app_id, device, day, cohort, hour, network, format, country, currency, impressions, taps,
                                                   revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
@@ -95,43 +128,12 @@ enum InstallCompaction {
                                                              AND s.network = r.network AND s.format = r.format AND s.country = r.country
                                                              AND s.currency = r.currency)
             RETURNING 1
-        ), day_changes AS (
-            -- The cohort grain (Migrations/0024): each day row this pass writes adds a device
-            -- to its cohort's day unless the device had that day already (under the same
-            -- cohort); a moved install's rows before the pass leave their cohort, and join
-            -- the new one (those this pass writes, with what they held, above).
-            SELECT s.app_id, s.cohort, s.day, CASE WHEN o.day IS NOT NULL AND NOT c.moved THEN 0 ELSE 1 END AS devices,
-                   s.impressions + CASE WHEN c.moved THEN coalesce(o.impressions, 0) ELSE 0 END AS impressions
-            FROM day_sums s JOIN cohort c ON c.app_id = s.app_id AND c.device = s.device
-            LEFT JOIN install_days o ON o.app_id = s.app_id AND o.device = s.device AND o.day = s.day
-            UNION ALL
-            SELECT o.app_id, o.cohort, o.day, -1, -o.impressions
-            FROM install_days o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
-            UNION ALL
-            SELECT o.app_id, c.cohort, o.day, 1, o.impressions
-            FROM install_days o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
-            WHERE NOT EXISTS (SELECT 1 FROM day_sums s WHERE s.app_id = o.app_id AND s.device = o.device AND s.day = o.day)
         ), cohort_counts AS (
             INSERT INTO cohort_days AS r (app_id, cohort, day, devices, impressions)
             SELECT app_id, cohort, day, sum(devices), sum(impressions) FROM day_changes GROUP BY 1, 2, 3
             ON CONFLICT (app_id, cohort, day) DO UPDATE SET devices = r.devices + excluded.devices, impressions = r.impressions + excluded.impressions
             RETURNING 1
-        ), money_changes AS MATERIALIZED (
-            -- Their money: this pass's, and a moved install's rows before the pass, out of
-            -- the old cohort and into the new one; priced at the card in force, as the
-            -- rollups' deltas are (the pass holds the compaction lock a card change takes).
-            SELECT app_id, cohort, day, (hour AT TIME ZONE 'UTC')::date AS u, network, format, country::text AS country, currency,
-                   revenue_micros, unpriced_impressions AS ui, unpriced_taps AS ut
-            FROM revenue_sums
-            UNION ALL
-            SELECT o.app_id, o.cohort, o.day, (o.hour AT TIME ZONE 'UTC')::date, o.network, o.format, o.country::text, o.currency,
-                   -o.revenue_micros, -o.unpriced_impressions, -o.unpriced_taps
-            FROM install_day_revenue o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
-            UNION ALL
-            SELECT o.app_id, c.cohort, o.day, (o.hour AT TIME ZONE 'UTC')::date, o.network, o.format, o.country::text, o.currency,
-                   o.revenue_micros, o.unpriced_impressions, o.unpriced_taps
-            FROM install_day_revenue o JOIN cohort c ON c.moved AND o.app_id = c.app_id AND o.device = c.device
-        ), \(RatePricing.pricesCTE("cohort_prices", of: "money_changes")), cohort_money AS (
+        ), cohort_money AS (
             INSERT INTO cohort_priced_day AS r (app_id, cohort, day, utc_day, currency, reported, estimated, unrated)
             SELECT s.app_id, s.cohort, s.day, s.u, \(RatePricing.pricedColumns("s"))
             FROM money_changes s \(RatePricing.join("s", prices: "cohort_prices"))
