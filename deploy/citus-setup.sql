@@ -103,6 +103,8 @@ SELECT pg_temp.place('install_day_revenue', 'distributed');
 -- The cohort grain (Migrations/0024): the device rows summed per cohort and day.
 SELECT pg_temp.place('cohort_days', 'distributed');
 SELECT pg_temp.place('cohort_priced_day', 'distributed');
+-- Grafana's cohort series (Migrations/0025), written per app as report_series is.
+SELECT pg_temp.place('cohort_series', 'distributed');
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
@@ -136,7 +138,7 @@ BEGIN
         ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference'),
         ('network_import_pairs', 'distributed'), ('install_delta', 'distributed'), ('installs', 'distributed'),
         ('install_days', 'distributed'), ('install_day_revenue', 'distributed'), ('cohort_days', 'distributed'),
-        ('cohort_priced_day', 'distributed')
+        ('cohort_priced_day', 'distributed'), ('cohort_series', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

@@ -58,7 +58,9 @@ struct DashboardTests {
             let page = try await client.execute(uri: "/dashboard", method: .get, headers: [.cookie: session])
             #expect(page.status == .ok)
             let html = String(buffer: page.body)
-            #expect(html.components(separatedBy: "<svg class=\"chart\"").count - 1 == 8)
+            // Eight charts of the range, and the LTV curves of the cohorts (beside their triangle).
+            #expect(html.components(separatedBy: "<svg class=\"chart\"").count - 1 == 9)
+            #expect(html.contains("<svg class=\"cohorts\"") || html.contains("No installs in these days"))
             #expect(html.contains("Asia/Kolkata") && !html.contains(read.secret))
             // A script may send its key instead of a cookie.
             #expect(try await client.execute(uri: "/dashboard", method: .get, headers: [.authorization: "Bearer \(read.secret)"]).status == .ok)
@@ -365,6 +367,32 @@ struct DashboardTests {
                 // The demo's sessions make every day's DAU larger than 0.
                 #expect(try Double(day.decode(3, as: String.self)) == Double(ReportText.plain(cells[4])) && row.counts.deviceDays > 0)
                 #expect(try day.decode(4, as: String.self) == ReportText.plain(cells[5]))
+            }
+
+            // The cohort series (Migrations/0025): the engine's cohort report, cell for cell,
+            // for every whole install day of the window (today's installs are null until it ends).
+            let tokyo = try ReportQuery.today(in: "Asia/Tokyo", now: Date())
+            let cohorts = try await services.reports.page(try ReportQuery.parse(
+                [("apps", "demo-puzzle"), ("from", ReportQuery.formatDate(tokyo - 60)), ("to", ReportQuery.formatDate(tokyo - 1)), ("dimensions", "cohort"),
+                 ("metrics", ReportSeriesWriter.cohortMetrics.joined(separator: ","))],
+                readable: readable, isAdmin: true
+            ))
+            let stored = try await services.database.pool.query(PostgresQuery(unsafeSQL: "SELECT cohort::text, "
+                + ReportSeriesWriter.cohortMetrics.map { "\($0)::text" }.joined(separator: ", ")
+                + " FROM cohort_series WHERE app_id = 'demo-puzzle' ORDER BY cohort"))
+            #expect(stored.count > 20, "the demo installs devices every day")
+            let oldest = try stored.first?.decode(0, as: String.self) ?? ""
+            let engineRows = cohorts.rows.filter { ($0.dimensions[0] ?? "") >= oldest }
+            #expect(stored.count == engineRows.count, "every whole install day of the window is written")
+            for (row, line) in zip(engineRows, stored) {
+                let cells = cohorts.layout.cells(row)
+                #expect(try line.decode(0, as: String.self) == row.dimensions[0])
+                for index in ReportSeriesWriter.cohortMetrics.indices {
+                    let text = ReportText.plain(cells[index + 1])
+                    let value = try line.decode(index + 1, as: String?.self)
+                    #expect(text.isEmpty ? value == nil : value.flatMap(Double.init) == Double(text),
+                            "\(row.dimensions[0] ?? "") \(ReportSeriesWriter.cohortMetrics[index]): stored \(value ?? "NULL"), the engine says \(text)")
+                }
             }
 
             var queries = 0

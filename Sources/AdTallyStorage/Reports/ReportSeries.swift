@@ -22,11 +22,15 @@ public struct ReportSeriesWriter: Sendable {
         public var networks = 50
         /// An app written less than this ago (by any server) is skipped.
         public var freshFor: Duration = .seconds(30)
+        /// Install days rewritten in `cohort_series` on a full write: every cohort whose
+        /// 30th day may still change (30 days, the accepted event window and 2).
+        public var cohortDays = 39
 
         /// Windows for an accepted event age of `maxEventAgeDays` (within what one report may span).
         public init(maxEventAgeDays: Int = 7) {
             hourDays = min(maxEventAgeDays + 2, ReportQuery.maxDays)
             days = min(max(35, maxEventAgeDays + 2), ReportQuery.maxDays)
+            cohortDays = min(31 + maxEventAgeDays + 1, ReportQuery.maxDays)
         }
     }
 
@@ -225,6 +229,9 @@ public struct ReportSeriesWriter: Sendable {
                 Self.append(document, grain: parts[index].grain, hasPeriod: !dimension.isEmpty, byNetwork: byNetwork, to: &parts[index])
             }
         }
+        // The cohorts (Migrations/0025) on full writes: their cells change as days N pass
+        // (midnight) and late events land (a provisional day turning final), both full writes.
+        if changed == nil { _ = try await writeCohorts(app, today: today, lease: lease) }
         let count = parts.reduce(0) { $0 + $1.count }
         var json: [UInt8] = [UInt8(ascii: "[")]
         for part in parts where !part.rows.isEmpty {
