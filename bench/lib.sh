@@ -93,7 +93,8 @@ FROM generate_series(0, $apps - 1) AS i;
 DO \$\$
 DECLARE d date;
 BEGIN
-  FOR d IN SELECT generate_series((now() - interval '36 days')::date, now()::date, interval '1 day')::date LOOP
+  -- UTC days (the partitions' bounds), from before the first local midnight of any zone.
+  FOR d IN SELECT generate_series((now() AT TIME ZONE 'UTC')::date - 37, (now() AT TIME ZONE 'UTC')::date + 1, interval '1 day')::date LOOP
     EXECUTE format('CREATE TABLE IF NOT EXISTS events_%s PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
                    to_char(d, 'YYYYMMDD'), d::text || ' 00:00:00+00', (d + 1)::text || ' 00:00:00+00');
   END LOOP;
@@ -137,7 +138,8 @@ CROSS JOIN LATERAL (
   SELECT CASE WHEN i % 10 < 4 THEN 'bench-00' ELSE 'bench-' || lpad((1 + i % ($apps - 1))::text, 2, '0') END AS app,
          -- day k starts at a local midnight of the app's zone (a device's day 0 is one
          -- local day, as its cohort is); a daily rhythm: more traffic late in the day
-         ((now() AT TIME ZONE z.zone)::date - 35 + k)::timestamp AT TIME ZONE z.zone + (power(r2, 0.7) * interval '1 day') AS at,
+         -- (the last, today, only up to now)
+         ((now() AT TIME ZONE z.zone)::date - 34 + k)::timestamp AT TIME ZONE z.zone + (power(r2, 0.7) * interval '1 day') AS at,
          CASE WHEN r3 < 0.45 THEN 'request' WHEN r3 < 0.75 THEN 'impression' WHEN r3 < 0.83 THEN 'load' WHEN r3 < 0.88 THEN 'tap'
               WHEN r3 < 0.95 THEN 'error' WHEN r3 < 0.98 THEN 'expiry' ELSE 'action_cancel' END AS type,
          (ARRAY['admob', 'admob', 'admob', 'applovin', 'applovin', 'unity', 'meta', 'iad', 'nend'])[1 + (r4 * 9)::int % 9] AS network,

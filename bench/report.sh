@@ -176,7 +176,7 @@ curl -fsS -H "Authorization: Bearer $admin" "$url?$cohort_query" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 t = d["totals"]
-print(f"cohort_rows={len(d[\"rows\"])} cohort_installs={t[\"installs\"]} cohort_retention_d1={t[\"retention_d1\"]} cohort_retention_d7={t[\"retention_d7\"]} cohort_retention_d30={t[\"retention_d30\"]} cohort_revenue_per_install_d30={t[\"revenue_per_install_d30\"]}")
+print("cohort_rows=%d" % len(d["rows"]), *["cohort_%s=%s" % (k, t[k]) for k in ("installs", "retention_d1", "retention_d7", "retention_d30", "revenue_per_install_d30")])
 print("cohort_source=" + d["notes"]["source"].split(":")[1].split(",")[0].strip().replace(" ", "_"))' | tee -a "$out/cohort.txt"
 
 echo "== run $run: HTTP: the same 30-day date x network with AdMob's earnings as the revenue of record, $calls calls"

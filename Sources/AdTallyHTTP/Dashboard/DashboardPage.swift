@@ -32,6 +32,8 @@ struct DashboardPage {
     var reconciliationFailure: String?
     /// The app's cohorts: the triangle and the LTV curves (DESIGN §13).
     var cohorts: DashboardCohorts?
+    /// Why the cohorts could not be shown (a missing FX rate).
+    var cohortsFailure: String?
 
     /// The audience metrics the page reads for a grain.
     static func audienceMetrics(_ grain: ReportDimension) -> [ReportMetric] {
@@ -245,6 +247,9 @@ struct DashboardPage {
         }
         body += "</section>"
         if let cohorts { body += cohorts.html() }
+        if let cohortsFailure {
+            body += "<section class=\"cohorts\"><h2>Cohorts</h2><p class=\"error\" role=\"alert\">\(HTML.escape(cohortsFailure))</p></section>"
+        }
         if let main { body += table(main) }
         body += reconciliationTables()
         body += "</main>"

@@ -296,7 +296,15 @@ public struct DashboardRoutes: Sendable {
             } catch let error as ReportQueryError {
                 page.reconciliationFailure = error.description
             }
-            page.cohorts = try await DashboardCohorts.load(engine: engine, selection: selection)
+            // The cohorts read days around the range (a week's day 30): a missing FX rate
+            // there is said in their section, and the rest of the page still shows.
+            do {
+                page.cohorts = try await DashboardCohorts.load(engine: engine, selection: selection)
+            } catch let error as ReportCurrencyError {
+                page.cohortsFailure = error.description
+            } catch let error as ReportQueryError {
+                page.cohortsFailure = error.description
+            }
             page.topNetworks = topNetworks.sorted()
             page.hasMoreNetworks = top.nextCursor != nil
             return Self.html(page.html(), status: selection.problem == nil ? .ok : .badRequest)

@@ -65,11 +65,10 @@ struct DashboardCohorts {
         let currency = triangle.layout.query.currency
         var out = "<section class=\"cohorts\"><h2>Cohorts <span class=\"muted\">install days in \(HTML.escape(triangle.layout.query.timezone)) · "
         out += "revenue per install (\(HTML.escape(currency)), cumulative) and retention by day N · an empty cell: day N has not passed</span></h2>"
-        if triangle.rows.isEmpty {
-            out += "<p class=\"muted\">No installs in these days: a device's install is the first day AdTally sees an event with its <code>device</code>.</p></section>"
-            return out
-        }
-        out += "<div class=\"cohort-grid\"><figure class=\"triangle\"><figcaption>Cohort triangle</figcaption>\(triangleSVG())</figure>"
+        out += "<div class=\"cohort-grid\"><figure class=\"triangle\"><figcaption>Cohort triangle</figcaption>"
+        out += triangle.rows.isEmpty
+            ? "<p class=\"muted\">No installs in these days: a device's install is the first day AdTally sees an event with its <code>device</code>.</p></figure>"
+            : "\(triangleSVG())</figure>"
         out += "<figure><figcaption>Revenue per install by day N, per week of installs (LTV)</figcaption>\(curve.svg())"
         out += "<ul class=\"legend\">" + curve.series.map { "<li><span class=\"swatch c\($0.colour)\"></span>\(HTML.escape($0.name))</li>" }.joined() + "</ul></figure></div>"
         if !triangle.notes.cohorts.isEmpty {
