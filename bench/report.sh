@@ -169,7 +169,7 @@ fetch --url "$url?apps=bench-00&days=30&dimensions=date" --count "$calls" --name
 # day holds the devices of every day before it): the triangle with the most mature cells.
 echo "== run $run: HTTP: the largest app's cohorts, 30 install days x D0…D30 of retention and revenue per install (America/New_York), $calls calls"
 local cohort_from cohort_query
-cohort_from=$(sql -c "SELECT (now() AT TIME ZONE 'America/New_York')::date - 34")
+cohort_from=$(sql -c "SELECT (now() AT TIME ZONE 'America/New_York')::date - 33")
 cohort_query="apps=bench-00&dimensions=cohort&from=$cohort_from&to=$(sql -c "SELECT '$cohort_from'::date + 29")&tz=America/New_York&metrics=installs,$(python3 -c 'print(",".join([f"retention_d{n}" for n in range(31)] + [f"revenue_per_install_d{n}" for n in range(31)]))')"
 fetch --url "$url?$cohort_query" --count "$calls" --name cohort | tee "$out/cohort.txt"
 curl -fsS -H "Authorization: Bearer $admin" "$url?$cohort_query" | python3 -c '
