@@ -4,12 +4,12 @@
 -- report_series, Migrations/0007): per app, its recent install days (the app's zone)
 -- with installs, retention and cumulative revenue per install at the usual days N,
 -- written from the engine's cohort report by the series refresh on its full writes
--- (at the app's local midnight, when a provisional day turns final, and on the first
--- refresh of a server), so a panel selects and never derives a metric. A value whose
--- day N has not passed is NULL, as the report's null.
+-- (at the app's local midnight, when a provisional day turns final; and at once after
+-- this migration, which makes every app's series due), so a panel selects and never
+-- derives a metric. A value whose day N has not passed is NULL, as the report's null.
 
 CREATE TABLE cohort_series (
-    app_id                   text NOT NULL REFERENCES apps (app_id),
+    app_id                   text COLLATE "C" NOT NULL REFERENCES apps (app_id),
     cohort                   date NOT NULL,          -- the install day, in the app's zone
     -- The install day's local midnight, stored as if it were UTC (as report_series.local_start).
     local_start              timestamptz NOT NULL,
@@ -33,6 +33,9 @@ CREATE TABLE cohort_series (
     refreshed_at             timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (app_id, cohort)
 );
+
+-- Every app's series are due: the next refresh writes its cohorts too.
+UPDATE report_series_refresh SET due_at = NULL;
 
 -- Grafana's own read-only role, where the deployment made one (Migrations/0007).
 DO $$

@@ -21,12 +21,24 @@ extension ReportSeriesWriter {
              ("metrics", Self.cohortMetrics.joined(separator: ",")), ("limit", String(ReportQuery.maxLimit))],
             readable: [app], isAdmin: true
         )
-        let document = try await engine.page(query)
+        // A cohort report that cannot be answered (a missing FX rate on the days around
+        // the window) keeps the app's cohort rows as they were and fails nothing else.
+        let document: ReportDocument
+        do {
+            document = try await engine.page(query)
+        } catch let error as ReportCurrencyError {
+            logger.warning("cohort series of \(app.id) not written: \(error)")
+            return 0
+        } catch let error as ReportQueryError {
+            logger.warning("cohort series of \(app.id) not written: \(error)")
+            return 0
+        }
         let provisional = Set(document.notes.provisionalDays.map(ReportQuery.formatDate))
         // Rows as JSON objects of jsonb_to_recordset: the engine's cells, null for null.
         var json = "["
         for row in document.rows {
-            guard let cohort = row.dimensions.first ?? nil else { continue }
+            // A cohort the engine has no installs of yet (its day not over by the database's clock).
+            guard let cohort = row.dimensions.first ?? nil, row.counts.cohort.installs > 0 else { continue }
             if json.count > 1 { json += "," }
             json += "{\"cohort\":\"\(cohort)\",\"provisional\":\(provisional.contains(cohort))"
             for (name, cell) in zip(Self.cohortMetrics, document.layout.cells(row).dropFirst()) {
