@@ -59,9 +59,6 @@ CREATE TABLE cohort_priced_day (
     PRIMARY KEY (app_id, cohort, day, utc_day, currency)
 ) WITH (fillfactor = 70);
 
--- The re-pricer rewrites a window of UTC dates of one app from the device rows: by day.
-CREATE INDEX install_day_revenue_by_day ON install_day_revenue (app_id, day);
-
 -- From the device rows kept (Migrations/0023), priced with the card as it is now, as
 -- RatePricing prices: the entry in force on the UTC date for the network, format and
 -- country, over the any-country one.

@@ -1,0 +1,12 @@
+-- adtally: outside-transaction
+-- AdTally schema, part 26: the device money rows by day (issue 43).
+--
+-- The re-pricer rewrites the cohort grain's money (Migrations/0024) for a window of
+-- UTC dates of one app from the device rows of those days: without this index it read
+-- every row of the app (install_day_revenue is the largest install grain: 3.5 M rows,
+-- 1 GB on the bench's 10 M events).
+--
+-- Built CONCURRENTLY (the first line runs the file outside a transaction, as
+-- Migrations/0013): the compactor writes install_day_revenue on every pass, and a
+-- plain CREATE INDEX would hold its writes for the whole build.
+CREATE INDEX CONCURRENTLY install_day_revenue_by_day ON install_day_revenue (app_id, day);
