@@ -188,10 +188,7 @@ struct CohortReport {
                 GROUP BY \(unsafeRaw: groupKeys)x.c, x.n
             )
             """)
-        var parts = [
-            "SELECT \(groupKeys)c, NULL::int AS n, installs, 0::bigint AS active, 0::bigint AS impressions, 0::numeric AS revenue, NULL::text AS missing_fx, 0::bigint AS unrated FROM inst",
-            "SELECT \(groupKeys)c, n, 0::bigint, active, impressions, 0::numeric, NULL::text, 0::bigint FROM act",
-        ]
+        var parts = countParts()
         if needsMoney {
             let plan = ReportPlan(Self.moneyQuery(query, maxDay: maxDay), distributed: distributed, record: record, source: .raw)
             let record = plan.hasRecord ? ", x.app_id, x.hour" : ""
@@ -231,13 +228,7 @@ struct CohortReport {
                 \(unsafeRaw: RatePricing.pricesCTE("prices", of: "pending"))
                 """)
             if plan.hasRecord { sql.append(",\n\(plan.recordCTE())") }
-            let keys = names + ["c", "n"]
-            sql.append(",\nmoney AS (\n")
-            sql.append(plan.pricedSums(names: keys, rows: "pending AS s", dimensionList: keys.map { "s.\($0), " }.joined()))
-            sql.append("\n)")
-            parts.append(
-                "SELECT \(groupKeys)c, n, 0::bigint, 0::bigint, 0::bigint, reported_micros + estimated_micros + network_micros, missing_fx, unrated FROM money"
-            )
+            parts.append(money(&sql, plan: plan))
         }
         finish(&sql, parts: parts)
         return sql
@@ -284,10 +275,7 @@ struct CohortReport {
                 GROUP BY \(unsafeRaw: groupKeys)x.c, x.n
             )
             """)
-        var parts = [
-            "SELECT \(groupKeys)c, NULL::int AS n, installs, 0::bigint AS active, 0::bigint AS impressions, 0::numeric AS revenue, NULL::text AS missing_fx, 0::bigint AS unrated FROM inst",
-            "SELECT \(groupKeys)c, n, 0::bigint, active, impressions, 0::numeric, NULL::text, 0::bigint FROM act",
-        ]
+        var parts = countParts()
         if needsMoney {
             let plan = ReportPlan(Self.moneyQuery(query, maxDay: self.maxDay), distributed: distributed, dirty: dirty, source: .raw)
             let dirty = !self.dirty.isEmpty
@@ -344,16 +332,31 @@ struct CohortReport {
                 ),
                 \(unsafeRaw: RatePricing.pricesCTE("prices", of: "pending"))
                 """)
-            let keys = names + ["c", "n"]
-            sql.append(",\nmoney AS (\n")
-            sql.append(plan.pricedSums(names: keys, rows: "pending AS s", dimensionList: keys.map { "s.\($0), " }.joined()))
-            sql.append("\n)")
-            parts.append(
-                "SELECT \(groupKeys)c, n, 0::bigint, 0::bigint, 0::bigint, reported_micros + estimated_micros + network_micros, missing_fx, unrated FROM money"
-            )
+            parts.append(money(&sql, plan: plan))
         }
         finish(&sql, parts: parts)
         return sql
+    }
+
+    /// The parts of installs (CTE `inst`) and of active devices and impressions (`act`).
+    func countParts() -> [String] {
+        let groupKeys = query.dimensions.indices.map { "d\($0), " }.joined()
+        return [
+            "SELECT \(groupKeys)c, NULL::int AS n, installs, 0::bigint AS active, 0::bigint AS impressions, 0::numeric AS revenue, NULL::text AS missing_fx, 0::bigint AS unrated FROM inst",
+            "SELECT \(groupKeys)c, n, 0::bigint, active, impressions, 0::numeric, NULL::text, 0::bigint FROM act",
+        ]
+    }
+
+    /// Appends the CTE `money` (the rows of `pending` priced and summed per group, cohort,
+    /// day N, UTC date and currency, then converted: `ReportPlan.pricedSums`), and returns
+    /// its part.
+    func money(_ sql: inout PostgresQuery, plan: ReportPlan) -> String {
+        let keys = query.dimensions.indices.map { "d\($0)" } + ["c", "n"]
+        sql.append(",\nmoney AS (\n")
+        sql.append(plan.pricedSums(names: keys, rows: "pending AS s", dimensionList: keys.map { "s.\($0), " }.joined()))
+        sql.append("\n)")
+        let groupKeys = query.dimensions.indices.map { "d\($0), " }.joined()
+        return "SELECT \(groupKeys)c, n, 0::bigint, 0::bigint, 0::bigint, reported_micros + estimated_micros + network_micros, missing_fx, unrated FROM money"
     }
 
     /// The statement's end, after its CTEs (`parts`: per group, cohort and day N or none,
