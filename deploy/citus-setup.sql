@@ -105,6 +105,8 @@ SELECT pg_temp.place('cohort_days', 'distributed');
 SELECT pg_temp.place('cohort_priced_day', 'distributed');
 -- Grafana's cohort series (Migrations/0025), written per app as report_series is.
 SELECT pg_temp.place('cohort_series', 'distributed');
+-- Erased devices' tombstones (Migrations/0027): read by the ingest path per app, beside the events.
+SELECT pg_temp.place('device_tombstones', 'distributed');
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
@@ -113,7 +115,7 @@ SELECT pg_temp.place('fx_rates', 'reference');
 SELECT pg_temp.place('id_horizon', 'reference');
 
 -- Stay local on the coordinator: never joined with a per-app table.
--- local: schema_migrations, schema_migration_steps, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings, network_pulls, network_pull_runs, alert_rules, alert_states, alert_events, alert_deliveries, alert_leader
+-- local: schema_migrations, schema_migration_steps, export_schedules, export_runs, export_leader, rollup_compaction_passes, network_settings, network_mappings, network_pulls, network_pull_runs, alert_rules, alert_states, alert_events, alert_deliveries, alert_leader, erasures, erasure_devices, erasure_leader
 
 -- Fail loudly when a table is not where this script puts it.
 DO $$
@@ -138,7 +140,7 @@ BEGIN
         ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference'),
         ('network_import_pairs', 'distributed'), ('install_delta', 'distributed'), ('installs', 'distributed'),
         ('install_days', 'distributed'), ('install_day_revenue', 'distributed'), ('cohort_days', 'distributed'),
-        ('cohort_priced_day', 'distributed'), ('cohort_series', 'distributed')
+        ('cohort_priced_day', 'distributed'), ('cohort_series', 'distributed'), ('device_tombstones', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

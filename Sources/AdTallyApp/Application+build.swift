@@ -43,17 +43,22 @@ public struct AppServices: Sendable {
     public let alerts: AlertStore
     /// Evaluates the alert rules and sends their webhooks while this server leads.
     public let alertEvaluator: AlertEvaluator
+    /// Erasure requests and their log (DESIGN §15).
+    public let erasures: ErasureStore
+    /// Runs queued erasures while this server leads.
+    public let erasureRunner: ErasureRunner
 
     /// Wires the stores and the ingest batcher over a database.
     public init(
         settings: Settings, database: Database, logger: Logger, batcher configuration: IngestBatcher.Configuration? = nil,
-        exportRunner: ExportRunner.Configuration? = nil, alertEvaluator: AlertEvaluator.Configuration? = nil
+        exportRunner: ExportRunner.Configuration? = nil, alertEvaluator: AlertEvaluator.Configuration? = nil,
+        erasureRunner: ErasureRunner.Configuration? = nil
     ) {
         // Before the batcher and compactor create their metrics.
         MetricsRoutes.bootstrapOnce()
         self.database = database
         self.appStore = AppStore(pool: database.pool)
-        self.eventStore = EventStore(pool: database.pool, logger: logger)
+        self.eventStore = EventStore(pool: database.pool, credentialsKey: settings.credentialsKey, logger: logger)
         self.limits = IngestLimits(
             maxEvents: settings.maxEventsPerRequest, maxBytes: settings.maxBodyBytes,
             maxAge: settings.maxEventAge, maxAhead: settings.maxEventAhead
@@ -93,6 +98,11 @@ public struct AppServices: Sendable {
         self.alertEvaluator = AlertEvaluator(
             configuration: alertEvaluator ?? evaluator, leaderPool: database.alertLeaderPool, engine: background, logger: Logger(label: "adtally.alerts")
         )
+        self.erasures = ErasureStore(pool: database.pool)
+        self.erasureRunner = ErasureRunner(
+            configuration: erasureRunner ?? ErasureRunner.Configuration(identity: Self.identity(settings), credentialsKey: settings.credentialsKey),
+            leaderPool: database.erasureLeaderPool, pool: database.erasurePool, logger: Logger(label: "adtally.erasures")
+        )
         self.mediationRefresher = MediationRefresher(
             store: mediation, engine: background,
             configuration: .init(interval: .seconds(settings.mediationRefreshSeconds), identity: Self.identity(settings))
@@ -108,7 +118,7 @@ public struct AppServices: Sendable {
     public var backgroundServices: [any Service] {
         [
             MaintenanceService(maintenance: maintenance), CompactorService(compactor: compactor), IngestService(batcher: batcher),
-            ExportService(runner: exportRunner), AlertService(evaluator: alertEvaluator), ReportSeriesService(writer: reportSeries), MediationService(refresher: mediationRefresher),
+            ExportService(runner: exportRunner), AlertService(evaluator: alertEvaluator), ErasureService(runner: erasureRunner), ReportSeriesService(writer: reportSeries), MediationService(refresher: mediationRefresher),
             MemoryTrimService(),
         ]
     }
@@ -199,6 +209,17 @@ struct IngestService: Service {
 /// The export runner: leads when it holds the runner lock, else waits for it.
 struct ExportService: Service {
     let runner: ExportRunner
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await runner.run()
+        }
+    }
+}
+
+/// The erasure runner: leads when it holds its lock, else waits for it.
+struct ErasureService: Service {
+    let runner: ErasureRunner
 
     func run() async throws {
         await cancelWhenGracefulShutdown {

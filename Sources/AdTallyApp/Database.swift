@@ -36,6 +36,11 @@ public final class Database: Sendable {
     public let leaderPool: PostgresPool
     /// The alert evaluator's lock and writes: one connection of its own.
     public let alertLeaderPool: PostgresPool
+    /// The erasure runner's lock and job records: one connection of its own.
+    public let erasureLeaderPool: PostgresPool
+    /// The erasure runner's deletes: one connection of its own, so a job never takes one
+    /// that ingest commits with.
+    public let erasurePool: PostgresPool
     /// The schema migrations.
     public let migrator: Migrator
     /// The embedded cluster, when no URL was given.
@@ -45,7 +50,7 @@ public final class Database: Sendable {
 
     private init(
         pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, readPool: PostgresPool?, reads: ReportReads, backgroundReads: ReportReads,
-        adminPool: PostgresPool, leaderPool: PostgresPool, alertLeaderPool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
+        adminPool: PostgresPool, leaderPool: PostgresPool, alertLeaderPool: PostgresPool, erasureLeaderPool: PostgresPool, erasurePool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
     ) {
         self.pool = pool
         self.authPool = authPool
@@ -56,6 +61,8 @@ public final class Database: Sendable {
         self.adminPool = adminPool
         self.leaderPool = leaderPool
         self.alertLeaderPool = alertLeaderPool
+        self.erasureLeaderPool = erasureLeaderPool
+        self.erasurePool = erasurePool
         self.migrator = migrator
         self.embedded = embedded
         self.startedEmbedded = startedEmbedded
@@ -97,6 +104,8 @@ public final class Database: Sendable {
         )
         let leaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
         let alertLeaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
+        let erasureLeaderPool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
+        let erasurePool = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 1, options: settings.databaseOptions), logger: logger)
         // Reports only: nothing that writes is ever given this pool. A replica whose lag
         // probe has not answered within 2 s is skipped for the primary meanwhile.
         let readPool = settings.databaseReadURL.map { url in
@@ -127,7 +136,7 @@ public final class Database: Sendable {
         )
         return Database(
             pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, backgroundReads: backgroundReads,
-            adminPool: adminPool, leaderPool: leaderPool, alertLeaderPool: alertLeaderPool,
+            adminPool: adminPool, leaderPool: leaderPool, alertLeaderPool: alertLeaderPool, erasureLeaderPool: erasureLeaderPool, erasurePool: erasurePool,
             migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger
         )
     }
@@ -160,6 +169,8 @@ public final class Database: Sendable {
         await adminPool.shutdown()
         await leaderPool.shutdown()
         await alertLeaderPool.shutdown()
+        await erasureLeaderPool.shutdown()
+        await erasurePool.shutdown()
         await pool.shutdown()
         guard startedEmbedded, let embedded else { return }
         do {

@@ -44,6 +44,8 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let serializationFailure = SQLState(rawValue: "40001")
     /// `40P01`
     public static let deadlockDetected = SQLState(rawValue: "40P01")
+    /// `55P03` — lock_timeout passed (or NOWAIT met a lock).
+    public static let lockNotAvailable = SQLState(rawValue: "55P03")
     /// `57014` — statement_timeout or a cancel request.
     public static let queryCanceled = SQLState(rawValue: "57014")
     /// `57P01` — the server is shutting down.

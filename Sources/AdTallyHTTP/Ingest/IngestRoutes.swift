@@ -67,10 +67,19 @@ public struct IngestRoutes: Sendable {
         var error: String
     }
 
+    /// An event refused because its device was erased after it occurred (DESIGN §15):
+    /// not stored, and delivered as far as the client is concerned.
+    struct Erased: Encodable {
+        var index: Int
+        var id: String
+    }
+
     struct IngestReceipt: Encodable {
         var accepted: Int
         var duplicates: Int
         var rejected: [Rejected]
+        /// Only when some event was erased.
+        var erased: [Erased]?
     }
 
     func ingest(_ request: Request, channel: (any Channel)? = nil) async throws -> Response {
@@ -102,6 +111,9 @@ public struct IngestRoutes: Sendable {
         let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
         var events: [AppEvent] = []
         events.reserveCapacity(slots.count)
+        // Each valid event's index in the body (for the erased ones' answer).
+        var bodyIndex: [Int] = []
+        bodyIndex.reserveCapacity(slots.count)
         var rejected: [Rejected] = []
         for (index, slot) in slots.enumerated() {
             switch slot {
@@ -110,6 +122,7 @@ public struct IngestRoutes: Sendable {
             case .event(let raw):
                 do {
                     events.append(AppEvent(appID: appID, event: try validator.validate(raw, nowMicros: now)))
+                    bodyIndex.append(index)
                 } catch {
                     rejected.append(Rejected(index: index, id: raw.idText, error: error.description))
                 }
@@ -125,13 +138,16 @@ public struct IngestRoutes: Sendable {
             throw ProblemDetails(.serviceUnavailable, detail: refusal.description, headers: [.retryAfter: "1"])
         }
         let json: ByteBuffer
-        if rejected.isEmpty {
+        if rejected.isEmpty && receipt.erased.isEmpty {
             // The usual receipt, without a JSONEncoder per request.
             json = ByteBuffer(string: #"{"accepted":\#(receipt.accepted),"duplicates":\#(receipt.duplicates),"rejected":[]}"#)
         } else {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            json = ByteBuffer(bytes: try encoder.encode(IngestReceipt(accepted: receipt.accepted, duplicates: receipt.duplicates, rejected: rejected)))
+            let erased = receipt.erased.map { Erased(index: bodyIndex[$0], id: events[$0].event.id.uuidString.lowercased()) }
+            json = ByteBuffer(bytes: try encoder.encode(IngestReceipt(
+                accepted: receipt.accepted, duplicates: receipt.duplicates, rejected: rejected, erased: erased.isEmpty ? nil : erased
+            )))
         }
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: json))
     }

@@ -14,10 +14,25 @@ public struct App: Sendable, Equatable, Codable {
     public var currency: String
     /// When it was created.
     public var createdAt: Date
+    /// Days of its raw events and device rows kept, when shorter than the servers'
+    /// `--retention-days` (nil: the servers' own). The shorter of the two wins.
+    public var retentionDays: Int?
 
     enum CodingKeys: String, CodingKey {
         case id = "app", name, timezone, currency
         case createdAt = "created_at"
+        case retentionDays = "retention_days"
+    }
+
+    /// Every key written, `retention_days` as null when the app has none of its own.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(name, forKey: .name)
+        try container.encode(timezone, forKey: .timezone)
+        try container.encode(currency, forKey: .currency)
+        try container.encode(createdAt, forKey: .createdAt)
+        try container.encode(retentionDays, forKey: .retentionDays)
     }
 }
 
@@ -103,7 +118,7 @@ public struct AppStore: Sendable {
         do {
             let rows = try await pool.query("""
                 INSERT INTO apps (app_id, name, timezone, currency) VALUES (\(id), \(name), \(timezone), \(currency))
-                RETURNING app_id, name, timezone, currency, created_at
+                RETURNING app_id, name, timezone, currency, created_at, retention_days
                 """)
             return try Self.app(rows[0])
         } catch let error as PostgresError where error.sqlState == .uniqueViolation {
@@ -113,12 +128,31 @@ public struct AppStore: Sendable {
 
     /// All apps, by id.
     public func listApps() async throws -> [App] {
-        try await pool.query("SELECT app_id, name, timezone, currency, created_at FROM apps ORDER BY app_id").map(Self.app)
+        try await pool.query("SELECT app_id, name, timezone, currency, created_at, retention_days FROM apps ORDER BY app_id").map(Self.app)
     }
 
     /// One app.
     public func app(_ id: String) async throws -> App? {
-        try await pool.query("SELECT app_id, name, timezone, currency, created_at FROM apps WHERE app_id = \(id)").first.map(Self.app)
+        try await pool.query("SELECT app_id, name, timezone, currency, created_at, retention_days FROM apps WHERE app_id = \(id)").first.map(Self.app)
+    }
+
+    /// The range an app's own retention may take (the servers' `--retention-days` range).
+    public static let retentionRange = 9...36_500
+
+    /// Sets (or, nil, drops) an app's own retention; the shorter of it and the servers'
+    /// wins for the app's raw events and device rows, at the next maintenance pass.
+    public func setRetention(app: String, days: Int?) async throws -> App {
+        if let days, !Self.retentionRange.contains(days) {
+            throw AppStoreError.invalid(
+                field: "retention_days",
+                rule: "must be a whole number of days from \(Self.retentionRange.lowerBound) to \(Self.retentionRange.upperBound), or null for the servers' own"
+            )
+        }
+        guard let row = try await pool.query("""
+            UPDATE apps SET retention_days = \(days) WHERE app_id = \(app)
+            RETURNING app_id, name, timezone, currency, created_at, retention_days
+            """).first else { throw AppStoreError.unknownApp(app) }
+        return try Self.app(row)
     }
 
     /// Creates a key for an app (`ingest`/`read`) or an admin key (`app` nil).
@@ -217,7 +251,7 @@ public struct AppStore: Sendable {
 
     static func app(_ row: PostgresRow) throws -> App {
         App(id: try row.decode("app_id"), name: try row.decode("name"), timezone: try row.decode("timezone"),
-            currency: try row.decode("currency"), createdAt: try row.decode("created_at"))
+            currency: try row.decode("currency"), createdAt: try row.decode("created_at"), retentionDays: try row.decode("retention_days"))
     }
 
     static func key(_ row: PostgresRow) throws -> APIKey {

@@ -34,13 +34,28 @@ public struct EventStore: Sendable {
     let logger: Logger
     /// Which networks each app's events may name (the rest count as `other`).
     public let networks: AppNetworks
+    /// What erased devices' tombstones are hashed with (`DeviceTombstones`).
+    let tombstoneKey: TombstoneKey
 
-    /// Creates a store over a pool.
-    public init(pool: PostgresPool, logger: Logger = Logger(label: "adtally.events")) {
+    /// Creates a store over a pool. `credentialsKey`: the servers' `ADTALLY_CREDENTIALS_KEY`
+    /// (nil: the database's own secret), which the tombstones of erased devices are keyed with.
+    public init(pool: PostgresPool, credentialsKey: String? = nil, logger: Logger = Logger(label: "adtally.events")) {
         self.pool = pool
         self.partitions = EventPartitions()
         self.logger = logger
         self.networks = AppNetworks()
+        self.tombstoneKey = TombstoneKey(credentialsKey: credentialsKey)
+    }
+
+    /// What became of one event of a `write`.
+    public enum Outcome: Sendable, Equatable {
+        /// Newly stored.
+        case stored
+        /// Its id was stored before (in this call or an earlier one).
+        case duplicate
+        /// Its device was erased after it occurred (DESIGN §15): not stored, and delivered
+        /// as far as the client is concerned.
+        case erased
     }
 
     /// Stores events; returns, for each input position, whether it was newly stored
@@ -54,10 +69,18 @@ public struct EventStore: Sendable {
     /// line in that log and the transaction done again the other way (counted in
     /// `adtally_ingest_claim_redos_total`); every event is still stored once.
     public func store(_ events: [AppEvent], expectsNew: [Bool]? = nil) async throws -> [Bool] {
+        try await write(events, expectsNew: expectsNew).map { $0 == .stored }
+    }
+
+    /// `store`, saying of each event whether it was stored, a duplicate, or refused as
+    /// an erased device's (`DeviceTombstones`).
+    public func write(_ events: [AppEvent], expectsNew: [Bool]? = nil) async throws -> [Outcome] {
         if events.isEmpty { return [] }
         let partitions = self.partitions
         let networks = self.networks
+        let tombstoneKey = self.tombstoneKey
         return try await pool.withConnection { connection in
+            let key = try tombstoneKey.key(on: connection)
             try partitions.ensure(days: Set(events.map { EventPartitions.day(ofMicros: $0.event.occurredAtMicros) }), on: connection)
             // Usually no id is known yet. One read-only probe of the ledger's index says
             // so; then the ids are claimed with COPY (multi-row inserts, one B-tree
@@ -73,12 +96,14 @@ public struct EventStore: Sendable {
             // before the write's (admitting a network is harmless to keep if the write
             // fails), so the per-app lock it takes is never held while the write waits on the ledger.
             let isAdmitted = try networks.admitted(events, on: connection)
-            func attempt() throws -> [Bool] {
+            func attempt() throws -> [Outcome] {
                 do {
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: true, expectsNew: expectsNew, isAdmitted: isAdmitted, on: $0) }
+                    return try connection.withTransaction {
+                        try Self.write(events, claimInBulk: true, expectsNew: expectsNew, isAdmitted: isAdmitted, tombstoneKey: key, on: $0)
+                    }
                 } catch is KnownIDs {
                     Counter(label: "adtally_ingest_claim_redos_total").increment()
-                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, isAdmitted: isAdmitted, on: $0) }
+                    return try connection.withTransaction { try Self.write(events, claimInBulk: false, isAdmitted: isAdmitted, tombstoneKey: key, on: $0) }
                 }
             }
             // A deadlock or serialization failure cannot happen with sorted writes, but
@@ -124,9 +149,31 @@ public struct EventStore: Sendable {
             && (error.message.contains("event_ids_pkey") || error.message.contains("duplicate key value violates unique constraint"))
     }
 
+    /// One transaction's writes: the erased devices' events set aside first
+    /// (`DeviceTombstones`, which locks before it reads), then the others stored.
     static func write(
+        _ events: [AppEvent], claimInBulk: Bool, expectsNew: [Bool]? = nil, isAdmitted: (AppEvent) -> Bool, tombstoneKey: [UInt8],
+        on connection: PostgresConnection
+    ) throws -> [Outcome] {
+        let erased = try DeviceTombstones.erased(events, key: tombstoneKey, on: connection)
+        guard !erased.isEmpty else {
+            return try writeNew(events, claimInBulk: claimInBulk, expectsNew: expectsNew, isAdmitted: isAdmitted, on: connection)
+                .map { $0 ? .stored : .duplicate }
+        }
+        let kept = events.indices.filter { !erased.contains($0) }
+        let isNew = try writeNew(
+            kept.map { events[$0] }, claimInBulk: claimInBulk, expectsNew: expectsNew.map { flags in kept.map { flags[$0] } },
+            isAdmitted: isAdmitted, on: connection
+        )
+        var outcomes = [Outcome](repeating: .erased, count: events.count)
+        for (position, index) in kept.enumerated() { outcomes[index] = isNew[position] ? .stored : .duplicate }
+        return outcomes
+    }
+
+    static func writeNew(
         _ events: [AppEvent], claimInBulk: Bool, expectsNew: [Bool]? = nil, isAdmitted: (AppEvent) -> Bool, on connection: PostgresConnection
     ) throws -> [Bool] {
+        if events.isEmpty { return [] }
         // 1. First occurrence of each (app, id) within the call, in (app, id) order.
         let ordered = LedgerKey.firstOccurrences(of: events)
 

@@ -56,6 +56,9 @@ public final class IngestBatcher: Sendable {
         public var accepted: Int
         /// Already stored before (or earlier in the same request).
         public var duplicates: Int
+        /// The positions (in the request's events) of those refused because their device
+        /// was erased after they occurred (DESIGN §15): not stored, delivered all the same.
+        public var erased: [Int] = []
     }
 
     /// Why events were not taken; every case means "retry later".
@@ -136,6 +139,7 @@ public final class IngestBatcher: Sendable {
     private let flushTimer = Metrics.Timer(label: "adtally_ingest_flush_seconds")
     private let storedCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "accepted")])
     private let duplicateCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "duplicate")])
+    private let erasedCounter = Counter(label: "adtally_ingest_events_total", dimensions: [("outcome", "erased")])
 
     /// Creates a batcher; call `run()` to start its flushers.
     public init(store: EventStore, configuration: Configuration = .init(), logger: Logger = Logger(label: "adtally.ingest")) {
@@ -254,19 +258,24 @@ public final class IngestBatcher: Sendable {
             // The events of requests that said they are sent for the first time skip the probe.
             let expectsNew = live.contains(where: \.isFirstAttempt)
                 ? live.flatMap { repeatElement($0.isFirstAttempt, count: $0.events.count) } : nil
-            let isNew = try await store.store(events, expectsNew: expectsNew)
+            let outcomes = try await store.write(events, expectsNew: expectsNew)
             let elapsed = ContinuousClock.now - started
             flushTimer.record(duration: elapsed)
             var offset = 0
             var accepted = 0
+            var erasedCount = 0
             for ticket in live {
-                let stored = isNew[offset..<offset + ticket.events.count].lazy.filter { $0 }.count
+                let mine = outcomes[offset..<offset + ticket.events.count]
+                let stored = mine.lazy.filter { $0 == .stored }.count
+                let erased = mine.indices.filter { mine[$0] == .erased }.map { $0 - offset }
                 offset += ticket.events.count
                 accepted += stored
-                ticket.finish(.success(Receipt(accepted: stored, duplicates: ticket.events.count - stored)))
+                erasedCount += erased.count
+                ticket.finish(.success(Receipt(accepted: stored, duplicates: ticket.events.count - stored - erased.count, erased: erased)))
             }
             storedCounter.increment(by: accepted)
-            duplicateCounter.increment(by: events.count - accepted)
+            duplicateCounter.increment(by: events.count - accepted - erasedCount)
+            if erasedCount > 0 { erasedCounter.increment(by: erasedCount) }
         } catch let error as PostgresError where error.isTransient {
             // Unreachable, shutting down, out of a resource, read-only after a failover,
             // a timeout or a deadlock after the retry: the client retries later (503).

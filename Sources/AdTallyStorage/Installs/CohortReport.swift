@@ -456,6 +456,18 @@ struct CohortReport {
                     + "are cohorted on their first-seen day, so that day's cohort and those of the days after it hold long-installed devices too"
             )
         }
+        // Erasures (DESIGN §15) took their devices out of these cohorts: the numbers changed
+        // after the fact, by design, and a reader comparing with an older copy should know.
+        for app in query.apps {
+            let erased = try ErasureStore.erasedCohorts(
+                app: app, first: ReportQuery.formatDate(query.from), last: ReportQuery.formatDate(query.to), on: connection
+            )
+            guard erased.jobs > 0 else { continue }
+            lines.append(
+                "\(app): \(erased.jobs) erasure\(erased.jobs == 1 ? "" : "s") of up to \(erased.devices) device\(erased.devices == 1 ? "" : "s") (privacy requests) "
+                    + "removed devices installed in this range: their installs, days and money are no longer counted in these cohorts"
+            )
+        }
         return lines
     }
 }

@@ -1,0 +1,75 @@
+import AdTallyCore
+import PostgresKit
+import Synchronization
+
+/// The tombstones of erased devices (Migrations/0027): the ingest path's check, and the
+/// lock that orders it with an erasure.
+///
+/// Why a lock: an erasure job records its tombstones, then deletes the device's rows. An
+/// ingest transaction that read the tombstones before they were committed could still
+/// commit its events after the job deleted that range, and they would stay. So each
+/// ingest transaction holds a shared per-app advisory lock from before it reads the
+/// tombstones to its commit, and the job records tombstones under that lock held
+/// exclusively: an ingest transaction either committed before the tombstones (its rows
+/// are there for the job to delete) or reads them. The exclusive lock is held for one
+/// short INSERT (`lock_timeout` 1 s, retried), so ingest waits on it no longer.
+enum DeviceTombstones {
+    /// The per-app lock's key: the app's SHA-256, its first 8 bytes, in a space of its own.
+    static func lockKey(app: String) -> Int64 {
+        var hash = SHA256()
+        hash.update(Array("adtally erasure lock\u{0}".utf8))
+        hash.update(Array(app.utf8))
+        let bytes = hash.finalize()
+        var value: UInt64 = 0
+        for byte in bytes.prefix(8) { value = value << 8 | UInt64(byte) }
+        return Int64(bitPattern: value)
+    }
+
+    /// The positions of `events` whose device has a tombstone from after the event
+    /// occurred. Call inside the write's transaction, before it writes anything: it takes
+    /// each app's shared lock first, then reads.
+    static func erased(_ events: [AppEvent], key: [UInt8], on connection: PostgresConnection) throws -> Set<Int> {
+        // (app, device) -> the positions naming it.
+        var byApp: [String: [String: [Int]]] = [:]
+        for (index, item) in events.enumerated() {
+            guard let device = item.event.device else { continue }
+            byApp[item.appID, default: [:]][device, default: []].append(index)
+        }
+        guard !byApp.isEmpty else { return [] }
+        let apps = byApp.keys.sorted()
+        _ = try connection.query("SELECT count(pg_advisory_xact_lock_shared(k)) FROM unnest(\(array: apps.map(lockKey))::bigint[]) AS k")
+        var erased = Set<Int>()
+        for app in apps {
+            let devices = byApp[app]!
+            var positions: [PostgresBytes: [Int]] = [:]
+            for (device, indices) in devices { positions[PostgresBytes(DeviceErasure.tombstone(key: key, app: app, device: device))] = indices }
+            let rows = try connection.query("""
+                SELECT device_hash, (extract(epoch FROM erased_at) * 1000000)::bigint FROM device_tombstones
+                WHERE app_id = \(app) AND device_hash = ANY(\(array: Array(positions.keys))::bytea[])
+                """)
+            for row in rows {
+                let hash = try row.decode(0, as: PostgresBytes.self)
+                let erasedAt = try row.decode(1, as: Int64.self)
+                for index in positions[hash] ?? [] where events[index].event.occurredAtMicros < erasedAt { erased.insert(index) }
+            }
+        }
+        return erased
+    }
+}
+
+/// The tombstone key, resolved once per process: from `ADTALLY_CREDENTIALS_KEY`, or the
+/// database's own secret when that is not set (`AppStore.credentialsKey`), as the
+/// networks' credentials are sealed. Every server of a database must agree on it.
+final class TombstoneKey: Sendable {
+    private let given: String?
+    private let resolved = Mutex<[UInt8]?>(nil)
+
+    init(credentialsKey: String?) { self.given = credentialsKey }
+
+    func key(on connection: PostgresConnection) throws -> [UInt8] {
+        if let key = resolved.withLock({ $0 }) { return key }
+        let key = DeviceErasure.tombstoneKey(credentialsKey: try AppStore.credentialsKey(given, on: connection))
+        resolved.withLock { $0 = key }
+        return key
+    }
+}
