@@ -71,3 +71,9 @@ CREATE TABLE erasure_leader (
 -- Days of raw events and device rows kept for this app; NULL: the servers' own
 -- (--retention-days). The shorter of the two wins.
 ALTER TABLE apps ADD COLUMN retention_days integer CHECK (retention_days BETWEEN 9 AND 36500);
+
+-- AdTallyKit reports the events it drops when the user forgets the install
+-- (`forgetInstall()`) or opts out (`optOut()`), each under a reason of its own.
+ALTER TABLE client_drops DROP CONSTRAINT client_drops_reason_check;
+ALTER TABLE client_drops ADD CONSTRAINT client_drops_reason_check
+    CHECK (reason IN ('queue_full', 'expired', 'damaged', 'forgotten', 'opted_out'));

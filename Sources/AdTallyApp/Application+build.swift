@@ -99,8 +99,10 @@ public struct AppServices: Sendable {
             configuration: alertEvaluator ?? evaluator, leaderPool: database.alertLeaderPool, engine: background, logger: Logger(label: "adtally.alerts")
         )
         self.erasures = ErasureStore(pool: database.pool)
+        var erasing = ErasureRunner.Configuration(identity: Self.identity(settings), credentialsKey: settings.credentialsKey)
+        erasing.targetStatement = .milliseconds(settings.erasureStatementMilliseconds)
         self.erasureRunner = ErasureRunner(
-            configuration: erasureRunner ?? ErasureRunner.Configuration(identity: Self.identity(settings), credentialsKey: settings.credentialsKey),
+            configuration: erasureRunner ?? erasing,
             leaderPool: database.erasureLeaderPool, pool: database.erasurePool, logger: Logger(label: "adtally.erasures")
         )
         self.mediationRefresher = MediationRefresher(
@@ -146,6 +148,10 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     let shares = ReportShares(poolConnections: Database.reportConnections)
     IngestRoutes(authenticator: authenticator, batcher: services.batcher, limits: services.limits).register(on: routes)
     AdminRoutes(store: services.appStore, authenticator: authenticator, networks: services.eventStore.networks).register(on: routes)
+    // Access streams on the admin pool: a device's history never takes a connection ingest commits with.
+    PrivacyRoutes(
+        store: services.erasures, access: DeviceAccess(pool: services.database.adminPool), authenticator: authenticator, retentionDays: settings.retentionDays
+    ).register(on: routes)
     ReportRoutes(engine: services.reports, authenticator: authenticator, shares: shares, streamLimits: settings.reportStreamLimits).register(on: routes)
     MoneyRoutes(
         store: MoneyStore(pool: services.database.pool), reads: MoneyStore(pool: services.database.reportPool),

@@ -63,6 +63,9 @@ public struct Settings: Sendable {
     /// from the environment only, never a flag a process list shows). Without it, a key kept
     /// in the database (server_secrets) is used, and a dump of the database holds both.
     public var credentialsKey: String?
+    /// About how long one statement of an erasure job that deletes raw events takes
+    /// (`ADTALLY_ERASURE_STATEMENT_MS`): each range of time is sized to it.
+    public var erasureStatementMilliseconds = 250
     /// Where AdTally's own requests (alert webhooks, network pulls) may go besides the
     /// public internet (`ADTALLY_OUTBOUND_ALLOW`: CIDRs, addresses or host names, comma
     /// separated); loopback, link-local, private and reserved ranges are refused otherwise.
@@ -248,6 +251,7 @@ public struct Settings: Sendable {
             .standardizedFileURL.path
         settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
         settings.credentialsKey = text(nil, "ADTALLY_CREDENTIALS_KEY")
+        settings.erasureStatementMilliseconds = try number(nil, "ADTALLY_ERASURE_STATEMENT_MS", range: 1...10_000) ?? settings.erasureStatementMilliseconds
         if let allow = text(nil, "ADTALLY_OUTBOUND_ALLOW") {
             do {
                 settings.outboundAllow = try OutboundPolicy(allowing: allow)

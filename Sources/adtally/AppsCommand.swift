@@ -7,7 +7,7 @@ extension OutputFormat: ExpressibleByArgument {}
 
 struct AppsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "apps", abstract: "Create and list apps, and name their networks.", subcommands: [Create.self, List.self, Networks.self]
+        commandName: "apps", abstract: "Create and list apps, and name their networks.", subcommands: [Create.self, List.self, Update.self, Networks.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -43,6 +43,38 @@ struct AppsCommand: AsyncParsableCommand {
 }
 
 extension AppsCommand {
+    struct Update: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change an app's settings: its own retention.",
+            discussion: "--retention-days N keeps N days of the app's raw events and device rows when that is shorter than the servers' --retention-days; none drops it."
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "The app.") var appID: String
+        @Option(help: "Days of raw events and device rows kept (\(AppStore.retentionRange.lowerBound)-\(AppStore.retentionRange.upperBound)), or none for the servers' own.")
+        var retentionDays: String
+        @Option(help: "table or json.") var format = OutputFormat.table
+
+        func run() async throws {
+            let days: Int?
+            if retentionDays == "none" {
+                days = nil
+            } else if let value = Int(retentionDays) {
+                days = value
+            } else {
+                throw ValidationError("--retention-days: must be a whole number of days or none")
+            }
+            let app = try await database.withDatabase { database, _ in
+                do {
+                    return try await AppStore(pool: database.pool).setRetention(app: appID, days: days)
+                } catch let error as AppStoreError {
+                    throw ValidationError(error.description.replacingOccurrences(of: "retention_days:", with: "--retention-days:"))
+                }
+            }
+            if format == .json { return try printJSON(app) }
+            print("\(app.id): " + (app.retentionDays.map { "keeps \($0) days of raw events and device rows (or the servers' retention, when shorter)" } ?? "keeps the servers' retention"))
+        }
+    }
+
     struct Networks: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Show or declare an app's networks.",

@@ -26,9 +26,10 @@ final class ServerProcess: @unchecked Sendable {
     let process = Process()
     let port: Int
 
-    init(databaseURL: String, port: Int, log: URL, arguments: [String] = []) throws {
+    init(databaseURL: String, port: Int, log: URL, arguments: [String] = [], environment: [String: String] = [:]) throws {
         self.port = port
         process.executableURL = URL(fileURLWithPath: adtallyBinary())
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         // The tests' export folders are temporary ones: the exports root is the temporary folder.
         process.arguments = ["serve", "--database-url", databaseURL, "--port", "\(port)", "--pool-size", "4",
                              "--exports-root", FileManager.default.temporaryDirectory.path] + arguments

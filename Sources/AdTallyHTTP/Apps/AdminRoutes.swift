@@ -5,7 +5,8 @@ import Hummingbird
 import NIOCore
 
 /// Apps and keys over HTTP: `POST`/`GET /v1/apps`, `POST`/`GET /v1/apps/{app}/keys`,
-/// `DELETE /v1/keys/{id}`, `GET`/`PUT /v1/apps/{app}/networks`. Changes need an admin
+/// `DELETE /v1/keys/{id}`, `GET`/`PUT /v1/apps/{app}/networks`, `PATCH /v1/apps/{app}`
+/// (`retention_days`). Changes need an admin
 /// key; a read key may list its own app and its networks.
 public struct AdminRoutes: Sendable {
     let store: AppStore
@@ -41,6 +42,22 @@ public struct AdminRoutes: Sendable {
         var currency: String?
     }
 
+    /// `{"retention_days": N}` or `{"retention_days": null}` (the servers' own): the key
+    /// must be there, as for the networks.
+    struct UpdateApp: Decodable {
+        var retentionDays: Int?
+
+        enum CodingKeys: String, CodingKey { case retentionDays = "retention_days" }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            guard container.contains(.retentionDays) else {
+                throw FieldError("retention_days", "is required: days of raw events and device rows this app keeps, or null for the servers' own")
+            }
+            retentionDays = try container.decode(Int?.self, forKey: .retentionDays)
+        }
+    }
+
     struct CreateKey: Decodable {
         var scope: String
     }
@@ -53,6 +70,16 @@ public struct AdminRoutes: Sendable {
             do {
                 let app = try await store.createApp(id: body.app, name: body.name, timezone: body.timezone ?? "UTC", currency: body.currency ?? "USD")
                 return try Self.json(app, status: .created)
+            } catch let error as AppStoreError {
+                throw Self.problem(error)
+            }
+        }
+        router.on(.patch, "v1/apps/:app") { request, context in
+            _ = try await authenticator.require(.admin, request)
+            let app = try context.parameters.require("app")
+            let body: UpdateApp = try await Self.decode(request)
+            do {
+                return try Self.json(try await store.setRetention(app: app, days: body.retentionDays))
             } catch let error as AppStoreError {
                 throw Self.problem(error)
             }

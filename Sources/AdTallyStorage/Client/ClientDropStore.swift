@@ -5,7 +5,7 @@ import PostgresKit
 /// DESIGN §10): the kit reports each loss once, by an id it made for the report.
 public struct ClientDropStore: Sendable {
     /// Why a queue dropped events; the kit's `DropReason`.
-    public static let reasons = ["queue_full", "expired", "damaged"]
+    public static let reasons = ["queue_full", "expired", "damaged", "forgotten", "opted_out"]
     /// The most one report may carry: more than any queue's bound holds.
     public static let maxDropped: Int64 = 1_000_000_000
 

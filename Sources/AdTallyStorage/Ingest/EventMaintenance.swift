@@ -3,7 +3,8 @@ import Logging
 import PostgresKit
 
 /// Keeps the raw event tables in shape: partitions ahead of time, old partitions
-/// dropped after retention, dedupe ids pruned once no valid retry can carry them.
+/// dropped after retention, dedupe ids pruned once no valid retry can carry them, and
+/// each app's retention kept (`RetentionPruner`: its own, shorter one; its device rows).
 public struct EventMaintenance: Sendable {
     let pool: PostgresPool
     let partitions: EventPartitions
@@ -29,6 +30,10 @@ public struct EventMaintenance: Sendable {
         public var droppedPartitions: [String]
         /// Dedupe ids pruned.
         public var prunedIDs: Int
+        /// Raw events deleted for an app's own, shorter retention.
+        public var appEvents = 0
+        /// Device rows (installs and their days) past retention.
+        public var deviceRows = 0
     }
 
     /// One pass, relative to `now`.
@@ -45,10 +50,13 @@ public struct EventMaintenance: Sendable {
             return try partitions.drop(before: today - retentionDays + 1, on: connection)
         }
         let pruned = try await pruneIDs(now: now)
-        if !dropped.isEmpty || pruned > 0 {
-            logger.info("event maintenance", metadata: ["dropped": "\(dropped.joined(separator: ","))", "pruned_ids": "\(pruned)"])
+        let removed = try await RetentionPruner(pool: pool, retentionDays: retentionDays).run(now: now)
+        if !dropped.isEmpty || pruned > 0 || removed.events > 0 || removed.deviceRows > 0 {
+            logger.info("event maintenance", metadata: [
+                "dropped": "\(dropped.joined(separator: ","))", "pruned_ids": "\(pruned)", "app_events": "\(removed.events)", "device_rows": "\(removed.deviceRows)",
+            ])
         }
-        return Report(droppedPartitions: dropped, prunedIDs: pruned)
+        return Report(droppedPartitions: dropped, prunedIDs: pruned, appEvents: removed.events, deviceRows: removed.deviceRows)
     }
 
     /// Deletes the ledger ids that no accepted event can carry any more: older than

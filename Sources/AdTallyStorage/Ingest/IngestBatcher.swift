@@ -54,10 +54,11 @@ public final class IngestBatcher: Sendable {
     public struct Receipt: Sendable, Equatable {
         /// Newly stored.
         public var accepted: Int
-        /// Already stored before (or earlier in the same request).
+        /// Already stored before (or earlier in the same request), and the erased ones.
         public var duplicates: Int
         /// The positions (in the request's events) of those refused because their device
-        /// was erased after they occurred (DESIGN §15): not stored, delivered all the same.
+        /// was erased after they occurred (DESIGN §15): not stored, delivered all the same,
+        /// and counted among `duplicates` too.
         public var erased: [Int] = []
     }
 
@@ -271,7 +272,9 @@ public final class IngestBatcher: Sendable {
                 offset += ticket.events.count
                 accepted += stored
                 erasedCount += erased.count
-                ticket.finish(.success(Receipt(accepted: stored, duplicates: ticket.events.count - stored - erased.count, erased: erased)))
+                // Erased events count among the duplicates too (not stored now, as a duplicate is
+                // not): a kit that predates erasure checks that the counts add up to its batch.
+                ticket.finish(.success(Receipt(accepted: stored, duplicates: ticket.events.count - stored, erased: erased)))
             }
             storedCounter.increment(by: accepted)
             duplicateCounter.increment(by: events.count - accepted - erasedCount)

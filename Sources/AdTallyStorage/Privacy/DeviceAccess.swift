@@ -44,7 +44,7 @@ public struct DeviceAccess: Sendable {
 
     /// Streams the device's lines to `write`, a chunk (complete lines) at a time; `write`
     /// awaiting the reader is what bounds memory.
-    public func stream(app: String, device: String, retentionDays: Int, write: @Sendable ([UInt8]) async throws -> Void) async throws {
+    public func stream(app: String, device: String, retentionDays: Int, write: ([UInt8]) async throws -> Void) async throws {
         try await pool.withLease { lease in
             try await lease.run { connection in
                 try connection.execute(unsafeSQL: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

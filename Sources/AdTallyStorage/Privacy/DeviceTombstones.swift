@@ -73,3 +73,26 @@ final class TombstoneKey: Sendable {
         return key
     }
 }
+
+/// The servers that erase disagree on the key tombstones are hashed with.
+struct TombstoneKeyMismatch: Error, CustomStringConvertible {
+    var description: String {
+        "this process's credentials key (ADTALLY_CREDENTIALS_KEY, or the database's own when unset) is not the one the first erasure's tombstones were "
+            + "made with (server_secrets.tombstone_key_fingerprint): its tombstones would match no event; give it the servers' ADTALLY_CREDENTIALS_KEY"
+    }
+}
+
+extension TombstoneKey {
+    /// Checks that `key` is the key of every tombstone so far: the first erasure records
+    /// its fingerprint (an HMAC of a fixed text, which says nothing of the key).
+    static func verify(_ key: [UInt8], on connection: PostgresConnection) throws {
+        let fingerprint = SHA256.hex(SHA256.hmac(key: key, message: Array("adtally tombstone key fingerprint".utf8)))
+        let rows = try connection.query("""
+            WITH made AS (
+                INSERT INTO server_secrets (name, secret) VALUES ('tombstone_key_fingerprint', \(fingerprint)) ON CONFLICT (name) DO NOTHING RETURNING secret
+            )
+            SELECT secret FROM made UNION ALL SELECT secret FROM server_secrets WHERE name = 'tombstone_key_fingerprint'
+            """)
+        guard let recorded = try rows.first?.decode(0, as: String.self), recorded == fingerprint else { throw TombstoneKeyMismatch() }
+    }
+}

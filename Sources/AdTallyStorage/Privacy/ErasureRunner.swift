@@ -185,6 +185,7 @@ public final class ErasureRunner: Sendable {
             do {
                 try await pool.withConnection { connection in
                     let key = try tombstoneKey.key(on: connection)
+                    try TombstoneKey.verify(key, on: connection)
                     let hashes = devices.map { PostgresBytes(DeviceErasure.tombstone(key: key, app: job.app, device: $0)) }
                     try connection.withTransaction { connection in
                         try connection.query("SET LOCAL lock_timeout = '1s'")

@@ -364,6 +364,16 @@ public struct ReportEngine: Sendable {
                 WHERE first IS NOT NULL
                 """)
             if let row = oldest.first, try row.decode(1, as: Bool.self) { notes.rawEventsFrom = try row.decode(0, as: Int.self) }
+            // An app that keeps fewer days than the servers (`apps.retention_days`, DESIGN §15):
+            // its raw events start later, at the latest such start among the report's apps.
+            let own = try connection.query("""
+                SELECT max((now() AT TIME ZONE 'UTC')::date - retention_days + 1) - DATE '1970-01-01',
+                       \(plan.t0) < max((now() AT TIME ZONE 'UTC')::date - retention_days + 1)::timestamp AT TIME ZONE 'UTC'
+                FROM apps WHERE app_id = ANY(\(array: query.apps)::text[]) AND retention_days IS NOT NULL
+                """)
+            if let row = own.first, let day = try row.decode(0, as: Int?.self), try row.decode(1, as: Bool?.self) == true {
+                notes.rawEventsFrom = max(notes.rawEventsFrom ?? day, day)
+            }
         } else if plan.needsViewers {
             // Impressions compacted before 0014 have no viewer sketch.
             let since = try connection.query("""

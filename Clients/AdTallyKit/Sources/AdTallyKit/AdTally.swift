@@ -87,10 +87,18 @@ public struct AdTallyStatus: Sendable, Equatable {
     /// Answers to batches that were not AdTally's (a captive portal, a proxy, a redirect):
     /// each was a failed attempt, retried.
     public var unexpectedAnswers: Int
+    /// Events the server did not store because their install was erased after they
+    /// occurred (among `delivered`: nothing to send again).
+    public var erased: Int
+    /// The user opted out (`optOut()`): nothing is recorded or sent until `optIn()`.
+    public var isOptedOut: Bool
+    /// Installs forgotten (`forgetInstall()`) whose erasure the server has not answered yet.
+    public var forgetsPending: Int
 
     init() {
         (pending, pendingBytes, delivered, dropped, deadLettered, stoppedBy) = (0, 0, 0, [:], 0, nil)
         (requests, splits, throttled, switchFetches, switchNotModified, unexpectedAnswers) = (0, 0, 0, 0, 0, 0)
+        (erased, isOptedOut, forgetsPending) = (0, false, 0)
     }
 }
 
@@ -169,6 +177,28 @@ public final class AdTally: @unchecked Sendable {
     /// What the kit holds and has done.
     public var status: AdTallyStatus { engine.status }
 
-    /// The per-install device id sent with every event (made once, kept in the folder).
-    public var deviceID: String { engine.deviceID }
+    /// The per-install device id sent with every event (made once, kept in the folder; a
+    /// new one after `forgetInstall()`).
+    public var deviceID: String { engine.lock.locked { engine.currentDeviceID } }
+
+    /// The user withdrew consent: from now on, and across launches until `optIn()`,
+    /// recording calls return without writing or sending anything, and the events queued
+    /// are dropped (counted as `optedOut`). The mediation switch still answers (it sends
+    /// no event and no id).
+    public func optOut() throws {
+        try engine.setOptedOut(true)
+    }
+
+    /// Consent given again (after `optOut()`): recording and sending resume.
+    public func optIn() throws {
+        try engine.setOptedOut(false)
+    }
+
+    /// Forgets this install (the user asked for their data to be erased): drops the events
+    /// queued (counted as `forgotten`), asks the server to erase everything it holds of
+    /// the current id (sent with the app's key until the server answers, across launches),
+    /// and starts a new id, which shares nothing with the old one.
+    public func forgetInstall() throws {
+        try engine.forgetInstall()
+    }
 }

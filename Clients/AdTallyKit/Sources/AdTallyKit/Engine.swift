@@ -18,10 +18,16 @@ import UIKit
 final class Engine: @unchecked Sendable {
     let directory: URL
     let configuration: AdTallyConfiguration
-    let deviceID: String
-    /// The fields every event carries, as JSON text after the event's own (`,"country":…`).
-    private let commonFields: [UInt8]
+    /// The per-install id (under `lock`: `forgetInstall()` starts a new one).
+    var currentDeviceID: String
+    /// The fields every event carries, as JSON text after the event's own (`,"country":…`),
+    /// the device id last (under `lock`).
+    var commonFields: [UInt8]
     let switchboard: Switchboard
+    /// Consent (Consent.swift, under `lock`): opted out, nothing is recorded or sent.
+    var isOptedOut: Bool
+    /// Ids of installs forgotten whose erasure the server has not answered yet (under `lock`).
+    var forgets: PendingForgets
 
     let lock = NSLock()
     let queue: EventQueue
@@ -112,9 +118,11 @@ final class Engine: @unchecked Sendable {
         batchLimit = max(1, min(configuration.batchSize, 1000))
         try QueueDamage.ensureDirectory(directory)
         let device = try Self.deviceID(in: directory)
-        deviceID = device
+        currentDeviceID = device
         // Checked before the folder is locked: a bad setting leaves nothing held.
         commonFields = try Self.commonFields(configuration, device: device)
+        isOptedOut = Consent.isOptedOut(in: directory)
+        forgets = PendingForgets(file: directory.appendingPathComponent("forget.json"))
         QueueDamage.clearForFile(directory.appendingPathComponent("queue.lock").path)
         lockFD = openLockFile(directory.appendingPathComponent("queue.lock").path)
         guard lockFD >= 0 else { throw AdTallyError.storage("cannot open \(directory.path)/queue.lock") }
@@ -141,6 +149,9 @@ final class Engine: @unchecked Sendable {
         } else {
             queue.commitDamage()
         }
+        // A forget that a kill interrupted (its id recorded, the queue or the new id not yet):
+        // finished now, before anything of the old id can be sent.
+        if forgets.ids.contains(device) { try finishForget() }
     }
 
     private func start() {
@@ -202,13 +213,18 @@ final class Engine: @unchecked Sendable {
         fields(&json)
         var bytes = json.finish()
         bytes.removeLast()
-        bytes.append(contentsOf: commonFields)
 
         lock.lock()
         guard !isClosed else {
             lock.unlock()
             throw AdTallyError.closed
         }
+        // Opted out: nothing is written, nothing will be sent (the id is the caller's only).
+        if isOptedOut {
+            lock.unlock()
+            return id
+        }
+        bytes.append(contentsOf: commonFields)
         do {
             try queue.append(json: bytes, occurredAtMillis: millis)
         } catch {
@@ -301,6 +317,8 @@ final class Engine: @unchecked Sendable {
             status.stoppedBy = stoppedBy?.status
             status.switchFetches = switchCounts.fetches
             status.switchNotModified = switchCounts.notModified
+            status.isOptedOut = isOptedOut
+            status.forgetsPending = forgets.ids.count
             return status
         }
     }
@@ -374,10 +392,11 @@ final class Engine: @unchecked Sendable {
 
     // MARK: - Install facts
 
-    static func deviceID(in directory: URL) throws -> String {
+    /// The per-install id: read from `device-id`, or made (a random UUID) and kept there.
+    static func deviceID(in directory: URL, new: Bool = false) throws -> String {
         let file = directory.appendingPathComponent("device-id")
         QueueDamage.clearForFile(file.path)
-        if let text = try? String(contentsOf: file, encoding: .utf8), let id = UUID(uuidString: text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+        if !new, let text = try? String(contentsOf: file, encoding: .utf8), let id = UUID(uuidString: text.trimmingCharacters(in: .whitespacesAndNewlines)) {
             return id.uuidString.lowercased()
         }
         let id = UUID().uuidString.lowercased()

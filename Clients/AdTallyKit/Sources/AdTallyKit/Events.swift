@@ -49,6 +49,10 @@ public enum DropReason: String, Sendable, CaseIterable {
     /// The queue's files were damaged: a record torn by power loss or corrupted, or a
     /// segment deleted, replaced (a directory in its place) or unreadable.
     case damaged
+    /// Queued when the install was forgotten (`forgetInstall()`).
+    case forgotten
+    /// Queued when the user opted out (`optOut()`).
+    case optedOut = "opted_out"
 }
 
 /// Errors of the kit. Calls out of order are `misuse`: a programming error of the

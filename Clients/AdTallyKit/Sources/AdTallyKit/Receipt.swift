@@ -17,6 +17,9 @@ import FoundationNetworking
     public var accepted: Int
     public var duplicates: Int
     public var rejected: [Rejection]
+    /// Events not stored because their install was erased after they occurred (their
+    /// indexes; counted among `duplicates` too): delivered.
+    public var erased: [Int] = []
 
     /// The most bytes of a receipt read: 1,000 rejections with their reasons fit well
     /// within it; a larger answer is not AdTally's and is read no further.
@@ -32,6 +35,7 @@ import FoundationNetworking
         var accepted: Int
         var duplicates: Int
         var rejected: [Entry]
+        var erased: [Entry]?
     }
 
     /// The receipt in `body` for a batch of `count` events, or why it is not one.
@@ -62,7 +66,11 @@ import FoundationNetworking
             }
             rejected.append(Rejection(index: entry.index, reason: Self.bounded(entry.error ?? "rejected")))
         }
-        return .success(Receipt(accepted: wire.accepted, duplicates: wire.duplicates, rejected: rejected))
+        let erased = wire.erased?.map(\.index) ?? []
+        guard erased.count <= wire.duplicates, Set(erased).count == erased.count, erased.allSatisfy({ (0..<count).contains($0) && !seen.contains($0) }) else {
+            return .failure(AnswerRefusal("a receipt whose erased events are not among its duplicates of the batch of \(count)"))
+        }
+        return .success(Receipt(accepted: wire.accepted, duplicates: wire.duplicates, rejected: rejected, erased: erased))
     }
 
     /// `text` cut to `maxReasonBytes` on a character boundary, control characters as spaces.

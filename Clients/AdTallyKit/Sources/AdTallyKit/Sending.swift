@@ -16,7 +16,8 @@ extension Engine {
         lock.locked {
             if isClosed { return .stop }
             if stoppedBy != nil { return .wait(3600) }
-            let hasWork = queue.head < queue.tail || dropReports.hasUnsent
+            // Opted out, only a forgotten install's erasure request is sent (the user's own).
+            let hasWork = (!isOptedOut && (queue.head < queue.tail || dropReports.hasUnsent)) || !forgets.ids.isEmpty
             guard hasWork else {
                 flushRequested = false
                 return .wait(configuration.sendInterval)
@@ -36,6 +37,8 @@ extension Engine {
             case .wait(let seconds):
                 await wakeup.sleep(seconds)
             case .send:
+                await sendForgets()
+                if lock.locked({ isOptedOut || Date() < notBefore }) { continue }
                 await sendBatch()
                 // Flushes whose events are answered return now, whatever the drop reports meet.
                 let ready = lock.locked { () -> [CheckedContinuation<Void, any Error>] in
@@ -44,7 +47,7 @@ extension Engine {
                     return ready
                 }
                 deliver([], then: ready)
-                if lock.locked({ Date() >= notBefore && stoppedBy == nil }) { await sendDropReports() }
+                if lock.locked({ Date() >= notBefore && stoppedBy == nil && !isOptedOut }) { await sendDropReports() }
             }
         }
     }
@@ -54,7 +57,7 @@ extension Engine {
     /// a segment that vanished under the read is checked against the head first.
     private func takeBatch() -> (records: [QueuedRecord], server: URL, key: String)? {
         guard let (plan, server, key) = lock.locked({ () -> (EventQueue.ReadPlan, URL, String)? in
-            guard queue.head < queue.tail, !inFlight, !isClosed else { return nil }
+            guard queue.head < queue.tail, !inFlight, !isClosed, !isOptedOut else { return nil }
             inFlight = true
             lastSend = Date()
             return (queue.readPlan(), self.server, appKey)
@@ -173,6 +176,7 @@ extension Engine {
                 counters.dropped[.queueFull] = max(0, (counters.dropped[.queueFull] ?? 0) - storedMeanwhile)
             }
             counters.delivered += fresh.count - receipt.rejected.count
+            counters.erased += receipt.erased.count
             counters.deadLettered += receipt.rejected.count
             for rejection in receipt.rejected {
                 let json = fresh[rejection.index].json
