@@ -104,6 +104,10 @@ final class CurlExchange: @unchecked Sendable {
             // Copied by curl: the data need not outlive this call.
             code = code == CURLE_OK ? body.withUnsafeBytes { adtally_curl_set_pointer(handle, CURLOPT_COPYPOSTFIELDS, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)) } : code
         }
+        if code == CURLE_OK, let method = request.httpMethod, method != "POST", method != "GET" {
+            // DELETE (the erasure of a forgotten install): a request without a body.
+            code = method.withCString { adtally_curl_set_pointer(handle, CURLOPT_CUSTOMREQUEST, $0) }
+        }
         guard code == CURLE_OK else { return .failure(.unreachable("cannot set up the request (\(String(cString: curl_easy_strerror(code))))")) }
         let result = curl_easy_perform(handle)
         if isTooLarge { return .failure(.tooLarge(cap: cap)) }

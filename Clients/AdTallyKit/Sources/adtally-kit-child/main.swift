@@ -13,6 +13,7 @@ import Glibc
 //   adtally-kit-child --server URL --key KEY --dir DIR --seed N [--flush]
 //
 // --flush: record nothing, wait until the queue is empty, print `flushed`, exit.
+// --opt-out / --opt-in: call optOut() / optIn() first (the consent tests).
 //
 // The hostile-network tests (Tests/AdTallyTests/KitHostileNetworkTests.swift) drive it
 // as a small app that must end normally whatever it is answered:
@@ -43,6 +44,9 @@ if let bytes = option("--segment-bytes").flatMap(Int.init) { configuration.segme
 if let bytes = option("--max-queue-bytes").flatMap(Int.init) { configuration.maxQueueBytes = bytes }
 configuration.notices = { notice in say("notice \(notice)") }
 let tally = try AdTally(server: server, appKey: key, directory: URL(fileURLWithPath: dir), configuration: configuration)
+// Consent (Tests/AdTallyTests/KitPrivacyTests.swift): before anything is recorded.
+if CommandLine.arguments.contains("--opt-out") { try tally.optOut(); say("opted-out") }
+if CommandLine.arguments.contains("--opt-in") { try tally.optIn(); say("opted-in") }
 
 if CommandLine.arguments.contains("--flush") {
     waitFor {
@@ -105,7 +109,7 @@ if let count = option("--record").flatMap(Int.init) {
     done.wait()
     let status = tally.status
     let dropped = status.dropped.map { "\($0.key.rawValue):\($0.value)" }.sorted().joined(separator: ",")
-    say("status pending=\(status.pending) pending_bytes=\(status.pendingBytes) delivered=\(status.delivered) dead=\(status.deadLettered) unexpected=\(status.unexpectedAnswers) requests=\(status.requests) switch_fetches=\(status.switchFetches) dropped=\(dropped)")
+    say("status pending=\(status.pending) pending_bytes=\(status.pendingBytes) delivered=\(status.delivered) dead=\(status.deadLettered) unexpected=\(status.unexpectedAnswers) requests=\(status.requests) switch_fetches=\(status.switchFetches) dropped=\(dropped) opted_out=\(status.isOptedOut) forgets=\(status.forgetsPending) erased=\(status.erased)")
     let vm = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
     let peak = vm.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }?.split(separator: " ").dropFirst().first ?? "-1"
     say("rss_peak_kib \(peak)")
