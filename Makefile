@@ -24,13 +24,16 @@ run: build-release
 ## PostgreSQL that is started and stopped around it: the app-side kit's own tests
 ## (Clients/AdTallyKit), then the server's, which drive the kit's executables too,
 ## then test-citus where the Citus extension is installed (it says so when it skips).
-## First, Prometheus's own tools on the operators' alert rules. At most TEST_WIDTH
+## First, Prometheus's own tools on the operators' alert rules, and the kit's privacy
+## manifest against its sources (scripts/privacy_manifest_check.py, Python's plistlib). At most TEST_WIDTH
 ## tests run at once: all ~230 at once on two cores starved each other past their
 ## own timeouts (a 20 s HTTP read, a 30 s commit) now and then.
 TEST_WIDTH ?= 16
 test: deps
 	promtool check rules Dashboards/alerts.yml
 	promtool test rules Dashboards/alerts.test.yml
+	python3 scripts/privacy_manifest_check.py
+	python3 scripts/privacy_manifest_check.py --self-test
 	$(SWIFT) build --build-tests
 	$(SWIFT) build --build-tests --package-path Clients/AdTallyKit
 	$(SWIFT) test --skip-build --package-path Clients/AdTallyKit

@@ -19,7 +19,7 @@ let package = Package(
         // libcurl on Linux only (Debian: libcurl4-openssl-dev); Apple platforms use URLSession.
         .systemLibrary(name: "AdTallyKitCurl", path: "Sources/AdTallyKitCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // PrivacyInfo.xcprivacy: the required-reason APIs the kit calls, shipped inside the
-        // target's folder so that it reaches the app (PrivacyManifestTests checks it).
+        // target's folder so that it reaches the app (scripts/privacy_manifest_check.py checks it).
         .target(
             name: "AdTallyKit",
             dependencies: ["AdTallyKitZlib", .target(name: "AdTallyKitCurl", condition: .when(platforms: [.linux]))],

@@ -32,6 +32,24 @@ final class AnswerTests: XCTestCase {
         XCTAssertTrue(html.description.contains("not JSON"))
     }
 
+    func testErasedEventsAreDeliveredAndCountedAmongTheDuplicates() throws {
+        // An erased device's old events (DESIGN §15): among the duplicates, so that a kit
+        // that predates erasure still finds the counts adding up; this one reads the list.
+        let good = try receipt(#"{"accepted":8,"duplicates":2,"rejected":[],"erased":[{"index":3,"id":"x"},{"index":5,"id":"y"}]}"#, count: 10).get()
+        XCTAssertEqual(good.erased, [3, 5])
+        XCTAssertEqual(try receipt(#"{"accepted":10,"duplicates":0,"rejected":[]}"#, count: 10).get().erased, [])
+        let refusals = [
+            #"{"accepted":9,"duplicates":1,"rejected":[],"erased":[{"index":3},{"index":5}]}"#,
+            #"{"accepted":8,"duplicates":2,"rejected":[],"erased":[{"index":3},{"index":3}]}"#,
+            #"{"accepted":8,"duplicates":2,"rejected":[],"erased":[{"index":10}]}"#,
+            #"{"accepted":8,"duplicates":1,"rejected":[{"index":3,"error":"e"}],"erased":[{"index":3}]}"#,
+        ]
+        for text in refusals {
+            guard case .failure(let refusal) = receipt(text, count: 10) else { return XCTFail("believed: \(text)") }
+            XCTAssertTrue(refusal.description.contains("erased events"), "\(text): \(refusal)")
+        }
+    }
+
     func testAReasonIsBoundedAndFreeOfControlCharacters() throws {
         let long = String(repeating: "é", count: 5000)
         let receipt = try receipt(#"{"accepted":0,"duplicates":0,"rejected":[{"index":0,"error":"\#(long)\n"}]}"#, count: 1).get()

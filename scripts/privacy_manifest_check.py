@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""AdTallyKit's privacy manifest against the kit's own sources (DESIGN §15).
+
+App Store Connect refuses an app whose SDK calls one of Apple's "required reason" APIs
+without declaring its category and an approved reason in the SDK's own
+PrivacyInfo.xcprivacy (ITMS-91053), and a manifest outside the target's folder, or not
+declared as a resource of the target, never reaches the app. This script fails when:
+
+- the manifest does not parse (plistlib), tracks, names tracking domains, or lacks the
+  data the kit collects (device ID, product interaction, advertising data: analytics,
+  not linked, not tracking);
+- a required-reason API symbol from Apple's list appears in the kit's library sources
+  (comments aside) and its category is not declared, or declared with a reason Apple
+  does not list for it; or a category is declared that no source calls;
+- Package.swift does not declare the file as a resource of the AdTallyKit target.
+
+  scripts/privacy_manifest_check.py [KIT_DIR]      (default: Clients/AdTallyKit)
+  scripts/privacy_manifest_check.py --self-test    (the checks fail where they must)
+"""
+import os
+import plistlib
+import re
+import shutil
+import sys
+import tempfile
+
+# Apple's list ("Describing use of required reason API"): each category, the symbols a
+# Swift source may call it by, and the approved reasons.
+CATEGORIES = {
+    "NSPrivacyAccessedAPICategoryFileTimestamp": {
+        "symbols": [r"\bstat\s*\(", r"\bfstat\s*\(", r"\blstat\s*\(", r"\bfstatat\s*\(", r"\bgetattrlist\s*\(", r"\bgetattrlistbulk\s*\(",
+                    r"\bfgetattrlist\s*\(", r"\bgetattrlistat\s*\(", r"\battributesOfItem\s*\(", r"\bcreationDate\b", r"\bmodificationDate\b",
+                    r"\bfileModificationDate\b", r"\bcontentModificationDateKey\b", r"\bcreationDateKey\b"],
+        "reasons": {"DDA9.1", "C617.1", "3B52.1", "0A2A.1"},
+    },
+    "NSPrivacyAccessedAPICategorySystemBootTime": {
+        "symbols": [r"\bsystemUptime\b", r"\bmach_absolute_time\s*\("],
+        "reasons": {"35F9.1", "8FFB.1", "3D61.1"},
+    },
+    "NSPrivacyAccessedAPICategoryDiskSpace": {
+        "symbols": [r"\bvolumeAvailableCapacity\w*", r"\bvolumeTotalCapacity\w*", r"\bsystemFreeSize\b", r"\bsystemSize\b",
+                    r"\bstatfs\s*\(", r"\bstatvfs\s*\(", r"\bfstatfs\s*\(", r"\bfstatvfs\s*\("],
+        "reasons": {"85F4.1", "E174.1", "7D9E.1", "B728.1"},
+    },
+    "NSPrivacyAccessedAPICategoryActiveKeyboards": {
+        "symbols": [r"\bactiveInputModes\b"],
+        "reasons": {"3EC4.1", "54BD.1"},
+    },
+    "NSPrivacyAccessedAPICategoryUserDefaults": {
+        "symbols": [r"\bUserDefaults\b", r"\bNSUserDefaults\b"],
+        "reasons": {"CA92.1", "1C8F.1", "C56D.1", "AC6B.1"},
+    },
+}
+
+COLLECTED = ["NSPrivacyCollectedDataTypeDeviceID", "NSPrivacyCollectedDataTypeProductInteraction", "NSPrivacyCollectedDataTypeAdvertisingData"]
+
+
+def code_of(text):
+    """Swift source without its comments (// and /* */) and string literals' contents kept."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line.split("//", 1)[0] if not line.lstrip().startswith("//") else "" for line in text.splitlines())
+
+
+def check(kit):
+    problems = []
+    sources = os.path.join(kit, "Sources", "AdTallyKit")
+    manifest_path = os.path.join(sources, "PrivacyInfo.xcprivacy")
+    try:
+        with open(manifest_path, "rb") as handle:
+            manifest = plistlib.load(handle)
+    except Exception as error:  # noqa: BLE001 - any parse failure is the finding
+        return [f"{manifest_path}: does not parse as a property list ({error})"]
+    if manifest.get("NSPrivacyTracking") is not False:
+        problems.append("NSPrivacyTracking must be false: the kit does not track")
+    if manifest.get("NSPrivacyTrackingDomains") != []:
+        problems.append("NSPrivacyTrackingDomains must be an empty list")
+    collected = {entry.get("NSPrivacyCollectedDataType"): entry for entry in manifest.get("NSPrivacyCollectedDataTypes", [])}
+    for kind in COLLECTED:
+        entry = collected.get(kind)
+        if entry is None:
+            problems.append(f"NSPrivacyCollectedDataTypes: {kind} is not declared")
+        elif entry.get("NSPrivacyCollectedDataTypeLinked") is not False or entry.get("NSPrivacyCollectedDataTypeTracking") is not False \
+                or entry.get("NSPrivacyCollectedDataTypePurposes") != ["NSPrivacyCollectedDataTypePurposeAnalytics"]:
+            problems.append(f"NSPrivacyCollectedDataTypes: {kind} must be not linked, not tracking, for analytics only")
+    declared = {}
+    for entry in manifest.get("NSPrivacyAccessedAPITypes", []):
+        declared[entry.get("NSPrivacyAccessedAPIType")] = entry.get("NSPrivacyAccessedAPITypeReasons", [])
+
+    used = {}
+    files = sorted(name for name in os.listdir(sources) if name.endswith(".swift"))
+    if not files:
+        problems.append(f"{sources}: no Swift sources to scan")
+    for name in files:
+        with open(os.path.join(sources, name), encoding="utf-8") as handle:
+            code = code_of(handle.read())
+        for category, spec in CATEGORIES.items():
+            for pattern in spec["symbols"]:
+                match = re.search(pattern, code)
+                if match:
+                    used.setdefault(category, f"{name}: {match.group(0).strip()}")
+    for category, example in sorted(used.items()):
+        reasons = declared.get(category)
+        if not reasons:
+            problems.append(f"{category} is called ({example}) but not declared in NSPrivacyAccessedAPITypes")
+        else:
+            wrong = [reason for reason in reasons if reason not in CATEGORIES[category]["reasons"]]
+            if wrong:
+                problems.append(f"{category}: reasons {wrong} are not among Apple's for it ({sorted(CATEGORIES[category]['reasons'])})")
+    for category in sorted(set(declared) - set(used)):
+        if category not in CATEGORIES:
+            problems.append(f"{category}: not a required-reason category")
+        else:
+            problems.append(f"{category} is declared but no source of the kit calls it: the manifest must say what the kit does")
+
+    with open(os.path.join(kit, "Package.swift"), encoding="utf-8") as handle:
+        package = handle.read()
+    target = re.search(r'\.target\(\s*name:\s*"AdTallyKit".*?\n\s*\)', package, flags=re.S)
+    if not target or 'resources: [.copy("PrivacyInfo.xcprivacy")]' not in target.group(0):
+        problems.append('Package.swift: the AdTallyKit target must declare resources: [.copy("PrivacyInfo.xcprivacy")] (a manifest outside the target never reaches the app)')
+    return problems
+
+
+def self_test(kit):
+    """Each kind of fault, made in a copy of the kit, must be found."""
+    faults = {
+        "an undeclared call": ("Sources/AdTallyKit/Gzip.swift", lambda text: text + "\nlet bootedAt = ProcessInfo.processInfo.systemUptime\n",
+                               "NSPrivacyAccessedAPICategorySystemBootTime is called"),
+        "the resource dropped": ("Package.swift", lambda text: text.replace('resources: [.copy("PrivacyInfo.xcprivacy")]', "resources: []"),
+                                 "must declare resources"),
+        "tracking": ("Sources/AdTallyKit/PrivacyInfo.xcprivacy",
+                     lambda text: text.replace("<key>NSPrivacyTracking</key>\n\t<false/>", "<key>NSPrivacyTracking</key>\n\t<true/>"),
+                     "NSPrivacyTracking must be false"),
+        "a wrong reason": ("Sources/AdTallyKit/PrivacyInfo.xcprivacy", lambda text: text.replace("<string>C617.1</string>", "<string>35F9.1</string>"),
+                           "not among Apple's"),
+    }
+    failures = []
+    for name, (path, change, expected) in faults.items():
+        with tempfile.TemporaryDirectory() as folder:
+            copy = os.path.join(folder, "kit")
+            shutil.copytree(kit, copy, ignore=shutil.ignore_patterns(".build", ".swiftpm"))
+            target = os.path.join(copy, path)
+            with open(target, encoding="utf-8") as handle:
+                text = handle.read()
+            changed = change(text)
+            if changed == text:
+                failures.append(f"{name}: the fault could not be made in {path}")
+                continue
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(changed)
+            found = check(copy)
+            if not any(expected in problem for problem in found):
+                failures.append(f"{name}: not found (expected '{expected}', got {found})")
+    return failures
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    kit = os.path.join(here, "..", "Clients", "AdTallyKit")
+    if len(sys.argv) > 1 and sys.argv[1] == "--self-test":
+        failures = self_test(kit)
+        for failure in failures:
+            print(f"privacy manifest self-test: {failure}", file=sys.stderr)
+        if failures:
+            sys.exit(1)
+        print("privacy manifest self-test: every fault found")
+        return
+    if len(sys.argv) > 1:
+        kit = sys.argv[1]
+    problems = check(kit)
+    for problem in problems:
+        print(f"privacy manifest: {problem}", file=sys.stderr)
+    if problems:
+        sys.exit(1)
+    print("privacy manifest: PrivacyInfo.xcprivacy declares what the kit's sources call and collect")
+
+
+if __name__ == "__main__":
+    main()
