@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 
-.PHONY: deps build build-release run test test-only test-citus screenshot bench-ingest bench-report bench-backlog bench-scaling bench-mediation bench-client bench-citus fuzz
+.PHONY: deps build build-release run test test-only test-citus screenshot bench-ingest bench-report bench-backlog bench-erase bench-scaling bench-mediation bench-client bench-citus fuzz
 
 deps:
 	@scripts/install-deps.sh
@@ -77,6 +77,12 @@ bench-report: build-release
 bench-ingest: build-release
 	$(SWIFT) build -c release --product adtally-bench
 	bench/ingest.sh
+
+## bench-erase: on the bench's 10 M loaded events, with ingest running at a steady rate: 1,000 devices
+## of the largest app erased by one request (the job's wall time, the rows removed) and ingest's ack p99 meanwhile.
+bench-erase: build-release
+	$(SWIFT) build -c release --product adtally-bench
+	bench/erase.sh
 
 ## bench-backlog: on the bench's 10 M loaded events, with ingest running at a steady rate:
 ## migration 0013's indexes built again (CONCURRENTLY) and a week of the largest app's
