@@ -251,7 +251,7 @@ public struct Settings: Sendable {
             .standardizedFileURL.path
         settings.staticDirectory = text(flags.staticDirectory, "ADTALLY_STATIC_DIR")
         settings.credentialsKey = text(nil, "ADTALLY_CREDENTIALS_KEY")
-        settings.erasureStatementMilliseconds = try number(nil, "ADTALLY_ERASURE_STATEMENT_MS", range: 1...10_000) ?? settings.erasureStatementMilliseconds
+        settings.erasureStatementMilliseconds = try number(nil, "ADTALLY_ERASURE_STATEMENT_MS", range: 1...1000) ?? settings.erasureStatementMilliseconds
         if let allow = text(nil, "ADTALLY_OUTBOUND_ALLOW") {
             do {
                 settings.outboundAllow = try OutboundPolicy(allowing: allow)

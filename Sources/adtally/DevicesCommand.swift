@@ -49,13 +49,14 @@ struct DevicesCommand: AsyncParsableCommand {
                     throw ValidationError(error.description.replacingOccurrences(of: "devices[", with: file == nil ? "--device[" : "--file line ["))
                 }
                 if noWait { return queued }
-                // Run erasures here too while no server does (the lock decides; a server that
-                // leads runs this job, and this runner only waits for the lock meanwhile).
+                // Run this job here while no server runs erasures (the lock decides: a server that
+                // leads runs it, and this runner only waits for the lock meanwhile); only this
+                // one, so that stopping here never leaves another app's job half done.
                 let settings = try Settings.resolve(flags: self.database.flags)
-                let runner = ErasureRunner(
-                    configuration: .init(identity: "adtally devices forget pid \(getpid())", credentialsKey: settings.credentialsKey),
-                    leaderPool: database.erasureLeaderPool, pool: database.erasurePool, logger: logger
-                )
+                var configuration = ErasureRunner.Configuration(identity: "adtally devices forget pid \(getpid())", credentialsKey: settings.credentialsKey)
+                configuration.only = queued.id
+                configuration.tick = .milliseconds(500)
+                let runner = ErasureRunner(configuration: configuration, leaderPool: database.erasureLeaderPool, pool: database.erasurePool, logger: logger)
                 let running = Task { await runner.run() }
                 defer { running.cancel() }
                 let deadline = ContinuousClock.now + .seconds(timeout)

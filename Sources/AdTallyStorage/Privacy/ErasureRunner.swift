@@ -21,7 +21,7 @@ import Synchronization
 ///    rows) or compaction (which never reads events) waits on, but a partition drop
 ///    waits for the statement, and ingest then waits behind the drop.
 /// 3. **Device grain**: `installs`, `install_days`, `install_day_revenue` and the pending
-///    `install_delta` rows of a few hundred devices per transaction, which takes their
+///    `install_delta` rows of up to `grainRows` rows' worth of devices per transaction, which takes their
 ///    rows out of the cohort grain (`cohort_days`, `cohort_priced_day`) in the same
 ///    statement, under the compaction lock (the compactor, which only tries that lock,
 ///    skips a pass meanwhile; one such transaction takes milliseconds).
@@ -40,8 +40,12 @@ public final class ErasureRunner: Sendable {
         public var tick: Duration = .seconds(2)
         /// About how long one statement that deletes raw events should take.
         public var targetStatement: Duration = .milliseconds(250)
-        /// Devices per grain transaction.
-        public var grainBatch = 250
+        /// Most device rows (day and money rows) one grain transaction deletes: a batch of
+        /// devices is cut where their rows reach it (a device with more goes alone).
+        public var grainRows = 20_000
+        /// Only this job (`adtally devices forget` runs its own while no server runs
+        /// erasures: it must not take another app's jobs and be stopped midway).
+        public var only: UUID?
         /// Attempts before a job is `failed`.
         public var maxAttempts = 6
         /// Test hook: awaited after each range of raw events (to kill a job midway).
@@ -92,7 +96,7 @@ public final class ErasureRunner: Sendable {
             lead: { lease in
                 while !Task.isCancelled {
                     do {
-                        while !Task.isCancelled, let job = try await lease.run({ try Self.claim($0) }) {
+                        while !Task.isCancelled, let job = try await lease.run({ try Self.claim($0, only: configuration.only) }) {
                             await self.execute(job, lease: lease)
                         }
                     } catch where Task.isCancelled {
@@ -113,10 +117,11 @@ public final class ErasureRunner: Sendable {
     }
 
     /// The oldest queued job that is due, marked running.
-    static func claim(_ connection: PostgresConnection) throws -> Job? {
+    static func claim(_ connection: PostgresConnection, only: UUID? = nil) throws -> Job? {
         guard let row = try connection.query("""
             UPDATE erasures SET status = 'running', attempts = attempts + 1, started_at = now(), error = NULL
-            WHERE id = (SELECT id FROM erasures WHERE status = 'queued' AND next_attempt_at <= now() ORDER BY requested_at LIMIT 1)
+            WHERE id = (SELECT id FROM erasures WHERE status = 'queued' AND next_attempt_at <= now() AND (\(only)::uuid IS NULL OR id = \(only))
+                        ORDER BY requested_at LIMIT 1)
             RETURNING id, app_id, (extract(epoch FROM requested_at) * 1000000)::bigint, (extract(epoch FROM events_before) * 1000000)::bigint, attempts
             """).first else { return nil }
         return Job(
@@ -151,11 +156,12 @@ public final class ErasureRunner: Sendable {
             if failed { failedCounter.increment() }
             _ = try? await lease.run { connection in
                 try connection.withTransaction { connection in
-                    // Retried after 10 s, 20 s, 40 s …; a job that failed for good keeps no ids (ask again).
+                    // Retried after 10 s, 20 s, 40 s … (attempts counts this one); a job that failed
+                    // for good keeps no ids (ask again).
                     try connection.query("""
                         UPDATE erasures SET status = \(failed ? "failed" : "queued"), error = \(message),
                                finished_at = CASE WHEN \(failed) THEN now() END,
-                               next_attempt_at = now() + make_interval(secs => 10 * power(2, least(attempts, 10)))
+                               next_attempt_at = now() + make_interval(secs => 10 * power(2, least(attempts - 1, 10)))
                         WHERE id = \(job.id)
                         """)
                     if failed { try connection.query("DELETE FROM erasure_devices WHERE erasure_id = \(job.id)") }
@@ -170,12 +176,38 @@ public final class ErasureRunner: Sendable {
         guard !devices.isEmpty else { return }
         try await recordTombstones(job, devices: devices)
         try await deleteEvents(job, devices: devices)
-        var start = 0
-        while start < devices.count {
-            let batch = Array(devices[start..<min(start + configuration.grainBatch, devices.count)])
+        for batch in try await grainBatches(job, devices: devices) {
             try await deleteGrain(job, devices: batch)
-            start += batch.count
         }
+    }
+
+    /// The devices cut into batches of at most `grainRows` device rows each (their day and
+    /// money rows, counted through the tables' (app, device) keys), so that one grain
+    /// transaction, which holds the compaction lock, stays short however long a device's history.
+    func grainBatches(_ job: Job, devices: [String]) async throws -> [[String]] {
+        let counted = try await pool.query("""
+            SELECT device, sum(n)::bigint FROM (
+                SELECT device, count(*) AS n FROM install_days WHERE app_id = \(job.app) AND device = ANY(\(array: devices)::text[]) GROUP BY device
+                UNION ALL
+                SELECT device, count(*) FROM install_day_revenue WHERE app_id = \(job.app) AND device = ANY(\(array: devices)::text[]) GROUP BY device
+            ) AS r GROUP BY device
+            """)
+        var rows: [String: Int64] = [:]
+        for row in counted { rows[try row.decode(0, as: String.self)] = try row.decode(1, as: Int64.self) }
+        var batches: [[String]] = []
+        var batch: [String] = []
+        var size: Int64 = 0
+        for device in devices {
+            let count = rows[device] ?? 0
+            if !batch.isEmpty && size + count > Int64(configuration.grainRows) {
+                batches.append(batch)
+                (batch, size) = ([], 0)
+            }
+            batch.append(device)
+            size += count
+        }
+        if !batch.isEmpty { batches.append(batch) }
+        return batches
     }
 
     /// Step 1, retried while ingest holds the app's lock for longer than a second.
