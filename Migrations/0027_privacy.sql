@@ -4,9 +4,10 @@
 -- A device id is personal data. It is stored with every raw event (events.device) and
 -- in the device grain of installs (installs, install_days, install_day_revenue, the
 -- pending install_delta, Migrations/0023). Erasure removes those rows; what stays holds
--- no identifier: the rollups' counts and money, the HyperLogLog sketches (a register
--- keeps the most leading zeros of some hash, not the hash), the cohort grain
--- (Migrations/0024: sums over devices; the erasure takes the device's rows out of it).
+-- no identifier: the rollups' counts and money, the HyperLogLog sketches (from
+-- Migrations/0028 on, a register keeps the most leading zeros of some hashes, never a
+-- hash), the cohort grain (Migrations/0024: sums over devices; the erasure takes the
+-- device's rows out of it).
 --
 --   erasures           the erasure log and its jobs: when, by which key (or the kit's
 --                      own request, `kit`), for how many devices, what was removed per

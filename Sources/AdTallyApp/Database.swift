@@ -43,6 +43,10 @@ public final class Database: Sendable {
     public let erasurePool: PostgresPool
     /// The schema migrations.
     public let migrator: Migrator
+    /// The servers' `ADTALLY_CREDENTIALS_KEY` as this process was given it (nil: the
+    /// database's own secret): what every EventStore and erasure runner on this
+    /// database keys tombstones with.
+    public let credentialsKey: String?
     /// The embedded cluster, when no URL was given.
     public let embedded: EmbeddedPostgres?
     private let startedEmbedded: Bool
@@ -50,7 +54,7 @@ public final class Database: Sendable {
 
     private init(
         pool: PostgresPool, authPool: PostgresPool, reportPool: PostgresPool, readPool: PostgresPool?, reads: ReportReads, backgroundReads: ReportReads,
-        adminPool: PostgresPool, leaderPool: PostgresPool, alertLeaderPool: PostgresPool, erasureLeaderPool: PostgresPool, erasurePool: PostgresPool, migrator: Migrator, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
+        adminPool: PostgresPool, leaderPool: PostgresPool, alertLeaderPool: PostgresPool, erasureLeaderPool: PostgresPool, erasurePool: PostgresPool, migrator: Migrator, credentialsKey: String?, embedded: EmbeddedPostgres?, startedEmbedded: Bool, logger: Logger
     ) {
         self.pool = pool
         self.authPool = authPool
@@ -64,6 +68,7 @@ public final class Database: Sendable {
         self.erasureLeaderPool = erasureLeaderPool
         self.erasurePool = erasurePool
         self.migrator = migrator
+        self.credentialsKey = credentialsKey
         self.embedded = embedded
         self.startedEmbedded = startedEmbedded
         self.logger = logger
@@ -137,7 +142,7 @@ public final class Database: Sendable {
         return Database(
             pool: pool, authPool: authPool, reportPool: reportPool, readPool: readPool, reads: reads, backgroundReads: backgroundReads,
             adminPool: adminPool, leaderPool: leaderPool, alertLeaderPool: alertLeaderPool, erasureLeaderPool: erasureLeaderPool, erasurePool: erasurePool,
-            migrator: migrator, embedded: embedded, startedEmbedded: started, logger: logger
+            migrator: migrator, credentialsKey: settings.credentialsKey, embedded: embedded, startedEmbedded: started, logger: logger
         )
     }
 

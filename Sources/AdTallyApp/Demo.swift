@@ -135,7 +135,7 @@ public struct DemoLoader: Sendable {
         let appStore = AppStore(pool: database.pool)
         let existing = try await appStore.listApps().map(\.id).filter { Self.appIDs.contains($0) }
         guard existing.isEmpty else { throw DemoError.alreadyLoaded(existing) }
-        let eventStore = EventStore(pool: database.pool, logger: logger)
+        let eventStore = EventStore(pool: database.pool, credentialsKey: database.credentialsKey, logger: logger)
         // Ids older than the ledger's pruning cannot be deduplicated: start after it.
         let nowSeconds = Int64(now.timeIntervalSince1970)
         var start = (nowSeconds / 86_400 - Int64(days)) * 86_400

@@ -27,6 +27,8 @@ public struct FileImporter: Sendable {
         public var accepted = 0
         /// Events already stored before.
         public var duplicates = 0
+        /// Events of erased devices that occurred before their erasure (DESIGN §15): not stored.
+        public var erased = 0
         /// Events refused by validation or unreadable.
         public var rejected = 0
         /// The first rejections, as "file:line: field: rule".
@@ -166,10 +168,13 @@ public struct FileImporter: Sendable {
         var offset = 0
         while offset < events.count {
             let slice = Array(events[offset..<min(offset + batchSize, events.count)])
-            let stored = try await store.store(slice).filter { $0 }.count
+            let outcomes = try await store.write(slice)
+            let stored = outcomes.lazy.filter { $0 == .stored }.count
+            let erased = outcomes.lazy.filter { $0 == .erased }.count
             let before = progress.accepted
             progress.accepted += stored
-            progress.duplicates += slice.count - stored
+            progress.erased += erased
+            progress.duplicates += slice.count - stored - erased
             offset += slice.count
             // Fold the rollup deltas as the import goes, so a long import leaves no
             // backlog for one big compaction (the CLI runs no compactor of its own).

@@ -35,9 +35,17 @@ struct DevicesCommand: AsyncParsableCommand {
 
         func run() async throws {
             var ids = device
+            // Where each id came from, as an error names it: `--device[2]`, `--file line 7`.
+            var origins = device.indices.map { "--device[\($0)]" }
             if let file {
                 guard let text = FileManager.default.contents(atPath: file) else { throw ValidationError("--file: cannot read \(file)") }
-                ids = String(decoding: text, as: UTF8.self).split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                (ids, origins) = ([], [])
+                for (number, line) in String(decoding: text, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                    let id = line.trimmingCharacters(in: .whitespacesAndNewlines)
+                    if id.isEmpty { continue }
+                    ids.append(id)
+                    origins.append("--file line \(number + 1)")
+                }
             }
             let timeout = self.timeout, noWait = self.noWait
             let erasure = try await database.withDatabase { database, logger -> Erasure in
@@ -45,8 +53,14 @@ struct DevicesCommand: AsyncParsableCommand {
                 let queued: Erasure
                 do {
                     queued = try await store.queue(app: app, devices: ids, requestedBy: "cli")
+                } catch ErasureError.invalid(let error) {
+                    // `devices[i]` is the i-th id given: named where it came from.
+                    if let open = error.field.firstIndex(of: "["), let index = Int(error.field[error.field.index(after: open)...].dropLast()), origins.indices.contains(index) {
+                        throw ValidationError("\(origins[index]): \(error.rule)")
+                    }
+                    throw ValidationError("\(file == nil ? "--device" : "--file"): \(error.rule)")
                 } catch let error as ErasureError {
-                    throw ValidationError(error.description.replacingOccurrences(of: "devices[", with: file == nil ? "--device[" : "--file line ["))
+                    throw ValidationError(error.description)
                 }
                 if noWait { return queued }
                 // Run this job here while no server runs erasures (the lock decides: a server that

@@ -32,7 +32,7 @@ struct IngestCommand: AsyncParsableCommand {
             let store = AppStore(pool: database.pool)
             guard try await store.app(app) != nil else { throw AppStoreError.unknownApp(app) }
             let importer = FileImporter(
-                store: EventStore(pool: database.pool, logger: logger), appID: app, batchSize: batchSize,
+                store: EventStore(pool: database.pool, credentialsKey: window.credentialsKey, logger: logger), appID: app, batchSize: batchSize,
                 maxAge: window.maxEventAge, maxAhead: window.maxEventAhead
             )
             return try await importer.importFiles(files, format: format) { progress in
@@ -45,7 +45,7 @@ struct IngestCommand: AsyncParsableCommand {
             }
         }
         if isTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
-        print("accepted \(summary.accepted), duplicates \(summary.duplicates), rejected \(summary.rejected)")
+        print("accepted \(summary.accepted), duplicates \(summary.duplicates), rejected \(summary.rejected)" + (summary.erased > 0 ? ", erased \(summary.erased) (of devices erased after they occurred)" : ""))
         if !summary.firstRejections.isEmpty {
             print("first rejections:")
             summary.firstRejections.forEach { print("  \($0)") }

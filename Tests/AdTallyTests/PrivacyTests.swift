@@ -119,6 +119,15 @@ struct PrivacyTests {
             let tombstones = try await pool.query("SELECT length(device_hash)::int FROM device_tombstones WHERE app_id = 'ktm'").map { try $0.decode(0, as: Int.self) }
             #expect(tombstones == [32], "one keyed hash (HMAC-SHA-256), not the id")
 
+            // The sketches hold no hash of A (nor of any device): Migrations/0028.
+            let hashA = String(DeviceHash.hash("A"))
+            for table in ["rollup_devices_15m_compacted", "rollup_devices_1h_compacted", "rollup_devices_day_compacted", "rollup_devices_app_day"] {
+                let listing = try await pool.query("""
+                    SELECT count(*)::int FROM \(unsafeRaw: table)
+                    WHERE position(\(hashA) IN hll_print(devices)::text) > 0 OR position(\(hashA) IN coalesce(hll_print(viewers)::text, '')) > 0
+                    """)[0].decode(0, as: Int.self)
+                #expect(listing == 0, "\(table) lists A's hash")
+            }
             // Aggregates stay; the cohort grain loses A, and the cohort report says why.
             #expect(try await Reports.rows(client, admin, rollups).description == rollupsBefore.description, "the rollups hold no id and stay")
             #expect(try await CohortReportTests.grainMismatches(pool) == 0, "the cohort grain is the device rows summed and priced, without A")
@@ -151,7 +160,7 @@ struct PrivacyTests {
             // The log.
             let log = try await client.execute(uri: "/v1/apps/ktm/erasures", method: .get, headers: Reports.headers(admin)) { Self.json($0) }
             let entries = log["erasures"] as? [[String: Any]] ?? []
-            #expect(entries.count == 1 && entries.first?["id"] as? String == id.uppercased() || entries.first?["id"] as? String == id)
+            #expect(entries.count == 1 && entries.first?["id"] as? String == id && entries.first?["requested_by"] as? String == adminID, "\(entries)")
         }
     }
 
@@ -198,7 +207,7 @@ struct PrivacyTests {
             // Six days of a device, a session a minute, beside another device: with a 1 ms
             // target a statement deletes one minute of events, so the job takes a while.
             let now = Int64(Date().timeIntervalSince1970) / 60 * 60 * 1_000_000
-            let store = EventStore(pool: database.pool)
+            let store = EventStore(pool: database.pool, credentialsKey: nil)
             for day in 0..<6 {
                 var batch: [AppEvent] = []
                 for minute in 0..<1440 {
@@ -301,4 +310,43 @@ struct PrivacyTests {
             #expect("\(body["notes"] ?? "")".contains("there are raw events only from"), "\(body["notes"] ?? "")")
         }
     }
+
+    @Test("no stored sketch lists a device's hash: migration 0028 rewrites explicit sketches without them (their counts kept), and the ones made from then on never list them")
+    func sketchesHoldNoHashes() async throws {
+        try await TestDatabase.withPool { pool in
+            let all = try Migrator(directory: Migrator.defaultDirectory(explicit: nil))
+            _ = try await Migrator(migrations: all.migrations.filter { $0.version < 28 }).migrate(pool)
+            try await pool.query("INSERT INTO apps (app_id, name) VALUES ('old', 'old')")
+            // As the previous version stored them: explicit (a few devices), sparse (300), empty.
+            try await pool.query("""
+                INSERT INTO rollup_devices_15m_compacted (app_id, bucket, network, format, devices, viewers)
+                SELECT 'old', '2026-11-01T00:00:00Z'::timestamptz + n * interval '15 minutes', 'admob', 'banner',
+                       (SELECT hll_add_agg(hll_hash_text('device-' || d), 11, 5) FROM generate_series(1, CASE n WHEN 0 THEN 3 ELSE 300 END) AS d),
+                       CASE WHEN n = 0 THEN hll_empty(11, 5) END
+                FROM generate_series(0, 1) AS n
+                """)
+            let hash = String(DeviceHash.hash("device-2"))
+            let listed: PostgresQuery = "SELECT count(*)::int FROM rollup_devices_15m_compacted WHERE position(\(hash) IN hll_print(devices)::text) > 0"
+            #expect(try await pool.query(listed)[0].decode(0, as: Int.self) == 1, "the previous version's explicit sketch lists device-2's hash")
+            let countsSQL: PostgresQuery = """
+                SELECT round(hll_cardinality(devices))::int, coalesce(hll_cardinality(viewers), -1)::int FROM rollup_devices_15m_compacted ORDER BY bucket
+                """
+            func counts() async throws -> [[Int]] { try await pool.query(countsSQL).map { [try $0.decode(0), try $0.decode(1)] } }
+            let before = try await counts()
+            let unionBefore = try await pool.query("""
+                SELECT round(hll_cardinality(hll_union_agg(devices) || (SELECT hll_add_agg(hll_hash_text('new'), 11, 5))))::int FROM rollup_devices_15m_compacted
+                """)[0].decode(0, as: Int.self)
+            _ = try await all.migrate(pool)
+            #expect(try await pool.query(listed)[0].decode(0, as: Int.self) == 0)
+            #expect(try await counts() == before && before.first == [3, 0], "the same counts: \(before)")
+            #expect(try await pool.query("SELECT count(*)::int FROM rollup_devices_15m_compacted WHERE hll_expthresh(devices)::text <> '(0,0)'")[0].decode(0, as: Int.self) == 0)
+            // They union with the sketches this version makes, as before.
+            let union = try await pool.query("""
+                SELECT round(hll_cardinality(hll_union_agg(devices) || (SELECT \(unsafeRaw: ReportPlan.sketch("hll_hash_text('new')")))))::int
+                FROM rollup_devices_15m_compacted
+                """)[0].decode(0, as: Int.self)
+            #expect(union == unionBefore)
+        }
+    }
 }
+

@@ -163,19 +163,28 @@ public struct AdminRoutes: Sendable {
         } catch let DecodingError.keyNotFound(key, _) {
             throw ProblemDetails(.badRequest, detail: "\(key.stringValue): is required")
         } catch let DecodingError.valueNotFound(_, context) where !context.codingPath.isEmpty {
-            throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): is required (not null)")
+            throw ProblemDetails(.badRequest, detail: "\(fieldPath(context.codingPath)): is required (not null)")
         } catch let error as FieldError {
             // A value that decoded but breaks a rule (a rate card entry's fields, a mediation
             // policy): not an unreadable body; ProblemMiddleware answers it.
             throw error
         } catch let DecodingError.dataCorrupted(context) where !context.codingPath.isEmpty {
             // A number that does not fit the field (1.5 or 1e20 for a whole number).
-            throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): has the wrong type or is out of range")
+            throw ProblemDetails(.badRequest, detail: "\(fieldPath(context.codingPath)): has the wrong type or is out of range")
         } catch let DecodingError.typeMismatch(_, context) {
-            throw ProblemDetails(.badRequest, detail: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): has the wrong type")
+            throw ProblemDetails(.badRequest, detail: "\(fieldPath(context.codingPath)): has the wrong type")
         } catch {
             throw ProblemDetails(.badRequest, title: "Unreadable body", detail: "the body must be a JSON object")
         }
+    }
+
+    /// A decoding path as the API names fields: `devices[3]`, `entries[0].cpm`.
+    static func fieldPath(_ path: [any CodingKey]) -> String {
+        var text = ""
+        for key in path {
+            if let index = key.intValue { text += "[\(index)]" } else { text += (text.isEmpty ? "" : ".") + key.stringValue }
+        }
+        return text
     }
 
     static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {

@@ -52,9 +52,8 @@ public struct PrivacyRoutes: Sendable {
         router.get("v1/erasures/:id") { request, context in
             _ = try await authenticator.require(.admin, request)
             let text = try context.parameters.require("id")
-            guard let id = UUID(uuidString: text), let erasure = try await store.get(id) else {
-                throw ProblemDetails(.notFound, detail: "no erasure \"\(text)\"")
-            }
+            guard let id = UUID(uuidString: text) else { throw ProblemDetails(.badRequest, detail: "id: must be an erasure's id (a UUID)") }
+            guard let erasure = try await store.get(id) else { throw ProblemDetails(.notFound, detail: "no erasure \"\(text)\"") }
             return try AdminRoutes.json(erasure)
         }
         router.get("v1/apps/:app/erasures") { request, context in

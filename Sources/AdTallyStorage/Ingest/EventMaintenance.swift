@@ -50,13 +50,25 @@ public struct EventMaintenance: Sendable {
             return try partitions.drop(before: today - retentionDays + 1, on: connection)
         }
         let pruned = try await pruneIDs(now: now)
-        let removed = try await RetentionPruner(pool: pool, retentionDays: retentionDays).run(now: now)
-        if !dropped.isEmpty || pruned > 0 || removed.events > 0 || removed.deviceRows > 0 {
+        let tombstones = try await pruneTombstones()
+        let removed = try await RetentionPruner(pool: pool, retentionDays: retentionDays, minimumDays: Int(maxEventAge.components.seconds / 86_400) + 2).run(now: now)
+        if !dropped.isEmpty || pruned > 0 || removed.events > 0 || removed.deviceRows > 0 || tombstones > 0 {
             logger.info("event maintenance", metadata: [
                 "dropped": "\(dropped.joined(separator: ","))", "pruned_ids": "\(pruned)", "app_events": "\(removed.events)", "device_rows": "\(removed.deviceRows)",
+                "tombstones": "\(tombstones)",
             ])
         }
         return Report(droppedPartitions: dropped, prunedIDs: pruned, appEvents: removed.events, deviceRows: removed.deviceRows)
+    }
+
+    /// Deletes the tombstones no event can match any more: an event that occurred before
+    /// an erasure older than the widest accepted age any process has used (`id_horizon`),
+    /// plus a day, is refused by validation anyway. A tombstone is a keyed hash of an
+    /// id: kept no longer than it protects anything.
+    func pruneTombstones() async throws -> Int {
+        let horizon = try await pool.query("SELECT max_event_age_seconds FROM id_horizon")[0].decode(0, as: Int64.self)
+        let seconds = Double(max(horizon, maxEventAge.components.seconds) + 86_400)
+        return try await pool.query("DELETE FROM device_tombstones WHERE erased_at < now() - make_interval(secs => \(seconds))").affectedRows
     }
 
     /// Deletes the ledger ids that no accepted event can carry any more: older than

@@ -39,7 +39,7 @@ public struct EventStore: Sendable {
 
     /// Creates a store over a pool. `credentialsKey`: the servers' `ADTALLY_CREDENTIALS_KEY`
     /// (nil: the database's own secret), which the tombstones of erased devices are keyed with.
-    public init(pool: PostgresPool, credentialsKey: String? = nil, logger: Logger = Logger(label: "adtally.events")) {
+    public init(pool: PostgresPool, credentialsKey: String?, logger: Logger = Logger(label: "adtally.events")) {
         self.pool = pool
         self.partitions = EventPartitions()
         self.logger = logger

@@ -66,19 +66,22 @@ final class TombstoneKey: Sendable {
 
     init(credentialsKey: String?) { self.given = credentialsKey }
 
+    /// The key, checked once against the fingerprint the database holds (`verify`): a
+    /// process with another key refuses to ingest or erase rather than miss tombstones.
     func key(on connection: PostgresConnection) throws -> [UInt8] {
         if let key = resolved.withLock({ $0 }) { return key }
         let key = DeviceErasure.tombstoneKey(credentialsKey: try AppStore.credentialsKey(given, on: connection))
+        try Self.verify(key, on: connection)
         resolved.withLock { $0 = key }
         return key
     }
 }
 
-/// The servers that erase disagree on the key tombstones are hashed with.
+/// This process's key is not the one every tombstone so far was made with.
 struct TombstoneKeyMismatch: Error, CustomStringConvertible {
     var description: String {
         "this process's credentials key (ADTALLY_CREDENTIALS_KEY, or the database's own when unset) is not the one the first erasure's tombstones were "
-            + "made with (server_secrets.tombstone_key_fingerprint): its tombstones would match no event; give it the servers' ADTALLY_CREDENTIALS_KEY"
+            + "made with (server_secrets.tombstone_key_fingerprint): it would miss every tombstone, so it neither ingests nor erases; give it the servers' ADTALLY_CREDENTIALS_KEY"
     }
 }
 
@@ -87,12 +90,17 @@ extension TombstoneKey {
     /// its fingerprint (an HMAC of a fixed text, which says nothing of the key).
     static func verify(_ key: [UInt8], on connection: PostgresConnection) throws {
         let fingerprint = SHA256.hex(SHA256.hmac(key: key, message: Array("adtally tombstone key fingerprint".utf8)))
-        let rows = try connection.query("""
-            WITH made AS (
-                INSERT INTO server_secrets (name, secret) VALUES ('tombstone_key_fingerprint', \(fingerprint)) ON CONFLICT (name) DO NOTHING RETURNING secret
-            )
-            SELECT secret FROM made UNION ALL SELECT secret FROM server_secrets WHERE name = 'tombstone_key_fingerprint'
-            """)
-        guard let recorded = try rows.first?.decode(0, as: String.self), recorded == fingerprint else { throw TombstoneKeyMismatch() }
+        var recorded: String?
+        // A process recording it at the same moment wins the insert; this statement's
+        // snapshot may predate its commit, and the next statement sees it.
+        for _ in 0..<3 where recorded == nil {
+            recorded = try connection.query("""
+                WITH made AS (
+                    INSERT INTO server_secrets (name, secret) VALUES ('tombstone_key_fingerprint', \(fingerprint)) ON CONFLICT (name) DO NOTHING RETURNING secret
+                )
+                SELECT secret FROM made UNION ALL SELECT secret FROM server_secrets WHERE name = 'tombstone_key_fingerprint'
+                """).first?.decode(0, as: String.self)
+        }
+        guard recorded == fingerprint else { throw TombstoneKeyMismatch() }
     }
 }

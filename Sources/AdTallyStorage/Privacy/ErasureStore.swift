@@ -60,6 +60,23 @@ public struct Erasure: Sendable, Equatable, Codable {
 
     /// Whether it will not change any more.
     public var isFinished: Bool { status == .done || status == .failed }
+
+    /// Every key written (nulls included), the id in lower case as `Location` gives it.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id.uuidString.lowercased(), forKey: .id)
+        try container.encode(app, forKey: .app)
+        try container.encode(status, forKey: .status)
+        try container.encode(devices, forKey: .devices)
+        try container.encode(requestedBy, forKey: .requestedBy)
+        try container.encode(requestedAt, forKey: .requestedAt)
+        try container.encode(startedAt, forKey: .startedAt)
+        try container.encode(finishedAt, forKey: .finishedAt)
+        try container.encode(error, forKey: .error)
+        try container.encode(rows, forKey: .rows)
+        try container.encode(firstCohort, forKey: .firstCohort)
+        try container.encode(lastCohort, forKey: .lastCohort)
+    }
 }
 
 /// Why an erasure was refused.

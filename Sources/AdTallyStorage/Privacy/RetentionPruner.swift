@@ -14,6 +14,9 @@ struct RetentionPruner: Sendable {
     let pool: PostgresPool
     /// The servers' retention, in days.
     let retentionDays: Int
+    /// The fewest days any app keeps: the accepted event age and a day. A late event of a
+    /// day whose device rows were gone would count its device in that cohort day again.
+    let minimumDays: Int
 
     /// What one pass removed.
     struct Removed: Sendable, Equatable {
@@ -28,7 +31,7 @@ struct RetentionPruner: Sendable {
         }
         let today = EventPartitions.day(ofMicros: Int64(now.timeIntervalSince1970 * 1_000_000))
         for (app, own) in apps {
-            let days = min(own ?? retentionDays, retentionDays)
+            let days = max(min(own ?? retentionDays, retentionDays), minimumDays)
             if days < retentionDays {
                 // The app's raw events before the first UTC day it keeps (the partitions hold
                 // the servers' longer retention).
@@ -54,30 +57,34 @@ struct RetentionPruner: Sendable {
         return deleted
     }
 
-    /// The device rows of local days before the app's first kept day, a cohort at a time.
+    /// The device rows of local days before the app's first kept day, a cohort at a time
+    /// (only the cohorts that have such rows), each under the compaction lock: a pass that
+    /// read an install while its last day row goes would fold the device back in otherwise.
     func pruneDeviceRows(app: String, days: Int, now: Date) async throws -> Int {
-        let bounds = try await pool.query("""
-            SELECT (now() AT TIME ZONE a.timezone)::date - \(days)::int + 1 - DATE '1970-01-01',
-                   (SELECT min(cohort) FROM install_days WHERE app_id = a.app_id) - DATE '1970-01-01'
-            FROM apps a WHERE a.app_id = \(app)
-            """)
-        guard let row = bounds.first, let first = try row.decode(1, as: Int?.self) else { return 0 }
-        let cutoff = try row.decode(0, as: Int.self)
-        guard first < cutoff else { return 0 }
+        // Two statements, not a subquery from apps into install_days (Citus refuses a
+        // correlated one from a reference table into a distributed one).
+        guard let cutoff = try await pool.query("""
+            SELECT (now() AT TIME ZONE timezone)::date - \(days)::int + 1 - DATE '1970-01-01' FROM apps WHERE app_id = \(app)
+            """).first?.decode(0, as: Int.self) else { return 0 }
+        let cutoffText = Self.date(cutoff)
+        let cohorts = try await pool.query("""
+            SELECT DISTINCT cohort::text FROM install_days WHERE app_id = \(app) AND cohort < \(cutoffText)::date AND day < \(cutoffText)::date ORDER BY 1
+            """).map { try $0.decode(0, as: String.self) }
         var deleted = 0
-        for cohort in first..<cutoff {
-            let cohortText = Self.date(cohort), cutoffText = Self.date(cutoff)
+        for cohort in cohorts {
             deleted += try await pool.withTransaction { connection in
+                try connection.query("SET LOCAL lock_timeout = '60s'")
+                try RatePricing.lockCompaction(on: connection)
                 var count = try connection.query("""
-                    DELETE FROM install_days WHERE app_id = \(app) AND cohort = \(cohortText)::date AND day < \(cutoffText)::date
+                    DELETE FROM install_days WHERE app_id = \(app) AND cohort = \(cohort)::date AND day < \(cutoffText)::date
                     """).affectedRows
                 count += try connection.query("""
-                    DELETE FROM install_day_revenue WHERE app_id = \(app) AND cohort = \(cohortText)::date AND day < \(cutoffText)::date
+                    DELETE FROM install_day_revenue WHERE app_id = \(app) AND cohort = \(cohort)::date AND day < \(cutoffText)::date
                     """).affectedRows
                 // A device none of whose days is kept: its install goes too (back after
                 // retention, it is a new install).
                 count += try connection.query("""
-                    DELETE FROM installs i WHERE i.app_id = \(app) AND i.day = \(cohortText)::date
+                    DELETE FROM installs i WHERE i.app_id = \(app) AND i.day = \(cohort)::date
                       AND NOT EXISTS (SELECT 1 FROM install_days d WHERE d.app_id = i.app_id AND d.device = i.device)
                     """).affectedRows
                 return count

@@ -494,7 +494,7 @@ public struct RollupCompactor: Sendable {
                 from_day = least(c.from_day, excluded.from_day), to_day = greatest(c.to_day, excluded.to_day), version = c.version + 1
             RETURNING 1
         ), devices AS (
-            -- Unique-device sketches (hll(11, 5), Migrations/0005) of the hashes the deltas
+            -- Unique-device sketches (hll(11, 5, 0): no explicit list of hashes, Migrations/0028) of the hashes the deltas
             -- carry, and of the impressions' devices (the ad viewers, Migrations/0014):
             -- a viewer is a device of the same row, so every viewers row has a devices row.
             -- One aggregate over both kinds of hash, not two joined: the delta table's
@@ -502,8 +502,8 @@ public struct RollupCompactor: Sendable {
             -- PostgreSQL joined the two by a nested loop that aggregated the viewers again
             -- for every row: 14 of a 15 s pass on the bench's data (auto_explain).
             SELECT app_id, bucket, network, format,
-                   hll_add_agg(h::hll_hashval, 11, 5) FILTER (WHERE NOT viewer) AS devices,
-                   CASE WHEN bool_or(viewer) THEN hll_add_agg(h::hll_hashval, 11, 5) FILTER (WHERE viewer) END AS viewers
+                   hll_add_agg(h::hll_hashval, 11, 5, 0) FILTER (WHERE NOT viewer) AS devices,
+                   CASE WHEN bool_or(viewer) THEN hll_add_agg(h::hll_hashval, 11, 5, 0) FILTER (WHERE viewer) END AS viewers
             FROM (SELECT app_id, bucket, network, format, h, false AS viewer FROM moved, unnest(moved.device_hashes) AS h
                   UNION ALL
                   SELECT app_id, bucket, network, format, h, true FROM moved, unnest(moved.viewer_hashes) AS h) AS x

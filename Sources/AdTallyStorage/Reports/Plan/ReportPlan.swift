@@ -250,8 +250,8 @@ struct ReportPlan {
 
     var apps: PostgresQuery { "\(array: query.apps)::text[]" }
 
-    /// hll(11, 5), as every sketch is (Migrations/0005).
-    static func sketch(_ hashes: String) -> String { "hll_add_agg(\(hashes), 11, 5)" }
+    /// hll(11, 5, 0), as every sketch is (Migrations/0005, 0028: never the explicit list of hashes).
+    static func sketch(_ hashes: String) -> String { "hll_add_agg(\(hashes), 11, 5, 0)" }
     /// A sketch's estimate as a whole number (0 for none).
     static func cardinality(_ sketch: String) -> String { "coalesce(round(hll_cardinality(\(sketch)))::bigint, 0)" }
 
