@@ -25,7 +25,7 @@
 
 CREATE TABLE erasures (
     id             uuid PRIMARY KEY,
-    app_id         text COLLATE "C" NOT NULL,             -- (no foreign key: a local table on Citus, apps a reference one)
+    app            text COLLATE "C" NOT NULL,             -- the app (no foreign key: a local table on Citus, apps a reference one)
     requested_at   timestamptz NOT NULL DEFAULT now(),
     requested_by   text NOT NULL,                  -- the admin key's id, or 'kit' (the app's install asked)
     devices        integer NOT NULL CHECK (devices BETWEEN 1 AND 1000),
@@ -47,7 +47,7 @@ CREATE TABLE erasures (
     last_cohort    date
 );
 CREATE INDEX erasures_open ON erasures (requested_at) WHERE status IN ('queued', 'running');
-CREATE INDEX erasures_by_app ON erasures (app_id, finished_at);
+CREATE INDEX erasures_by_app ON erasures (app, finished_at);
 
 CREATE TABLE erasure_devices (
     erasure_id  uuid NOT NULL REFERENCES erasures (id) ON DELETE CASCADE,

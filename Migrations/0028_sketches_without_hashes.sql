@@ -21,7 +21,7 @@
 -- Upgrading: stop every server of the previous version before one of this version
 -- migrates (a previous server's sketches would not union with this version's).
 
-CREATE FUNCTION pg_temp.without_hashes(sketch hll) RETURNS hll LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION pg_temp.without_hashes(sketch hll) RETURNS hll LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE
         WHEN sketch IS NULL THEN NULL
         WHEN get_byte(decode(substr(sketch::text, 3), 'hex'), 0) & 15 = 2 THEN
@@ -36,3 +36,5 @@ UPDATE rollup_devices_15m_compacted SET devices = pg_temp.without_hashes(devices
 UPDATE rollup_devices_1h_compacted SET devices = pg_temp.without_hashes(devices), viewers = pg_temp.without_hashes(viewers);
 UPDATE rollup_devices_day_compacted SET devices = pg_temp.without_hashes(devices), viewers = pg_temp.without_hashes(viewers);
 UPDATE rollup_devices_app_day SET devices = pg_temp.without_hashes(devices), viewers = pg_temp.without_hashes(viewers);
+
+DROP FUNCTION pg_temp.without_hashes(hll);

@@ -46,24 +46,28 @@ extension AppsCommand {
     struct Update: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Change an app's settings: its own retention.",
-            discussion: "--retention-days N keeps N days of the app's raw events and device rows when that is shorter than the servers' --retention-days; none drops it."
+            discussion: """
+                --retention-days N keeps N days of the app's raw events and device rows (when shorter than the servers' \
+                --retention-days, which this command does not change); --servers-retention drops the app's own.
+                """
         )
         @OptionGroup var database: DatabaseOptions
         @Argument(help: "The app.") var appID: String
-        @Option(help: "Days of raw events and device rows kept (\(AppStore.retentionRange.lowerBound)-\(AppStore.retentionRange.upperBound)), or none for the servers' own.")
-        var retentionDays: String
+        @Flag(help: "Drop the app's own retention: the servers' applies.") var serversRetention = false
         @Option(help: "table or json.") var format = OutputFormat.table
 
-        func run() async throws {
-            let days: Int?
-            if retentionDays == "none" {
-                days = nil
-            } else if let value = Int(retentionDays) {
-                days = value
-            } else {
-                throw ValidationError("--retention-days: must be a whole number of days or none")
+        func validate() throws {
+            if (database.retentionDays == nil) == !serversRetention {
+                throw ValidationError("give --retention-days N (\(AppStore.retentionRange.lowerBound) to \(AppStore.retentionRange.upperBound)) or --servers-retention")
             }
-            let app = try await database.withDatabase { database, _ in
+        }
+
+        func run() async throws {
+            let days = serversRetention ? nil : database.retentionDays
+            // The option names the app's retention here, not this process's.
+            var options = database
+            options.retentionDays = nil
+            let app = try await options.withDatabase { database, _ in
                 do {
                     return try await AppStore(pool: database.pool).setRetention(app: appID, days: days)
                 } catch let error as AppStoreError {

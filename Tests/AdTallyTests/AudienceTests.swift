@@ -359,6 +359,9 @@ struct AudienceTests {
             // And the later one that unions each app's day (Migrations/0022), as the migrator applies them in order.
             let appDays = try String(contentsOf: file.deletingLastPathComponent().appendingPathComponent("0022_audience_app_days.sql"), encoding: .utf8)
             _ = try await pool.withConnection { try $0.execute(unsafeSQL: appDays) }
+            // And 0028, which rewrites the sketches those two made without their hashes.
+            let noHashes = try String(contentsOf: file.deletingLastPathComponent().appendingPathComponent("0028_sketches_without_hashes.sql"), encoding: .utf8)
+            _ = try await pool.withConnection { try $0.execute(unsafeSQL: noHashes) }
             #expect(try await dav("2026-01-10").viewers == 4, "from the raw events, before the pending delta is folded")
             try await services.compactor.compactOnce()
             let after = try await dav("2026-01-10")

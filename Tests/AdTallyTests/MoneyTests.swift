@@ -411,7 +411,7 @@ struct MoneyTests {
                     """)[0].decode(0, as: Int.self))
                 #expect(abs(Double(kathmandu.totals.uniqueDevices) - exactKathmandu) / exactKathmandu <= bound, "\(kathmandu.totals.uniqueDevices) vs \(exactKathmandu)")
             }
-            // A group of fewer than 160 devices is counted exactly.
+            // A small group is estimated too (the sketches list no hash, Migrations/0028): linear counting, within the bound.
             _ = try await services.appStore.createApp(id: "few", name: nil)
             try await Reports.store(services, app: "few", (0..<300).map { index in
                 Reports.event(.request, at: start + Int64(index) * 60_000_000) { $0.device = "few-\(index % 150)" }
@@ -419,7 +419,7 @@ struct MoneyTests {
             for compacted in [false, true] {
                 if compacted { try await Self.compactAndReprice(services) }
                 let few = try await Self.page(services, [("apps", "few"), ("from", "2026-03-01"), ("to", "2026-03-01"), ("metrics", "unique_devices")])
-                #expect(few.totals.uniqueDevices == 150)
+                #expect(abs(Double(few.totals.uniqueDevices) - 150) / 150 <= 0.02, "\(few.totals.uniqueDevices) of 150")
             }
         }
     }

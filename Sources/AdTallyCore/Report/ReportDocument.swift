@@ -2,16 +2,16 @@ import TextFormats
 
 /// What a reader must know to trust a report's numbers (DESIGN §4 notes).
 public struct ReportNotes: Sendable, Equatable {
-    /// How far `unique_devices` may be off (hll(11, 5) sketches, Migrations/0005).
+    /// How far `unique_devices` may be off (hll(11, 5, 0) sketches, Migrations/0005, 0028).
     public static let uniqueDevicesBound = "unique_devices is estimated from HyperLogLog sketches of 2,048 registers: "
         + "standard error 2.3%, so about 2 values in 3 are within ±2.3% of the exact count and 997 in 1,000 within ±6.9%; "
-        + "a group with up to 160 distinct devices is counted exactly"
+        + "small groups are estimated too (linear counting, standard error under 2%): the sketches keep no device's hash"
 
     /// How far the audience metrics may be off (the same sketches, per local day).
     public static let audienceBound = "active_devices, ad_viewers, dau, dav and the metrics over them (engagement_rate, arpdau, arpdav, "
         + "impressions_per_dau, impressions_per_dav, sessions_per_dau) are estimated from the same HyperLogLog sketches, per local day of the "
         + "report's zone: each day's count and each range-unique count has a standard error of 2.3% (997 in 1,000 within ±6.9%), "
-        + "and up to 160 distinct devices are counted exactly; dau and dav average those daily counts, so they are within the same bound"
+        + "small groups included; dau and dav average those daily counts, so they are within the same bound"
 
     /// Whose devices `active_devices` and `dau` are, when a row or filter names what a session does not.
     public static func appAudience(_ query: ReportQuery) -> String? {

@@ -122,7 +122,7 @@ public final class ErasureRunner: Sendable {
             UPDATE erasures SET status = 'running', attempts = attempts + 1, started_at = now(), error = NULL
             WHERE id = (SELECT id FROM erasures WHERE status = 'queued' AND next_attempt_at <= now() AND (\(only)::uuid IS NULL OR id = \(only))
                         ORDER BY requested_at LIMIT 1)
-            RETURNING id, app_id, (extract(epoch FROM requested_at) * 1000000)::bigint, (extract(epoch FROM events_before) * 1000000)::bigint, attempts
+            RETURNING id, app, (extract(epoch FROM requested_at) * 1000000)::bigint, (extract(epoch FROM events_before) * 1000000)::bigint, attempts
             """).first else { return nil }
         return Job(
             id: try row.decode(0), app: try row.decode(1), requestedAtMicros: try row.decode(2), eventsBeforeMicros: try row.decode(3),

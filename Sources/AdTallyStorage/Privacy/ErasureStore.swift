@@ -118,7 +118,7 @@ public struct ErasureStore: Sendable {
         return try await pool.withTransaction { connection in
             guard try !connection.query("SELECT 1 FROM apps WHERE app_id = \(app)").isEmpty else { throw ErasureError.unknownApp(app) }
             try connection.query("""
-                INSERT INTO erasures (id, app_id, requested_by, devices) VALUES (\(id), \(app), \(requestedBy), \(devices.count))
+                INSERT INTO erasures (id, app, requested_by, devices) VALUES (\(id), \(app), \(requestedBy), \(devices.count))
                 """)
             try connection.query("INSERT INTO erasure_devices (erasure_id, device) SELECT \(id), unnest(\(array: devices)::text[])")
             return try Self.read(id, on: connection)!
@@ -139,7 +139,7 @@ public struct ErasureStore: Sendable {
         guard seen else { throw ErasureError.unknownDevice }
         if let open = try await pool.query("""
             SELECT e.id FROM erasures e JOIN erasure_devices d ON d.erasure_id = e.id
-            WHERE e.app_id = \(app) AND d.device = \(device) AND e.status IN ('queued', 'running') LIMIT 1
+            WHERE e.app = \(app) AND d.device = \(device) AND e.status IN ('queued', 'running') LIMIT 1
             """).first, let erasure = try await get(try open.decode(0, as: UUID.self)) {
             return erasure
         }
@@ -153,7 +153,7 @@ public struct ErasureStore: Sendable {
 
     /// An app's erasures, newest first (the log).
     public func list(app: String, limit: Int = 100) async throws -> [Erasure] {
-        try await pool.query("SELECT \(unsafeRaw: Self.columns) FROM erasures WHERE app_id = \(app) ORDER BY requested_at DESC LIMIT \(limit)")
+        try await pool.query("SELECT \(unsafeRaw: Self.columns) FROM erasures WHERE app = \(app) ORDER BY requested_at DESC LIMIT \(limit)")
             .map(Self.erasure)
     }
 
@@ -162,13 +162,13 @@ public struct ErasureStore: Sendable {
     public static func erasedCohorts(app: String, first: String, last: String, on connection: PostgresConnection) throws -> (jobs: Int, devices: Int) {
         let row = try connection.query("""
             SELECT count(*)::bigint, coalesce(sum(devices), 0)::bigint FROM erasures
-            WHERE app_id = \(app) AND status = 'done' AND first_cohort <= \(last)::date AND last_cohort >= \(first)::date
+            WHERE app = \(app) AND status = 'done' AND first_cohort <= \(last)::date AND last_cohort >= \(first)::date
             """)[0]
         return (Int(try row.decode(0, as: Int64.self)), Int(try row.decode(1, as: Int64.self)))
     }
 
     static let columns = """
-        id, app_id, status, devices, requested_by, requested_at, started_at, finished_at, error, events_rows, installs_rows,
+        id, app, status, devices, requested_by, requested_at, started_at, finished_at, error, events_rows, installs_rows,
         install_days_rows, install_day_revenue_rows, install_delta_rows, first_cohort::text, last_cohort::text
         """
 
