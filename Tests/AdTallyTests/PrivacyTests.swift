@@ -1,5 +1,6 @@
 import AdTallyApp
 import AdTallyCore
+@testable import AdTallyHTTP
 import AdTallyTestSupport
 @testable import AdTallyStorage
 import AsyncHTTPClient
@@ -162,6 +163,15 @@ struct PrivacyTests {
             let entries = log["erasures"] as? [[String: Any]] ?? []
             #expect(entries.count == 1 && entries.first?["id"] as? String == id && entries.first?["requested_by"] as? String == adminID, "\(entries)")
         }
+    }
+
+    @Test("the debug access log names no device: an id in a path is redacted")
+    func accessLogRedactsDevices() {
+        typealias Log = AccessLogMiddleware<AdTallyRequestContext>
+        #expect(Log.redacted("/v1/apps/ktm/devices/6f1c0e3a-91d2") == "/v1/apps/ktm/devices/{device}")
+        #expect(Log.redacted("/v1/devices/a%2Fb") == "/v1/devices/{device}")
+        #expect(Log.redacted("/v1/apps/ktm/devices/erase") == "/v1/apps/ktm/devices/erase")
+        #expect(Log.redacted("/v1/reports") == "/v1/reports")
     }
 
     @Test("the kit's own erasure request: an ingest key, for an id its app has sent only; a bulk erasure of many devices of another app leaves this app alone")

@@ -2,7 +2,8 @@ import Foundation
 import Hummingbird
 import Logging
 
-/// One log line per request at `debug` (`--log-level debug`): method, path, status,
+/// One log line per request at `debug` (`--log-level debug`): method, path (a device id
+/// in it redacted), status,
 /// `Retry-After` when given, and the arrival and answer instants to the microsecond
 /// (the log's own timestamps are whole seconds). Nothing is formatted at other levels.
 public struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
@@ -28,7 +29,17 @@ public struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
             "answered_at": "\(Self.micros(Date()))",
         ]
         if let retryAfter { metadata["retry_after"] = "\(retryAfter)" }
-        context.logger.debug("\(request.method) \(request.uri.path)", metadata: metadata)
+        context.logger.debug("\(request.method) \(Self.redacted(request.uri.path))", metadata: metadata)
+    }
+
+    /// The path with a device id in it replaced by `{device}`: a device id is personal
+    /// data (DESIGN §15), and an erasure or access request must not leave it in the log.
+    static func redacted(_ path: String) -> String {
+        var parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        for index in parts.indices.dropLast() where parts[index] == "devices" && parts[index + 1] != "erase" && !parts[index + 1].isEmpty {
+            parts[index + 1] = "{device}"
+        }
+        return parts.joined(separator: "/")
     }
 
     /// Microseconds since the Unix epoch.
