@@ -72,6 +72,11 @@ CREATE TABLE erasure_leader (
 -- Days of raw events and device rows kept for this app; NULL: the servers' own
 -- (--retention-days). The shorter of the two wins.
 ALTER TABLE apps ADD COLUMN retention_days integer CHECK (retention_days BETWEEN 9 AND 36500);
+-- The first local day whose device rows (install_days, install_day_revenue) retention
+-- kept, set by the maintenance pass before it deletes older ones (NULL: none deleted):
+-- cohort reports read from the device rows say so, and re-pricing leaves the cohort
+-- grain's money of older days as it is (no device rows are left to price it from).
+ALTER TABLE apps ADD COLUMN device_rows_from date;
 
 -- AdTallyKit reports the events it drops when the user forgets the install
 -- (`forgetInstall()`) or opts out (`optOut()`), each under a reason of its own.

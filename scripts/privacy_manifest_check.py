@@ -56,9 +56,41 @@ COLLECTED = ["NSPrivacyCollectedDataTypeDeviceID", "NSPrivacyCollectedDataTypePr
 
 
 def code_of(text):
-    """Swift source without its comments (// and /* */) and string literals' contents kept."""
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return "\n".join(line.split("//", 1)[0] if not line.lstrip().startswith("//") else "" for line in text.splitlines())
+    """Swift source as the compiler reads it, less comments and string literals' contents:
+    `//` and nested `/* */` comments removed, string literals (plain, multi-line, raw)
+    emptied, so that neither a commented-out call nor a URL's `//` or a glob's `/*` inside
+    a string hides or invents one."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        if text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif text[i] == '"' or (text[i] == "#" and re.match(r'#+"', text[i:])):
+            hashes = len(re.match(r"#*", text[i:]).group(0))
+            i += hashes
+            triple = text.startswith('"""', i)
+            quote = '"""' if triple else '"'
+            closing = quote + "#" * hashes
+            i += len(quote)
+            while i < n and not text.startswith(closing, i):
+                # An escape (not in a raw string) skips the next character.
+                i += 2 if text[i] == "\\" and hashes == 0 else 1
+            i += len(closing)
+            out.append('""')
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def check(kit):
@@ -87,7 +119,9 @@ def check(kit):
         declared[entry.get("NSPrivacyAccessedAPIType")] = entry.get("NSPrivacyAccessedAPITypeReasons", [])
 
     used = {}
-    files = sorted(name for name in os.listdir(sources) if name.endswith(".swift"))
+    # Every Swift file of the target, subfolders included (SwiftPM builds them all).
+    files = sorted(os.path.relpath(os.path.join(folder, name), sources)
+                   for folder, _, names in os.walk(sources) for name in names if name.endswith(".swift"))
     if not files:
         problems.append(f"{sources}: no Swift sources to scan")
     for name in files:
@@ -113,7 +147,9 @@ def check(kit):
             problems.append(f"{category} is declared but no source of the kit calls it: the manifest must say what the kit does")
 
     with open(os.path.join(kit, "Package.swift"), encoding="utf-8") as handle:
-        package = handle.read()
+        # Comments out (a commented-out resource is none); the resource's name is a string, kept.
+        package = re.sub(r"/\*.*?\*/", "", handle.read(), flags=re.S)
+        package = "\n".join(line.split("//", 1)[0] for line in package.splitlines())
     target = re.search(r'\.target\(\s*name:\s*"AdTallyKit".*?\n\s*\)', package, flags=re.S)
     if not target or 'resources: [.copy("PrivacyInfo.xcprivacy")]' not in target.group(0):
         problems.append('Package.swift: the AdTallyKit target must declare resources: [.copy("PrivacyInfo.xcprivacy")] (a manifest outside the target never reaches the app)')
@@ -132,6 +168,14 @@ def self_test(kit):
                      "NSPrivacyTracking must be false"),
         "a wrong reason": ("Sources/AdTallyKit/PrivacyInfo.xcprivacy", lambda text: text.replace("<string>C617.1</string>", "<string>35F9.1</string>"),
                            "not among Apple's"),
+        "a call after a URL's // in a string": ("Sources/AdTallyKit/Gzip.swift",
+                                                lambda text: text + '\nlet home = URL(string: "https://x")!; let free = statfs("/", nil)\n',
+                                                "NSPrivacyAccessedAPICategoryDiskSpace is called"),
+        "a call in a subfolder": ("Sources/AdTallyKit/Gzip.swift", lambda text: text,  # the file is written below
+                                  "NSPrivacyAccessedAPICategoryUserDefaults is called"),
+        "a commented-out resource": ("Package.swift", lambda text: text.replace('resources: [.copy("PrivacyInfo.xcprivacy")]',
+                                                                                'resources: [] // resources: [.copy("PrivacyInfo.xcprivacy")]'),
+                                     "must declare resources"),
     }
     failures = []
     for name, (path, change, expected) in faults.items():
@@ -142,7 +186,11 @@ def self_test(kit):
             with open(target, encoding="utf-8") as handle:
                 text = handle.read()
             changed = change(text)
-            if changed == text:
+            if name == "a call in a subfolder":
+                os.makedirs(os.path.join(copy, "Sources/AdTallyKit/Extras"))
+                with open(os.path.join(copy, "Sources/AdTallyKit/Extras/Settings.swift"), "w", encoding="utf-8") as handle:
+                    handle.write("import Foundation\nlet stored = UserDefaults.standard.bool(forKey: \"x\")\n")
+            elif changed == text:
                 failures.append(f"{name}: the fault could not be made in {path}")
                 continue
             with open(target, "w", encoding="utf-8") as handle:

@@ -40,7 +40,7 @@ struct DevicesCommand: AsyncParsableCommand {
             if let file {
                 guard let text = FileManager.default.contents(atPath: file) else { throw ValidationError("--file: cannot read \(file)") }
                 (ids, origins) = ([], [])
-                for (number, line) in String(decoding: text, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                for (number, line) in String(decoding: text, as: UTF8.self).split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
                     let id = line.trimmingCharacters(in: .whitespacesAndNewlines)
                     if id.isEmpty { continue }
                     ids.append(id)

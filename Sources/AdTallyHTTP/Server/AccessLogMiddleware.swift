@@ -29,19 +29,20 @@ public struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
             "answered_at": "\(Self.micros(Date()))",
         ]
         if let retryAfter { metadata["retry_after"] = "\(retryAfter)" }
-        context.logger.debug("\(request.method) \(Self.redacted(request.uri.path))", metadata: metadata)
-    }
-
-    /// The path with a device id in it replaced by `{device}`: a device id is personal
-    /// data (DESIGN §15), and an erasure or access request must not leave it in the log.
-    static func redacted(_ path: String) -> String {
-        var parts = path.split(separator: "/", omittingEmptySubsequences: false)
-        for index in parts.indices.dropLast() where parts[index] == "devices" && parts[index + 1] != "erase" && !parts[index + 1].isEmpty {
-            parts[index + 1] = "{device}"
-        }
-        return parts.joined(separator: "/")
+        context.logger.debug("\(request.method) \(redactedPath(request.uri.path))", metadata: metadata)
     }
 
     /// Microseconds since the Unix epoch.
     static func micros(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1_000_000).rounded()) }
+}
+
+/// A request path as the log may show it: a device id in it replaced by `{device}` (a
+/// device id is personal data, DESIGN §15: an erasure or access request must not leave
+/// it in the log).
+func redactedPath(_ path: String) -> String {
+    var parts = path.split(separator: "/", omittingEmptySubsequences: false)
+    for index in parts.indices.dropLast() where parts[index] == "devices" && parts[index + 1] != "erase" && !parts[index + 1].isEmpty {
+        parts[index + 1] = "{device}"
+    }
+    return parts.joined(separator: "/")
 }

@@ -49,7 +49,7 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             return try ProblemDetails(.badRequest, detail: error.description).response(from: request, context: context)
         } catch let error as PostgresError where error.isTransient {
             // The database is down or saturated: a retry later can succeed.
-            context.logger.warning("database unavailable", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            context.logger.warning("database unavailable", metadata: ["path": "\(redactedPath(request.uri.path))", "error": "\(error)"])
             // Say which: a busy pool or a long query is not a database that is down.
             let retry = error.sqlState == .queryCanceled ? "30" : error.kind == .poolTimeout ? "5" : "1"
             return try ProblemDetails(.serviceUnavailable, detail: error.transientReason + "; retry shortly", headers: [.retryAfter: retry])
@@ -57,11 +57,11 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as PostgresError where error.kind == .invalidParameter {
             // A value PostgreSQL cannot take as text (a NUL byte) reached a query: the
             // request's fault, whichever route forgot to check it (logged, to fix there).
-            context.logger.warning("a request value PostgreSQL cannot store", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            context.logger.warning("a request value PostgreSQL cannot store", metadata: ["path": "\(redactedPath(request.uri.path))", "error": "\(error)"])
             return try ProblemDetails(.badRequest, detail: "a parameter or field holds a value that cannot be stored as text (a NUL byte)")
                 .response(from: request, context: context)
         } catch let error where Self.isClientGone(error) {
-            context.logger.debug("client left mid-request", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            context.logger.debug("client left mid-request", metadata: ["path": "\(redactedPath(request.uri.path))", "error": "\(error)"])
             return try ProblemDetails(.clientClosedRequest, detail: "the connection closed before the request was complete")
                 .response(from: request, context: context)
         } catch let error as any HTTPResponseError {
@@ -69,7 +69,7 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             return try problem.response(from: request, context: context)
         } catch {
             context.logger.error("unexpected error handling request", metadata: [
-                "method": "\(request.method)", "path": "\(request.uri.path)", "error": "\(String(reflecting: error))",
+                "method": "\(request.method)", "path": "\(redactedPath(request.uri.path))", "error": "\(String(reflecting: error))",
             ])
             return try ProblemDetails(.internalServerError, detail: "an internal error occurred; it has been logged")
                 .response(from: request, context: context)

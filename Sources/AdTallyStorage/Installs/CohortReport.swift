@@ -456,6 +456,22 @@ struct CohortReport {
                     + "are cohorted on their first-seen day, so that day's cohort and those of the days after it hold long-installed devices too"
             )
         }
+        // Device rows older than the app's retention are gone (RetentionPruner records from
+        // which local day they are kept); the cohort grain keeps their sums. A report read
+        // from the device rows (a first-sight attribute, a network's final earnings) counts
+        // only the days still kept: said when the range reaches before them.
+        if !readsGrain {
+            for app in query.apps {
+                guard let kept = try connection.query("""
+                    SELECT device_rows_from - DATE '1970-01-01' FROM apps WHERE app_id = \(app)
+                    """).first?.decode(0, as: Int?.self), query.from < kept else { continue }
+                lines.append(
+                    "\(app)'s device rows start on \(ReportQuery.formatDate(kept)) (older ones went with its retention): "
+                        + "read by \(needsInstalls ? "a first-sight attribute" : "a network's final earnings"), this report counts only the days from then on; "
+                        + "by cohort alone it counts them all"
+                )
+            }
+        }
         // Erasures (DESIGN §15) took their devices out of these cohorts: the numbers changed
         // after the fact, by design, and a reader comparing with an older copy should know.
         for app in query.apps {

@@ -10,9 +10,10 @@ import PostgresKit
 ///
 /// Lines, each a JSON object with `kind`:
 /// - `install`: its install row (first seen, cohort day, what it was first seen with);
+/// - `pending`: sums of its newest events not yet folded into the rows below (read before
+///   them: a fold between the two shows them twice, never not at all);
 /// - `day`: each local day it was active (its events, requests, impressions, taps, sessions);
 /// - `day_revenue`: its impressions, taps and money per day, UTC hour, network, format, country;
-/// - `pending`: sums of its newest events not yet folded into those rows;
 /// - `event`: each raw event still kept, oldest first;
 /// - `end`: last, with the count of lines of each kind (`lines`: a reader knows the file is whole) and the
 ///   app's retention (`retention_days`; raw events before that are gone for every device).
@@ -92,6 +93,9 @@ public struct DeviceAccess: Sendable {
             for key in keys { query.append(", \(unsafeRaw: key.column)::text") }
             query.append(" FROM \(unsafeRaw: table) WHERE app_id = \(app) AND device = \(device)")
             if let after, !keys.isEmpty {
+                // The first key alone too: PostgreSQL prunes partitions and bounds the index
+                // scan by it (a row comparison alone it does not).
+                query.append(" AND \(unsafeRaw: keys[0].column) >= \(after[0])::\(unsafeRaw: keys[0].type)")
                 query.append(" AND (\(unsafeRaw: columns)) > (")
                 for (index, key) in keys.enumerated() {
                     if index > 0 { query.append(", ") }
@@ -118,6 +122,11 @@ public struct DeviceAccess: Sendable {
             json_build_object('kind', 'install', 'app', app_id, 'device', device, 'first_seen', first_seen, 'cohort', day,
                               'country', country, 'platform', platform, 'app_version', app_version)
             """, keys: []),
+        Part(kind: "pending", table: "install_delta", json: """
+            json_build_object('kind', 'pending', 'bucket', bucket, 'network', network, 'format', format, 'country', country,
+                              'currency', nullif(currency, ''), 'first_at', first_at, 'events', events, 'requests', requests,
+                              'impressions', impressions, 'taps', taps, 'sessions', sessions, 'revenue_micros', revenue_micros)
+            """, keys: []),
         Part(kind: "day", table: "install_days", json: """
             json_build_object('kind', 'day', 'day', day, 'cohort', cohort, 'events', events, 'requests', requests,
                               'impressions', impressions, 'taps', taps, 'sessions', sessions)
@@ -127,11 +136,6 @@ public struct DeviceAccess: Sendable {
                               'country', country, 'currency', nullif(currency, ''), 'impressions', impressions, 'taps', taps,
                               'revenue_micros', revenue_micros, 'unpriced_impressions', unpriced_impressions, 'unpriced_taps', unpriced_taps)
             """, keys: [("day", "date"), ("hour", "timestamptz"), ("network", "text"), ("format", "text"), ("country", "bpchar"), ("currency", "text")]),
-        Part(kind: "pending", table: "install_delta", json: """
-            json_build_object('kind', 'pending', 'bucket', bucket, 'network', network, 'format', format, 'country', country,
-                              'currency', nullif(currency, ''), 'first_at', first_at, 'events', events, 'requests', requests,
-                              'impressions', impressions, 'taps', taps, 'sessions', sessions, 'revenue_micros', revenue_micros)
-            """, keys: []),
         Part(kind: "event", table: "events", json: """
             json_build_object('kind', 'event', 'id', event_id, 'type', type, 'occurred_at', occurred_at, 'received_at', received_at,
                               'network', nullif(network, ''), 'format', nullif(format, ''), 'placement', placement, 'size', size,

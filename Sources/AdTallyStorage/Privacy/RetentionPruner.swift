@@ -71,6 +71,11 @@ struct RetentionPruner: Sendable {
             SELECT DISTINCT cohort::text FROM install_days WHERE app_id = \(app) AND cohort < \(cutoffText)::date AND day < \(cutoffText)::date ORDER BY 1
             """).map { try $0.decode(0, as: String.self) }
         var deleted = 0
+        // Where the device rows start from now on, for the cohort reports' notes; recorded
+        // first (a report may say so a little early, never too late).
+        if !cohorts.isEmpty {
+            try await pool.query("UPDATE apps SET device_rows_from = GREATEST(device_rows_from, \(cutoffText)::date) WHERE app_id = \(app)")
+        }
         for cohort in cohorts {
             deleted += try await pool.withTransaction { connection in
                 try connection.query("SET LOCAL lock_timeout = '60s'")

@@ -14,27 +14,39 @@ enum Consent {
     }
 }
 
-/// The ids of installs forgotten whose erasure the server has not answered, oldest first.
-struct PendingForgets {
-    let file: URL
-    private(set) var ids: [String]
+/// The ids of installs forgotten whose erasure the server has not answered, oldest first,
+/// in `forget.json`. A lock of its own: each change is written and synced before it
+/// counts, never under the engine's lock (which `record` takes).
+final class PendingForgets: @unchecked Sendable {
+    // @unchecked: `list` is only touched under `lock`.
+    private let lock = NSLock()
+    private let file: URL
+    private var list: [String]
 
     init(file: URL) {
         self.file = file
         QueueDamage.clearForFile(file.path)
-        ids = (try? JSONDecoder().decode([String].self, from: Data(contentsOf: file))) ?? []
+        list = (try? JSONDecoder().decode([String].self, from: Data(contentsOf: file))) ?? []
     }
 
-    /// Adds an id, on disk first (atomically: a kill leaves the old list or the new one).
-    mutating func add(_ id: String) throws {
-        guard !ids.contains(id) else { return }
-        try save(ids + [id])
-        ids.append(id)
+    var ids: [String] { lock.locked { list } }
+
+    /// Adds an id, on disk first (atomically and synced: a kill leaves the old list or the new one).
+    func add(_ id: String) throws {
+        try lock.locked {
+            guard !list.contains(id) else { return }
+            try save(list + [id])
+            list.append(id)
+        }
     }
 
-    mutating func remove(_ id: String) {
-        let kept = ids.filter { $0 != id }
-        if (try? save(kept)) != nil { ids = kept }
+    /// Removes an id; kept when the file cannot be written (the request is then sent again,
+    /// which the server answers the same way).
+    func remove(_ id: String) {
+        lock.locked {
+            let kept = list.filter { $0 != id }
+            if (try? save(kept)) != nil { list = kept }
+        }
     }
 
     private func save(_ list: [String]) throws {
@@ -51,61 +63,84 @@ struct PendingForgets {
 }
 
 extension Engine {
-    /// Opts out or in; the marker file first, so the choice survives a kill.
+    /// Opts out or in: the marker file, then the state, under `consentLock` (so the file and
+    /// the state agree whatever calls race).
     func setOptedOut(_ value: Bool) throws {
-        let marker = Consent.marker(in: directory)
-        if value {
-            guard FileManager.default.createFile(atPath: marker.path, contents: Data()) else {
-                throw AdTallyError.storage("cannot write \(marker.path)")
+        let (notices, ready) = try consentLock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) in
+            let marker = Consent.marker(in: directory)
+            if value {
+                guard FileManager.default.createFile(atPath: marker.path, contents: Data()) else {
+                    throw AdTallyError.storage("cannot write \(marker.path)")
+                }
+            } else if FileManager.default.fileExists(atPath: marker.path) {
+                do {
+                    try FileManager.default.removeItem(at: marker)
+                } catch {
+                    throw AdTallyError.storage("cannot remove \(marker.path): \(error.localizedDescription)")
+                }
             }
-        } else if FileManager.default.fileExists(atPath: marker.path) {
-            do {
-                try FileManager.default.removeItem(at: marker)
-            } catch {
-                throw AdTallyError.storage("cannot remove \(marker.path): \(error.localizedDescription)")
+            return try lock.locked {
+                guard !isClosed else { throw AdTallyError.closed }
+                isOptedOut = value
+                return value ? try dropQueuedLocked(.optedOut) : ([], [])
             }
         }
-        let notices = try lock.locked { () -> [AdTallyNotice] in
-            guard !isClosed else { throw AdTallyError.closed }
-            isOptedOut = value
-            return value ? try dropQueuedLocked(.optedOut) : []
-        }
-        deliver(notices)
+        deliver(notices, then: ready)
         wakeup.signal()
     }
 
-    /// `forgetInstall()`: the id to erase recorded first, then the queue dropped, then a new
-    /// id; a kill in between is finished when the folder is opened again (`finishForget`).
+    /// `forgetInstall()`: the id to erase recorded (synced), a new id made (synced), both
+    /// outside the engine's lock; then, under it, the queue dropped and the new id used.
+    /// A kill before the new id is used leaves the old one in `forget.json`: the next open
+    /// finishes the forget (`finishForgetAtOpen`). Until the old id's request is answered,
+    /// it is sent only once another id is in use.
     func forgetInstall() throws {
-        let notices = try lock.locked { () -> [AdTallyNotice] in
-            guard !isClosed else { throw AdTallyError.closed }
-            try forgets.add(currentDeviceID)
-            return try finishForgetLocked()
+        let (notices, ready) = try consentLock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) in
+            let old = try lock.locked { () -> String in
+                guard !isClosed else { throw AdTallyError.closed }
+                return currentDeviceID
+            }
+            try forgets.add(old)
+            let device = try Self.deviceID(in: directory, new: true)
+            let fields = try Self.commonFields(configuration, device: device)
+            let dropped = try lock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) in
+                guard !isClosed else { throw AdTallyError.closed }
+                let dropped = try dropQueuedLocked(.forgotten)
+                commonFields = fields
+                currentDeviceID = device
+                forgetFailures = 0
+                forgetNotBefore = .distantPast
+                return dropped
+            }
+            DeadLetter.removeAll(in: directory)
+            return dropped
         }
-        deliver(notices)
+        deliver(notices, then: ready)
         wakeup.signal()
     }
 
-    /// At open: the current id is one being forgotten (a forget was killed midway).
-    func finishForget() throws {
-        let notices = try lock.locked { try finishForgetLocked() }
+    /// At open, when the id in use is one being forgotten (a forget killed midway): the
+    /// queue dropped, a new id, as `forgetInstall` would have left them.
+    func finishForgetAtOpen() throws {
+        let device = try Self.deviceID(in: directory, new: true)
+        let fields = try Self.commonFields(configuration, device: device)
+        let (notices, _) = try lock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) in
+            let dropped = try dropQueuedLocked(.forgotten)
+            commonFields = fields
+            currentDeviceID = device
+            return dropped
+        }
+        DeadLetter.removeAll(in: directory)
         deliver(notices)
     }
 
-    /// The queue dropped and a new id made (under `lock`).
-    private func finishForgetLocked() throws -> [AdTallyNotice] {
-        let notices = try dropQueuedLocked(.forgotten)
-        let device = try Self.deviceID(in: directory, new: true)
-        commonFields = try Self.commonFields(configuration, device: device)
-        currentDeviceID = device
-        return notices
-    }
-
-    /// Every queued event dropped for `reason`: counted on disk first, then the head
-    /// moved past them (under `lock`).
-    private func dropQueuedLocked(_ reason: DropReason) throws -> [AdTallyNotice] {
+    /// Every queued event dropped for `reason`: counted on disk first, then the head moved
+    /// past them (under `lock`). Returns the notice and the flushes now answered (given
+    /// after the notice). A batch out meanwhile is counted dropped too, and taken back
+    /// if the server stores it after all (`finishBatch`).
+    private func dropQueuedLocked(_ reason: DropReason) throws -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) {
         let count = queue.pendingCount
-        guard queue.head < queue.tail else { return [] }
+        guard queue.head < queue.tail else { return ([], []) }
         if count > 0, !dropReports.add(count, reason) {
             dropReports.add(-count, reason)
             throw AdTallyError.storage("cannot write drops.json")
@@ -116,56 +151,79 @@ extension Engine {
             if count > 0 { dropReports.add(-count, reason) }
             throw AdTallyError.storage("cannot write the queue's head")
         }
-        guard count > 0 else { return [] }
+        if inFlight { inFlightDropReason = reason }
+        guard count > 0 else { return ([], answeredWaiters()) }
         counters.dropped[reason, default: 0] += count
-        // Flushes waiting for these events have their answer: there is nothing left to send.
-        deliver([], then: answeredWaiters())
-        return [.dropped(count: count, reason: reason)]
+        return ([.dropped(count: count, reason: reason)], answeredWaiters())
+    }
+
+    /// What the server's answer to an erasure request says.
+    enum ForgetAnswer {
+        /// AdTally queued the erasure (202 with its job), or says there is nothing to erase
+        /// or never will be (its problem+json 404 or 400 about the device): the id leaves the list.
+        case answered
+        case retryAfter(TimeInterval?)
+        case failed
+    }
+
+    static func judgeForget(_ answer: WireAnswer?) -> ForgetAnswer {
+        guard let answer else { return .failed }
+        struct Job: Decodable {
+            var id: String
+            var status: String
+        }
+        switch answer.status {
+        case 202:
+            return answer.mediaType == "application/json" && (try? JSONDecoder().decode(Job.self, from: answer.body)) != nil ? .answered : .failed
+        case 400, 404:
+            // Only AdTally's own answer about the device: a route this server lacks, or a
+            // proxy's page, is no answer.
+            guard let problem = Problem(answer), problem.detail.hasPrefix("device:") else { return .failed }
+            return .answered
+        case 429, 503:
+            return .retryAfter(BatchOutcome.retryAfter(answer.header("retry-after")))
+        default:
+            return .failed
+        }
     }
 
     /// Asks the server to erase each forgotten id (`DELETE /v1/devices/{id}` with the
-    /// app's key). An id leaves the list only on AdTally's own answer: 202 (queued), or
-    /// its problem+json 404 (it never saw the id: nothing to erase) or 400.
+    /// app's key), with a backoff of its own; never the id in use.
     func sendForgets() async {
         guard let (ids, server, key) = lock.locked({ () -> ([String], URL, String)? in
-            isClosed || forgets.ids.isEmpty ? nil : (forgets.ids, self.server, appKey)
+            guard !isClosed, Date() >= forgetNotBefore else { return nil }
+            let ids = forgets.ids.filter { $0 != currentDeviceID }
+            return ids.isEmpty ? nil : (ids, self.server, appKey)
         }) else { return }
         for id in ids {
             let path = id.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? id
-            guard let url = URL(string: server.absoluteString.hasSuffix("/") ? "\(server.absoluteString)v1/devices/\(path)" : "\(server.absoluteString)/v1/devices/\(path)") else { return }
+            let base = server.absoluteString.hasSuffix("/") ? String(server.absoluteString.dropLast()) : server.absoluteString
+            guard let url = URL(string: "\(base)/v1/devices/\(path)") else { return }
             var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
             request.httpMethod = "DELETE"
             request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
             request.setValue("application/json", forHTTPHeaderField: "Accept")
             request.setValue("AdTallyKit/1", forHTTPHeaderField: "User-Agent")
             let answer = try? await transport.exchange(request, maxBytes: Receipt.maxBytes, deadline: configuration.requestTimeout).get()
-            let problem = answer.flatMap(Problem.init)
-            let done = lock.locked { () -> Bool in
+            let verdict = Self.judgeForget(answer)
+            if case .answered = verdict { forgets.remove(id) }
+            let goOn = lock.locked { () -> Bool in
                 guard !isClosed else { return false }
-                lastSend = Date()
-                switch answer?.status {
-                case 202 where answer?.mediaType == "application/json":
-                    forgets.remove(id)
+                switch verdict {
+                case .answered:
+                    forgetFailures = 0
                     return true
-                case 400, 404:
-                    guard problem != nil else { backOffLocked(); return false }
-                    forgets.remove(id)
-                    return true
-                case 429, 503:
-                    if let seconds = BatchOutcome.retryAfter(answer?.header("retry-after")) {
-                        failures += 1
-                        notBefore = Date().addingTimeInterval(seconds + Double.random(in: 0...max(0.05, seconds * 0.1)))
-                    } else {
-                        backOffLocked()
-                    }
-                    return false
-                default:
-                    // Unreachable, a refused key, a captive portal: tried again after a backoff.
-                    backOffLocked()
-                    return false
+                case .retryAfter(let seconds?):
+                    forgetFailures += 1
+                    forgetNotBefore = Date().addingTimeInterval(seconds + Double.random(in: 0...max(0.05, seconds * 0.1)))
+                case .retryAfter(nil), .failed:
+                    forgetFailures += 1
+                    let delay = min(configuration.retryCap, configuration.retryBase * pow(2, Double(min(forgetFailures - 1, 30))))
+                    forgetNotBefore = Date().addingTimeInterval(delay / 2 + Double.random(in: 0...(delay / 2)))
                 }
+                return false
             }
-            guard done else { return }
+            guard goOn else { return }
         }
     }
 }

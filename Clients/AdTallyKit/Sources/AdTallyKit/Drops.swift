@@ -9,6 +9,13 @@ import Darwin
 enum DeadLetter {
     static let maxBytes = 1 << 20
 
+    /// Both files gone (`forgetInstall()`: they hold the old id's events).
+    static func removeAll(in directory: URL) {
+        for name in ["dead-letter.ndjson", "dead-letter.1.ndjson"] {
+            try? FileManager.default.removeItem(at: directory.appendingPathComponent(name))
+        }
+    }
+
     static func append(_ json: [UInt8], reason: String, in directory: URL) {
         let file = directory.appendingPathComponent("dead-letter.ndjson")
         // Bounded: past 1 MiB the file moves to dead-letter.1.ndjson (replacing the older one).

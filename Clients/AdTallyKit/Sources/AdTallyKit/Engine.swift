@@ -26,8 +26,19 @@ final class Engine: @unchecked Sendable {
     let switchboard: Switchboard
     /// Consent (Consent.swift, under `lock`): opted out, nothing is recorded or sent.
     var isOptedOut: Bool
-    /// Ids of installs forgotten whose erasure the server has not answered yet (under `lock`).
-    var forgets: PendingForgets
+    /// Ids of installs forgotten whose erasure the server has not answered yet (a lock of
+    /// its own: its file is synced, never under `lock`).
+    let forgets: PendingForgets
+    /// The erasure requests' own backoff (under `lock`): a request that keeps failing must
+    /// not hold back the events.
+    var forgetFailures = 0
+    var forgetNotBefore = Date.distantPast
+    /// One consent change at a time (`optOut`, `optIn`, `forgetInstall`): each writes a file
+    /// and then the state under `lock`, in the same order.
+    let consentLock = NSLock()
+    /// A consent drop while a batch was out: the reason its events were counted under, taken
+    /// back if the server stored them after all (`finishBatch`).
+    var inFlightDropReason: DropReason?
 
     let lock = NSLock()
     let queue: EventQueue
@@ -151,7 +162,15 @@ final class Engine: @unchecked Sendable {
         }
         // A forget that a kill interrupted (its id recorded, the queue or the new id not yet):
         // finished now, before anything of the old id can be sent.
-        if forgets.ids.contains(device) { try finishForget() }
+        if forgets.ids.contains(device) {
+            do {
+                try finishForgetAtOpen()
+            } catch {
+                flock(lockFD, LOCK_UN)
+                close(lockFD)
+                throw error
+            }
+        }
     }
 
     private func start() {
@@ -318,7 +337,7 @@ final class Engine: @unchecked Sendable {
             status.switchFetches = switchCounts.fetches
             status.switchNotModified = switchCounts.notModified
             status.isOptedOut = isOptedOut
-            status.forgetsPending = forgets.ids.count
+            status.forgetsPending = forgets.ids.filter { $0 != currentDeviceID }.count
             return status
         }
     }

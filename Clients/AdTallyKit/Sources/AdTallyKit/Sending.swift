@@ -16,13 +16,19 @@ extension Engine {
         lock.locked {
             if isClosed { return .stop }
             if stoppedBy != nil { return .wait(3600) }
-            // Opted out, only a forgotten install's erasure request is sent (the user's own).
-            let hasWork = (!isOptedOut && (queue.head < queue.tail || dropReports.hasUnsent)) || !forgets.ids.isEmpty
+            let now = Date()
+            // A forgotten install's erasure request goes whenever its own backoff allows,
+            // opted out too (it is the user's own request).
+            let forgetting = forgets.ids.contains { $0 != currentDeviceID }
+            let forgetsDue = forgetting && now >= forgetNotBefore
+            let hasWork = !isOptedOut && (queue.head < queue.tail || dropReports.hasUnsent)
             guard hasWork else {
                 flushRequested = false
+                if forgetsDue { return .send }
+                if forgetting { return .wait(max(0.01, min(configuration.sendInterval, forgetNotBefore.timeIntervalSince(now)))) }
                 return .wait(configuration.sendInterval)
             }
-            let now = Date()
+            if forgetsDue { return .send }
             if now < notBefore { return .wait(notBefore.timeIntervalSince(now)) }
             if flushRequested || queue.pendingCount >= configuration.sendAfterEvents || failures > 0 { return .send }
             let due = lastSend.addingTimeInterval(configuration.sendInterval)
@@ -38,6 +44,7 @@ extension Engine {
                 await wakeup.sleep(seconds)
             case .send:
                 await sendForgets()
+                // The events keep their own timing: a failing erasure request never holds them.
                 if lock.locked({ isOptedOut || Date() < notBefore }) { continue }
                 await sendBatch()
                 // Flushes whose events are answered return now, whatever the drop reports meet.
@@ -108,8 +115,10 @@ extension Engine {
     private func sendBatch() async {
         guard let (records, server, key) = takeBatch(), let last = records.last else { return }
         let oldest = Int64((Date().timeIntervalSince1970 - min(configuration.maxEventAge, 100 * 365 * 86_400)) * 1000)
-        let fresh = records.filter { $0.occurredAtMillis >= oldest }
+        var fresh = records.filter { $0.occurredAtMillis >= oldest }
         var outcome = BatchOutcome.delivered(Receipt(accepted: 0, duplicates: 0, rejected: []))
+        // Dropped whole meanwhile (forgetInstall, optOut): nothing of it is posted.
+        if lock.locked({ queue.head >= last.end }) { fresh = [] }
         if let first = fresh.first, let end = fresh.last?.end {
             // Never posted before (by this process, or before it started), or maybe a retry.
             let isFirstAttempt = lock.locked { () -> Bool in
@@ -133,6 +142,8 @@ extension Engine {
     /// closed (the events stay queued for the next instance).
     private func finishBatch(_ records: [QueuedRecord], fresh: [QueuedRecord], last: QueuedRecord, outcome: BatchOutcome) -> [AdTallyNotice] {
         inFlight = false
+        let droppedFor = inFlightDropReason ?? .queueFull
+        inFlightDropReason = nil
         guard !isClosed else { return [] }
         var notices: [AdTallyNotice] = []
         // The bound may have dropped the batch's oldest segments while it was out
@@ -167,13 +178,13 @@ extension Engine {
         switch outcome {
         case .delivered(let receipt):
             guard finish() else { break }
-            // Events the bound dropped while their batch was out, then stored by the server:
-            // not dropped after all. Their count is still in the open report (reports are
+            // Events the bound (or forgetInstall, optOut) dropped while their batch was out,
+            // then stored by the server: not dropped after all. Their count is still in the open report (reports are
             // sealed only between batches), so it is taken back there and here.
             let storedMeanwhile = fresh.filter { $0.end <= head }.count
             if storedMeanwhile > 0 {
-                dropReports.add(-storedMeanwhile, .queueFull)
-                counters.dropped[.queueFull] = max(0, (counters.dropped[.queueFull] ?? 0) - storedMeanwhile)
+                dropReports.add(-storedMeanwhile, droppedFor)
+                counters.dropped[droppedFor] = max(0, (counters.dropped[droppedFor] ?? 0) - storedMeanwhile)
             }
             counters.delivered += fresh.count - receipt.rejected.count
             counters.erased += receipt.erased.count

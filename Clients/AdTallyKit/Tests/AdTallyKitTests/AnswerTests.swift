@@ -64,6 +64,23 @@ final class AnswerTests: XCTestCase {
         return WireAnswer(status: status, headers: all, body: Data(body.utf8))
     }
 
+    func testAnErasureRequestEndsOnlyOnAdTallysOwnAnswer() {
+        func ends(_ answer: WireAnswer?) -> Bool {
+            if case .answered = Engine.judgeForget(answer) { return true }
+            return false
+        }
+        XCTAssertTrue(ends(answer(202, "application/json", #"{"id":"e1","status":"queued","app":"a"}"#)))
+        XCTAssertTrue(ends(answer(404, "application/problem+json", #"{"type":"about:blank","title":"Not Found","status":404,"detail":"device: no event of this app ever named it (nothing to erase)"}"#)))
+        // A server without the route, a captive portal, a proxy's 202, a refused key: tried again later.
+        XCTAssertFalse(ends(answer(404, "application/problem+json", #"{"type":"about:blank","title":"Not Found","status":404,"detail":"no route for DELETE /v1/devices/x"}"#)))
+        XCTAssertFalse(ends(answer(202, "text/html", "<html>welcome</html>")))
+        XCTAssertFalse(ends(answer(202, "application/json", "{}")))
+        XCTAssertFalse(ends(answer(401, "application/problem+json", #"{"type":"about:blank","title":"Unauthorized","status":401,"detail":"unknown key"}"#)))
+        XCTAssertFalse(ends(nil))
+        guard case .retryAfter(let seconds) = Engine.judgeForget(answer(503, "application/problem+json", "{}", ["retry-after": "7"])) else { return XCTFail() }
+        XCTAssertEqual(seconds, 7)
+    }
+
     func testOnlyAdTallysOwnRefusalsAreFinal() {
         let server = URL(string: "https://adtally.example.com")!
         let problem = #"{"type":"about:blank","title":"Content Too Large","status":413,"detail":"more than 1000 events"}"#

@@ -205,13 +205,14 @@ enum RatePricing {
                 """)
             // The cohort grain's money (Migrations/0024), kept per UTC date over every network
             // and format: each UTC date with a dirty key is priced again whole, from the device
-            // rows; but only from the app's first day with device rows left: older ones went
-            // with retention (RetentionPruner), and their grain keeps the card it was priced at.
-            let kept = try connection.query("SELECT min(day)::text FROM install_day_revenue WHERE app_id = \(app)").first?.decode(0, as: String?.self) ?? nil
+            // rows; but only from the app's first day with device rows kept (apps.device_rows_from,
+            // which RetentionPruner sets before it deletes older ones): their grain keeps the
+            // card it was priced at.
+            let kept = try connection.query("SELECT coalesce(device_rows_from, '-infinity')::text FROM apps WHERE app_id = \(app)").first?.decode(0, as: String.self) ?? "-infinity"
             try connection.query("""
                 WITH \(targets)
                 DELETE FROM cohort_priced_day r
-                WHERE r.app_id = \(app) AND \(days) AND r.utc_day IN (SELECT u FROM targets) AND r.day >= \(kept ?? "infinity")::date
+                WHERE r.app_id = \(app) AND \(days) AND r.utc_day IN (SELECT u FROM targets) AND r.day >= \(kept)::date
                 """)
             try connection.query("""
                 WITH \(targets), source AS MATERIALIZED (
