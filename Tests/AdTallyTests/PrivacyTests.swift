@@ -309,6 +309,16 @@ struct PrivacyTests {
             }
             #expect(try await counts("short") == [2, 2, 2], "10 days kept: two devices' events, days and installs")
             #expect(try await counts("long") == [4, 4, 4], "the servers' 3650 days")
+            let from = try await pool.query("SELECT app_id, (device_rows_from - (now() AT TIME ZONE 'UTC')::date)::text FROM apps ORDER BY app_id")
+                .map { "\(try $0.decode(0, as: String.self)):\(try $0.decode(1, as: String?.self) ?? "nil")" }
+            #expect(from == ["long:nil", "short:-9"], "where short's device rows start is recorded: \(from)")
+            // A cohort report read from the device rows (by country) says where they start.
+            let today = try ReportQuery.today(in: "UTC", now: Date())
+            let (cohortStatus, byCountry) = try await Reports.get(
+                client, admin, "apps=short&dimensions=cohort,country&from=\(ReportQuery.formatDate(today - 30))&to=\(ReportQuery.formatDate(today - 1))&metrics=installs"
+            )
+            let cohortNotes = (byCountry["notes"] as? [String: Any])?["cohorts"] as? [String] ?? []
+            #expect(cohortStatus == .ok && cohortNotes.contains { $0.hasPrefix("short's device rows start on \(ReportQuery.formatDate(today - 9))") }, "\(cohortNotes)")
             #expect(try await pool.query("SELECT sum(impressions)::int FROM rollup_day_compacted").first!.decode(0, as: Int.self) == totalBefore)
             #expect(try await services.maintenance.runOnce().appEvents == 0, "nothing more to do")
             // A report on raw events says where the app's raw detail ends.
