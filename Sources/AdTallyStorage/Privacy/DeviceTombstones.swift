@@ -28,19 +28,29 @@ enum DeviceTombstones {
     /// The positions of `events` whose device has a tombstone from after the event
     /// occurred. Call inside the write's transaction, before it writes anything: it takes
     /// each app's shared lock first, then reads.
+    ///
+    /// Two statements in the usual case, whatever the number of apps: the locks, then
+    /// which of the apps have any tombstone (one statement). Only for
+    /// those are the devices hashed (HMAC) and looked up.
     static func erased(_ events: [AppEvent], key: [UInt8], on connection: PostgresConnection) throws -> Set<Int> {
-        // (app, device) -> the positions naming it.
-        var byApp: [String: [String: [Int]]] = [:]
-        for (index, item) in events.enumerated() {
-            guard let device = item.event.device else { continue }
-            byApp[item.appID, default: [:]][device, default: []].append(index)
-        }
-        guard !byApp.isEmpty else { return [] }
-        let apps = byApp.keys.sorted()
-        _ = try connection.query("SELECT count(pg_advisory_xact_lock_shared(k)) FROM unnest(\(array: apps.map(lockKey))::bigint[]) AS k")
+        var apps = Set<String>()
+        for item in events where item.event.device != nil { apps.insert(item.appID) }
+        guard !apps.isEmpty else { return [] }
+        let sorted = apps.sorted()
+        _ = try connection.query("SELECT count(pg_advisory_xact_lock_shared(k)) FROM unnest(\(array: sorted.map(lockKey))::bigint[]) AS k")
+        // (Not a correlated subquery over unnest(): Citus refuses it. The tombstones of an
+        // app are few: pruned once past the event age.)
+        let flagged = try connection.query("""
+            SELECT DISTINCT app_id FROM device_tombstones WHERE app_id = ANY(\(array: sorted)::text[])
+            """).map { try $0.decode(0, as: String.self) }
+        guard !flagged.isEmpty else { return [] }
         var erased = Set<Int>()
-        for app in apps {
-            let devices = byApp[app]!
+        for app in flagged {
+            // (device) -> the positions naming it, then by the device's keyed hash.
+            var devices: [String: [Int]] = [:]
+            for (index, item) in events.enumerated() where item.appID == app {
+                if let device = item.event.device { devices[device, default: []].append(index) }
+            }
             var positions: [PostgresBytes: [Int]] = [:]
             for (device, indices) in devices { positions[PostgresBytes(DeviceErasure.tombstone(key: key, app: app, device: device))] = indices }
             let rows = try connection.query("""
