@@ -271,6 +271,35 @@ for app in demo-puzzle demo-news; do
   report "$single" --apps "$app" --dimensions cohort --metrics installs,retention_d1,retention_d7,revenue_per_install_d7,impressions_per_install_d3 >"$work/c-single"
   same "cohort report of $app by cohort, from the grain: Citus = one node" "$work/c-citus" "$work/c-single"
 done
+# Erasure (Migrations/0027, DESIGN §15): 20 devices of demo-puzzle erased on both by
+# the HTTP job; their rows gone, the cohort grain still the same on both (it lost them
+# alike), and an old event of one refused as erased on both (the tombstone lookup).
+sql "$single" -c "SELECT device FROM installs WHERE app_id = 'demo-puzzle' ORDER BY device LIMIT 20" >"$work/erase-ids"
+erase_body=$(python3 -c 'import json,sys; print(json.dumps({"devices": [l.strip() for l in open(sys.argv[1]) if l.strip()]}))' "$work/erase-ids")
+for node in citus single; do
+  job=$(call $node "${admin[$node]}" /v1/apps/demo-puzzle/devices/erase -X POST -H 'Content-Type: application/json' -d "$erase_body" | python3 -c 'import json,sys
+try: print(json.load(sys.stdin)["id"])
+except Exception: print("none")')
+  status=none
+  for _ in $(seq 1 120); do
+    status=$(call $node "${admin[$node]}" "/v1/erasures/$job" | python3 -c 'import json,sys
+try: print(json.load(sys.stdin)["status"])
+except Exception: print("none")')
+    [ "$status" = done ] || [ "$status" = failed ] && break
+    sleep 0.5
+  done
+  [ "$status" = done ] && ok "$node: the erasure of 20 devices is done" || fail "$node: the erasure ended $status: $(call $node "${admin[$node]}" "/v1/erasures/$job")"
+  left=$(sql "${db[$node]}" -c "SELECT (SELECT count(*) FROM events WHERE app_id = 'demo-puzzle' AND device IN ($(sed "s/.*/'&'/" "$work/erase-ids" | paste -sd,)))
+                                 + (SELECT count(*) FROM install_days WHERE app_id = 'demo-puzzle' AND device IN ($(sed "s/.*/'&'/" "$work/erase-ids" | paste -sd,)))")
+  [ "$left" = 0 ] && ok "$node: no row of the erased devices is left" || fail "$node: $left rows of the erased devices are left"
+  sql "${db[$node]}" -c "SELECT app_id, cohort, day, devices, impressions FROM cohort_days WHERE devices <> 0 OR impressions <> 0 ORDER BY 1, 2, 3" >"$work/ge-$node"
+  old=$(date -u -d '-1 hour' +%FT%TZ)
+  answer=$(call $node "${key[$node]}" /v1/events -X POST -H 'Content-Type: application/json' \
+    -d "{\"events\":[{\"id\":\"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0009\",\"type\":\"session\",\"occurred_at\":\"$old\",\"device\":\"$(head -n 1 "$work/erase-ids")\"}]}")
+  case "$answer" in *'"erased":[{"id":"6f1c1d8e-1f7a-4a3e-9a57-3c1e1b2a0009","index":0}]'*) ok "$node: an old event of an erased device is answered erased" ;;
+    *) fail "$node: an old event of an erased device: $answer" ;; esac
+done
+same "the cohort grain after an erasure: Citus = one node" "$work/ge-citus" "$work/ge-single"
 # The revenue of record (Migrations/0016): admob's final days take its earnings, in
 # every report shape; the record days are read in the report's own transaction.
 # The network's USD earnings of $from are converted to each app's currency (the Grafana
