@@ -56,41 +56,72 @@ COLLECTED = ["NSPrivacyCollectedDataTypeDeviceID", "NSPrivacyCollectedDataTypePr
 
 
 def code_of(text):
-    """Swift source as the compiler reads it, less comments and string literals' contents:
+    """Swift source as the compiler reads it, less comments and string literals' text:
     `//` and nested `/* */` comments removed, string literals (plain, multi-line, raw)
-    emptied, so that neither a commented-out call nor a URL's `//` or a glob's `/*` inside
-    a string hides or invents one."""
+    emptied but the code of their interpolations `\\( … )` kept, so that neither a
+    commented-out call nor a URL's `//` or a glob's `/*` inside a string hides or
+    invents one."""
     out = []
-    i, n = 0, len(text)
+    scan_code(text, 0, out, interpolation=False)
+    return "".join(out)
+
+
+def scan_code(text, i, out, interpolation):
+    """Code from i; in an interpolation, up to its closing parenthesis (returns after it)."""
+    n, depth = len(text), 0
     while i < n:
         if text.startswith("//", i):
             end = text.find("\n", i)
             i = n if end < 0 else end
         elif text.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
+            level, i = 1, i + 2
+            while i < n and level:
                 if text.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
+                    level, i = level + 1, i + 2
                 elif text.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
+                    level, i = level - 1, i + 2
                 else:
                     i += 1
         elif text[i] == '"' or (text[i] == "#" and re.match(r'#+"', text[i:])):
-            hashes = len(re.match(r"#*", text[i:]).group(0))
-            i += hashes
-            triple = text.startswith('"""', i)
-            quote = '"""' if triple else '"'
-            closing = quote + "#" * hashes
-            i += len(quote)
-            while i < n and not text.startswith(closing, i):
-                # An escape (not in a raw string) skips the next character.
-                i += 2 if text[i] == "\\" and hashes == 0 else 1
-            i += len(closing)
-            out.append('""')
+            i = scan_string(text, i, out)
+        elif interpolation and text[i] == "(":
+            depth += 1
+            out.append("(")
+            i += 1
+        elif interpolation and text[i] == ")":
+            if depth == 0:
+                return i + 1
+            depth -= 1
+            out.append(")")
+            i += 1
         else:
             out.append(text[i])
             i += 1
-    return "".join(out)
+    return i
+
+
+def scan_string(text, i, out):
+    """A string literal from i (its opening hashes or quote); returns the index after it.
+    Its text is left out, its interpolations' code kept (between spaces)."""
+    n = len(text)
+    hashes = len(re.match(r"#*", text[i:]).group(0))
+    i += hashes
+    quote = '"""' if text.startswith('"""', i) else '"'
+    closing = quote + "#" * hashes
+    escape = "\\" + "#" * hashes
+    i += len(quote)
+    out.append('"')
+    while i < n and not text.startswith(closing, i):
+        if text.startswith(escape + "(", i):
+            out.append(" ")
+            i = scan_code(text, i + len(escape) + 1, out, interpolation=True)
+            out.append(" ")
+        elif text.startswith(escape, i):
+            i += len(escape) + 1
+        else:
+            i += 1
+    out.append('"')
+    return i + len(closing)
 
 
 def check(kit):
@@ -171,6 +202,12 @@ def self_test(kit):
         "a call after a URL's // in a string": ("Sources/AdTallyKit/Gzip.swift",
                                                 lambda text: text + '\nlet home = URL(string: "https://x")!; let free = statfs("/", nil)\n',
                                                 "NSPrivacyAccessedAPICategoryDiskSpace is called"),
+        "a call after an interpolation with a URL in it": ("Sources/AdTallyKit/Gzip.swift",
+                                                           lambda text: text + '\nlet note = "at \\(URL(string: "https://x")!)"; let up = mach_absolute_time()\n',
+                                                           "NSPrivacyAccessedAPICategorySystemBootTime is called"),
+        "a call in an interpolation": ("Sources/AdTallyKit/Gzip.swift",
+                                       lambda text: text + '\nlet note = "free \\(String(describing: try? URL(fileURLWithPath: "/").resourceValues(forKeys: [.volumeAvailableCapacityKey])))"\n',
+                                       "NSPrivacyAccessedAPICategoryDiskSpace is called"),
         "a call in a subfolder": ("Sources/AdTallyKit/Gzip.swift", lambda text: text,  # the file is written below
                                   "NSPrivacyAccessedAPICategoryUserDefaults is called"),
         "a commented-out resource": ("Package.swift", lambda text: text.replace('resources: [.copy("PrivacyInfo.xcprivacy")]',

@@ -40,12 +40,15 @@ final class PendingForgets: @unchecked Sendable {
         }
     }
 
-    /// Removes an id; kept when the file cannot be written (the request is then sent again,
-    /// which the server answers the same way).
-    func remove(_ id: String) {
+    /// Removes an id; false (and kept) when the file cannot be written: the request is
+    /// sent again after a backoff, which the server answers the same way.
+    @discardableResult
+    func remove(_ id: String) -> Bool {
         lock.locked {
             let kept = list.filter { $0 != id }
-            if (try? save(kept)) != nil { list = kept }
+            guard (try? save(kept)) != nil else { return false }
+            list = kept
+            return true
         }
     }
 
@@ -89,11 +92,13 @@ extension Engine {
         wakeup.signal()
     }
 
-    /// `forgetInstall()`: the id to erase recorded (synced), a new id made (synced), both
-    /// outside the engine's lock; then, under it, the queue dropped and the new id used.
-    /// A kill before the new id is used leaves the old one in `forget.json`: the next open
-    /// finishes the forget (`finishForgetAtOpen`). Until the old id's request is answered,
-    /// it is sent only once another id is in use.
+    /// `forgetInstall()`, in an order a kill at any point leaves safe: the id to erase
+    /// recorded (`forget.json`, synced, outside the engine's lock); then under the lock the
+    /// queue dropped and a new id used (in memory), so that no event of the old id is left
+    /// to send once its request may go; then the new id written to `device-id` (synced,
+    /// outside the lock). A kill before that write reopens with the old id, which is in
+    /// `forget.json`: the open finishes the forget (`finishForgetAtOpen`; events recorded
+    /// meanwhile under the new id are dropped then, counted as forgotten).
     func forgetInstall() throws {
         let (notices, ready) = try consentLock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) in
             let old = try lock.locked { () -> String in
@@ -101,7 +106,7 @@ extension Engine {
                 return currentDeviceID
             }
             try forgets.add(old)
-            let device = try Self.deviceID(in: directory, new: true)
+            let device = UUID().uuidString.lowercased()
             let fields = try Self.commonFields(configuration, device: device)
             let dropped = try lock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) in
                 guard !isClosed else { throw AdTallyError.closed }
@@ -112,6 +117,7 @@ extension Engine {
                 forgetNotBefore = .distantPast
                 return dropped
             }
+            try Self.writeDeviceID(device, in: directory)
             DeadLetter.removeAll(in: directory)
             return dropped
         }
@@ -122,7 +128,7 @@ extension Engine {
     /// At open, when the id in use is one being forgotten (a forget killed midway): the
     /// queue dropped, a new id, as `forgetInstall` would have left them.
     func finishForgetAtOpen() throws {
-        let device = try Self.deviceID(in: directory, new: true)
+        let device = UUID().uuidString.lowercased()
         let fields = try Self.commonFields(configuration, device: device)
         let (notices, _) = try lock.locked { () -> ([AdTallyNotice], [CheckedContinuation<Void, any Error>]) in
             let dropped = try dropQueuedLocked(.forgotten)
@@ -130,6 +136,7 @@ extension Engine {
             currentDeviceID = device
             return dropped
         }
+        try Self.writeDeviceID(device, in: directory)
         DeadLetter.removeAll(in: directory)
         deliver(notices)
     }
@@ -198,15 +205,19 @@ extension Engine {
         for id in ids {
             let path = id.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? id
             let base = server.absoluteString.hasSuffix("/") ? String(server.absoluteString.dropLast()) : server.absoluteString
-            guard let url = URL(string: "\(base)/v1/devices/\(path)") else { return }
+            guard let url = URL(string: "\(base)/v1/devices/\(path)") else {
+                lock.locked { forgetFailures += 1; forgetNotBefore = Date().addingTimeInterval(configuration.retryCap) }
+                return
+            }
             var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
             request.httpMethod = "DELETE"
             request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
             request.setValue("application/json", forHTTPHeaderField: "Accept")
             request.setValue("AdTallyKit/1", forHTTPHeaderField: "User-Agent")
             let answer = try? await transport.exchange(request, maxBytes: Receipt.maxBytes, deadline: configuration.requestTimeout).get()
-            let verdict = Self.judgeForget(answer)
-            if case .answered = verdict { forgets.remove(id) }
+            var verdict = Self.judgeForget(answer)
+            // Answered, but the list could not be written: tried again after a backoff, not at once.
+            if case .answered = verdict, !forgets.remove(id) { verdict = .failed }
             let goOn = lock.locked { () -> Bool in
                 guard !isClosed else { return false }
                 switch verdict {

@@ -412,19 +412,25 @@ final class Engine: @unchecked Sendable {
     // MARK: - Install facts
 
     /// The per-install id: read from `device-id`, or made (a random UUID) and kept there.
-    static func deviceID(in directory: URL, new: Bool = false) throws -> String {
+    static func deviceID(in directory: URL) throws -> String {
         let file = directory.appendingPathComponent("device-id")
         QueueDamage.clearForFile(file.path)
-        if !new, let text = try? String(contentsOf: file, encoding: .utf8), let id = UUID(uuidString: text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+        if let text = try? String(contentsOf: file, encoding: .utf8), let id = UUID(uuidString: text.trimmingCharacters(in: .whitespacesAndNewlines)) {
             return id.uuidString.lowercased()
         }
         let id = UUID().uuidString.lowercased()
+        try writeDeviceID(id, in: directory)
+        return id
+    }
+
+    /// Keeps `id` in `device-id` (atomically, synced).
+    static func writeDeviceID(_ id: String, in directory: URL) throws {
+        let file = directory.appendingPathComponent("device-id")
         do {
             try Data((id + "\n").utf8).write(to: file, options: .atomic)
         } catch {
             throw AdTallyError.storage("cannot write \(file.path): \(error.localizedDescription)")
         }
-        return id
     }
 
     static func commonFields(_ configuration: AdTallyConfiguration, device: String) throws -> [UInt8] {

@@ -74,6 +74,7 @@ extension Engine {
         if !batch.records.isEmpty { return (batch.records, server, key) }
         let notices = lock.locked { () -> [AdTallyNotice] in
             inFlight = false
+            inFlightDropReason = nil
             guard !isClosed else { return [] }
             if let failure = batch.failure {
                 backOffLocked()
@@ -191,7 +192,8 @@ extension Engine {
             counters.deadLettered += receipt.rejected.count
             for rejection in receipt.rejected {
                 let json = fresh[rejection.index].json
-                DeadLetter.append(json, reason: rejection.reason, in: directory)
+                // A forgotten install's events are kept nowhere, dead letters included.
+                if droppedFor != .forgotten { DeadLetter.append(json, reason: rejection.reason, in: directory) }
                 if let id = Self.id(of: json) { notices.append(.rejected(id: id, reason: rejection.reason)) }
             }
             if !fresh.isEmpty {
@@ -206,7 +208,7 @@ extension Engine {
             } else if byAdTally {
                 // One event AdTally cannot take at all: it leaves with the reason.
                 if finish() {
-                    DeadLetter.append(fresh[0].json, reason: detail, in: directory)
+                    if droppedFor != .forgotten { DeadLetter.append(fresh[0].json, reason: detail, in: directory) }
                     counters.deadLettered += 1
                     if let id = Self.id(of: fresh[0].json) { notices.append(.rejected(id: id, reason: detail)) }
                 }

@@ -246,6 +246,40 @@ final class QueueTests: XCTestCase {
         XCTAssertEqual(next.state, .requested)
     }
 
+    /// A forget killed after it recorded the id to erase, before the new id was used: the
+    /// next open finishes it (queue dropped as forgotten, a new id), so nothing of the old
+    /// id is sent; optOut kept across an instance, and nothing written while opted out.
+    func testAnInterruptedForgetIsFinishedAtOpenAndOptOutIsKept() throws {
+        var configuration = AdTallyConfiguration()
+        configuration.sendInterval = 3600
+        var tally: AdTally? = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
+        let old = tally!.deviceID
+        for _ in 0..<3 { try tally!.sessionStarted() }
+        XCTAssertEqual(tally!.status.pending, 3)
+        tally = nil
+        // As a kill right after forget.json was written leaves the folder.
+        try JSONEncoder().encode([old]).write(to: folder.appendingPathComponent("forget.json"))
+        tally = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
+        XCTAssertNotEqual(tally!.deviceID, old)
+        XCTAssertEqual(tally!.status.pending, 0)
+        XCTAssertEqual(tally!.status.dropped[.forgotten], 3)
+        XCTAssertEqual(tally!.status.forgetsPending, 1)
+        XCTAssertEqual(try String(contentsOf: folder.appendingPathComponent("device-id"), encoding: .utf8), tally!.deviceID + "\n")
+
+        try tally!.optOut()
+        try tally!.sessionStarted()
+        XCTAssertEqual(tally!.status.pending, 0)
+        tally = nil
+        tally = try AdTally(server: nowhere, appKey: "k", directory: folder, configuration: configuration)
+        XCTAssertTrue(tally!.status.isOptedOut)
+        try tally!.sessionStarted()
+        XCTAssertEqual(tally!.status.pending, 0)
+        try tally!.optIn()
+        try tally!.sessionStarted()
+        XCTAssertEqual(tally!.status.pending, 1)
+        XCTAssertFalse(tally!.status.isOptedOut)
+    }
+
     /// Two instances on one folder in one process share one queue and one sender;
     /// another holder of the folder's lock (another process) is refused.
     func testOneSenderPerQueue() throws {

@@ -220,6 +220,7 @@ enum RatePricing {
                            r.revenue_micros, r.unpriced_impressions AS ui, r.unpriced_taps AS ut
                     FROM install_day_revenue r
                     WHERE r.app_id = \(app) AND \(days) AND \(hours) AND (r.hour AT TIME ZONE 'UTC')::date IN (SELECT u FROM targets)
+                      AND r.day >= \(kept)::date
                 ), \(unsafeRaw: pricesCTE("prices", of: "source"))
                 INSERT INTO cohort_priced_day (app_id, cohort, day, utc_day, currency, reported, estimated, unrated)
                 SELECT \(app), s.cohort, s.day, s.u, \(unsafeRaw: pricedColumns("s"))
