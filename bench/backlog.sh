@@ -29,23 +29,6 @@ echo "== generating ingest for 20 other apps (batches of 100)"
 "$bin/adtally-bench" generate --out "$work" --apps 20 --batches 12000 --seed 7 >/dev/null
 ingest_keys 20
 
-sent=0
-# Starts paced ingest in the background (after the batches already sent); stop_ingest NAME ends it.
-start_ingest() {
-  rm -f "$work/stop" "$work/ready"
-  "$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
-    --connections 4 --rate "$rate" --skip "$sent" --stop-file "$work/stop" --ready-file "$work/ready" > "$work/drive.txt" &
-  driver=$!
-  for _ in $(seq 1 600); do [ -e "$work/ready" ] && return 0; sleep 0.1; done
-  echo "check=the ingest driver did not start"; exit 1
-}
-stop_ingest() {
-  touch "$work/stop"; wait "$driver"
-  sed "s/^/$1_/" "$work/drive.txt" | tee "$work/$1.txt"
-  sent=$(( sent + $(grep '^batches_sent=' "$work/drive.txt" | cut -d= -f2) ))
-  [ "$(grep '^failed_requests=' "$work/drive.txt" | cut -d= -f2)" = 0 ] || { echo "check=ingest requests failed during $1"; exit 1; }
-}
-value() { grep "^$1=" "$work/$2.txt" | cut -d= -f2; }
 metric() { curl -fs "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { v += $2 } END { print v + 0 }'; }
 
 echo "== ingest alone, 60 s at $rate batches/s"

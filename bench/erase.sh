@@ -24,7 +24,6 @@ devices=${BENCH_ERASE:-1000}
 if [ -n "${BENCH_LOADED:-}" ]; then
   echo "== copying the loaded data folder $BENCH_LOADED"
   cp -a "$BENCH_LOADED" "$work/data"
-  load_started=$(date +%s)
   # Its pending migrations first (they may rewrite big tables: longer than start_server waits).
   migrate_started=$(date +%s.%N)
   "$bin/adtally" migrate --data-dir "$work/data" > "$work/migrate.txt" 2>&1 || { cat "$work/migrate.txt"; exit 1; }
@@ -39,23 +38,6 @@ echo "events_loaded=$(sql -c "SELECT count(*) FROM events") bench00_events=$(sql
 echo "== generating ingest for 20 other apps (batches of 100)"
 "$bin/adtally-bench" generate --out "$work" --apps 20 --batches 12000 --seed 7 >/dev/null
 ingest_keys 20
-
-sent=0
-start_ingest() {
-  rm -f "$work/stop" "$work/ready"
-  "$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
-    --connections 4 --rate "$rate" --skip "$sent" --stop-file "$work/stop" --ready-file "$work/ready" > "$work/drive.txt" &
-  driver=$!
-  for _ in $(seq 1 600); do [ -e "$work/ready" ] && return 0; sleep 0.1; done
-  echo "check=the ingest driver did not start"; exit 1
-}
-stop_ingest() {
-  touch "$work/stop"; wait "$driver"
-  sed "s/^/$1_/" "$work/drive.txt" | tee "$work/$1.txt"
-  sent=$(( sent + $(grep '^batches_sent=' "$work/drive.txt" | cut -d= -f2) ))
-  [ "$(grep '^failed_requests=' "$work/drive.txt" | cut -d= -f2)" = 0 ] || { echo "check=ingest requests failed during $1"; exit 1; }
-}
-value() { grep "^$1=" "$work/$2.txt" | cut -d= -f2; }
 
 echo "== ingest alone, 60 s at $rate batches/s"
 start_ingest; sleep 60; stop_ingest alone

@@ -227,3 +227,25 @@ ingest_keys() {
     printf 'bench-app-%s\t%s\n' "$i" "$key" >> "$work/keys.tsv"
   done
 }
+
+# Paced ingest beside another measurement (bench/backlog.sh, bench/erase.sh): after
+# `adtally-bench generate` into $work and ingest_keys, start_ingest drives POST /v1/events
+# in the background at $rate batches of 100 a second from 4 connections, after the
+# batches already sent; stop_ingest NAME ends it, prints its figures prefixed NAME_ (and
+# keeps them in $work/NAME.txt, read by `value KEY NAME`), and fails when a request failed.
+sent=0
+start_ingest() {
+  rm -f "$work/stop" "$work/ready"
+  "$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$work/batches.jsonl" \
+    --connections 4 --rate "$rate" --skip "$sent" --stop-file "$work/stop" --ready-file "$work/ready" > "$work/drive.txt" &
+  driver=$!
+  for _ in $(seq 1 600); do [ -e "$work/ready" ] && return 0; sleep 0.1; done
+  echo "check=the ingest driver did not start"; exit 1
+}
+stop_ingest() {
+  touch "$work/stop"; wait "$driver"
+  sed "s/^/$1_/" "$work/drive.txt" | tee "$work/$1.txt"
+  sent=$(( sent + $(grep '^batches_sent=' "$work/drive.txt" | cut -d= -f2) ))
+  [ "$(grep '^failed_requests=' "$work/drive.txt" | cut -d= -f2)" = 0 ] || { echo "check=ingest requests failed during $1"; exit 1; }
+}
+value() { grep "^$1=" "$work/$2.txt" | cut -d= -f2; }
