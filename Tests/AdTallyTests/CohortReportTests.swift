@@ -77,6 +77,23 @@ struct CohortReportTests {
         return try await services.appStore.createKey(app: nil, scope: .admin).secret
     }
 
+    /// The app and an admin key (`app`), today and the first cohort day d0 (12 days back),
+    /// and the money the fixture is priced with: the card prices admob banners at a 2.00
+    /// CPM and 0.01 a tap from d0 - 30; 150 JPY is 1 USD every day.
+    static func fixtureMoney(_ services: AppServices) async throws -> (admin: String, today: Int, d0: Int) {
+        let admin = try await Self.app(services)
+        let today = try await Self.today()
+        let d0 = today - 12
+        let pool = services.database.pool
+        try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "2.00", cpt: "0.01", from: ReportQuery.formatDate(d0 - 30))])
+        try await pool.query("""
+            INSERT INTO fx_rates (day, base, currency, rate)
+            SELECT d::date, 'EUR', c, r FROM generate_series(\(ReportQuery.formatDate(d0 - 2))::date, \(ReportQuery.formatDate(today + 1))::date, interval '1 day') AS d,
+                   (VALUES ('EUR', 1), ('USD', 1.1), ('JPY', 165)) AS x (c, r)
+            """)
+        return (admin, today, d0)
+    }
+
     /// Waits, within two minutes either side of a Kathmandu midnight, until two minutes
     /// after it: the fixture's days are counted from today, and an event a minute ago
     /// must be today's.
@@ -122,17 +139,8 @@ struct CohortReportTests {
     @Test("hand-computed installs, retention and revenue per install in Kathmandu: card and JPY money, a late event moving a device, immature cells null; the same from deltas, compacted rows and the migration of raw events")
     func handComputed() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
-            let admin = try await Self.app(services)
-            let today = try await Self.today()
-            let d0 = today - 12
+            let (admin, today, d0) = try await Self.fixtureMoney(services)
             let pool = services.database.pool
-            // The card prices admob banners at a 2.00 CPM and 0.01 a tap; 150 JPY is 1 USD every day.
-            try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "2.00", cpt: "0.01", from: ReportQuery.formatDate(d0 - 30))])
-            try await pool.query("""
-                INSERT INTO fx_rates (day, base, currency, rate)
-                SELECT d::date, 'EUR', c, r FROM generate_series(\(ReportQuery.formatDate(d0 - 2))::date, \(ReportQuery.formatDate(today + 1))::date, interval '1 day') AS d,
-                       (VALUES ('EUR', 1), ('USD', 1.1), ('JPY', 165)) AS x (c, r)
-                """)
             let batches = Self.batches(d0: d0, today: today)
             let query = "apps=ktm&dimensions=cohort&from=\(ReportQuery.formatDate(d0))&to=\(ReportQuery.formatDate(today - 1))&metrics=\(Self.metrics)"
             func report() async throws -> [String: [String: String]] {

@@ -47,18 +47,10 @@ struct PrivacyTests {
     @Test("erasing a device removes its raw events, install and daily rows (the cohort grain loses it), keeps the rollups, logs no id, and refuses its old events as erased while later ones are stored")
     func erasure() async throws {
         try await withTestApp(flags: Reports.flags) { services, client in
-            let admin = try await CohortReportTests.app(services)
+            let (admin, today, d0) = try await CohortReportTests.fixtureMoney(services)
             let adminID = try await services.appStore.listKeys().first { $0.scope == .admin }!.id
             let ingest = try await services.appStore.createKey(app: "ktm", scope: .ingest).secret
-            let today = try await CohortReportTests.today()
-            let d0 = today - 12
             let pool = services.database.pool
-            try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "2.00", cpt: "0.01", from: ReportQuery.formatDate(d0 - 30))])
-            try await pool.query("""
-                INSERT INTO fx_rates (day, base, currency, rate)
-                SELECT d::date, 'EUR', c, r FROM generate_series(\(ReportQuery.formatDate(d0 - 2))::date, \(ReportQuery.formatDate(today + 1))::date, interval '1 day') AS d,
-                       (VALUES ('EUR', 1), ('USD', 1.1), ('JPY', 165)) AS x (c, r)
-                """)
             for batch in CohortReportTests.batches(d0: d0, today: today) { try await Reports.store(services, app: "ktm", batch) }
             try await services.compactor.compactOnce()
             // One more event of A still pending in install_delta when the job runs.
