@@ -182,6 +182,12 @@ struct PrivacyTests {
                 #expect(response.status == .notFound && String(buffer: response.body).contains("no event of this app ever named it"))
             }
             try await client.execute(uri: "/v1/devices/\(device)", method: .delete, headers: Reports.headers(admin)) { #expect($0.status == .forbidden) }
+            // A process keyed otherwise than the first (ADTALLY_CREDENTIALS_KEY) would miss every
+            // tombstone: it refuses to ingest.
+            let otherKey = EventStore(pool: services.database.pool, credentialsKey: "not the servers' key")
+            await #expect(throws: TombstoneKeyMismatch.self) {
+                try await otherKey.store([AppEvent(appID: "one", event: AdEvent(id: UUID(), type: .session, occurredAtMicros: now, network: "", format: nil, device: "x"))])
+            }
             let runner = Task { await services.erasureRunner.run() }
             defer { runner.cancel() }
             let queued = try await client.execute(uri: "/v1/devices/\(device)", method: .delete, headers: Reports.headers(ingest)) { response in
@@ -313,12 +319,37 @@ struct PrivacyTests {
             #expect(cohortStatus == .ok && cohortNotes.contains { $0.hasPrefix("short's device rows start on \(ReportQuery.formatDate(today - 9))") }, "\(cohortNotes)")
             #expect(try await pool.query("SELECT sum(impressions)::int FROM rollup_day_compacted").first!.decode(0, as: Int.self) == totalBefore)
             #expect(try await services.maintenance.runOnce().appEvents == 0, "nothing more to do")
+            // A tombstone no accepted event can match any more (older than the event age and a day) goes.
+            try await pool.query("""
+                INSERT INTO device_tombstones (app_id, device_hash, erased_at)
+                VALUES ('short', decode(md5('old'), 'hex'), now() - interval '30 days'), ('short', decode(md5('new'), 'hex'), now() - interval '1 day')
+                """)
+            _ = try await services.maintenance.runOnce()
+            let left = try await pool.query("SELECT count(*)::int, count(*) FILTER (WHERE device_hash = decode(md5('new'), 'hex'))::int FROM device_tombstones")[0]
+            #expect(try left.decode(0, as: Int.self) == 1 && left.decode(1, as: Int.self) == 1, "the day-old tombstone stays, the month-old one is gone")
             // A report on raw events says where the app's raw detail ends.
             let (status, body) = try await Reports.get(
                 client, admin, "apps=short&dimensions=placement&from=\(ReportQuery.formatDate(try ReportQuery.today(in: "UTC", now: Date()) - 30))&to=\(ReportQuery.formatDate(try ReportQuery.today(in: "UTC", now: Date())))&metrics=impressions"
             )
             #expect(status == .ok)
             #expect("\(body["notes"] ?? "")".contains("there are raw events only from"), "\(body["notes"] ?? "")")
+        }
+    }
+
+    @Test("an app never keeps fewer days than the accepted event age and two: a late event must find its device's rows")
+    func retentionFloor() async throws {
+        var flags = Reports.flags
+        flags.maxEventAgeDays = 30
+        try await withServices(flags: flags) { services in
+            _ = try await services.appStore.createApp(id: "brief", name: nil)
+            _ = try await services.appStore.setRetention(app: "brief", days: 10)
+            let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+            try await services.eventStore.store([AppEvent(appID: "brief", event: AdEvent(
+                id: UUID(), type: .impression, occurredAtMicros: now - 20 * 86_400_000_000, network: "admob", format: .banner, device: "late"
+            ))])
+            try await services.compactor.compactOnce()
+            let removed = try await services.maintenance.runOnce()
+            #expect(removed.appEvents == 0 && removed.deviceRows == 0, "32 days kept, not 10: \(removed)")
         }
     }
 

@@ -8,13 +8,13 @@ public enum DeviceErasure {
     /// The devices of a request, checked: 1 to `maxDevices` ids, each a device as events
     /// give it (`device`: 1 to 64 characters, no NUL), each once (repeats are folded).
     /// The error names the field (`devices[3]`) and the rule.
-    public static func devices(_ ids: [String], field: String = "devices") throws(FieldError) -> [String] {
-        guard !ids.isEmpty else { throw FieldError(field, "must name at least one device") }
-        guard ids.count <= maxDevices else { throw FieldError(field, "must name at most \(maxDevices) devices (\(ids.count) given); split the request") }
+    public static func devices(_ ids: [String]) throws(FieldError) -> [String] {
+        guard !ids.isEmpty else { throw FieldError("devices", "must name at least one device") }
+        guard ids.count <= maxDevices else { throw FieldError("devices", "must name at most \(maxDevices) devices (\(ids.count) given); split the request") }
         var seen = Set<String>()
         var kept: [String] = []
         for (index, id) in ids.enumerated() {
-            guard isDevice(id) else { throw FieldError(ids.count == 1 && field != "devices" ? field : "\(field)[\(index)]", deviceRule) }
+            guard isDevice(id) else { throw FieldError("devices[\(index)]", deviceRule) }
             if seen.insert(id).inserted { kept.append(id) }
         }
         return kept

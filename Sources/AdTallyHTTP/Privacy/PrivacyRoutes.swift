@@ -108,7 +108,7 @@ public struct PrivacyRoutes: Sendable {
         } catch let error as ErasureError {
             switch error {
             case .invalid: throw ProblemDetails(.badRequest, detail: error.description)
-            case .unknownApp, .unknownDevice, .unknownErasure: throw ProblemDetails(.notFound, detail: error.description)
+            case .unknownApp, .unknownDevice: throw ProblemDetails(.notFound, detail: error.description)
             }
         }
         var response = try AdminRoutes.json(erasure, status: .accepted)

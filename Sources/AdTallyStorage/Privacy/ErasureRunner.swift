@@ -48,8 +48,6 @@ public final class ErasureRunner: Sendable {
         public var only: UUID?
         /// Attempts before a job is `failed`.
         public var maxAttempts = 6
-        /// Test hook: awaited after each range of raw events (to kill a job midway).
-        public var afterRange: (@Sendable (_ erasure: UUID) async throws -> Void)?
 
         /// Defaults for a server.
         public init(identity: String, credentialsKey: String? = nil) {
@@ -249,7 +247,7 @@ public final class ErasureRunner: Sendable {
                 """).first?.decode(0, as: Int64?.self) else { return }
             lower = oldest
         }
-        let target = Double(configuration.targetStatement.components.seconds) + Double(configuration.targetStatement.components.attoseconds) / 1e18
+        let target = ExportRunner.seconds(configuration.targetStatement)
         var width: Int64 = 3_600_000_000
         while lower < end {
             let upper = min(end, lower + width)
@@ -267,12 +265,10 @@ public final class ErasureRunner: Sendable {
             }
             erasedRows.increment(by: deleted)
             lower = upper
-            if let hook = configuration.afterRange { try await hook(job.id) }
             // The next range: about `targetStatement` at this one's rate, at most 4x wider
             // or narrower, between a minute and a week.
             let took = max(ContinuousClock.now - began, .milliseconds(1))
-            let seconds = Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18
-            let factor = min(4, max(0.25, target / seconds))
+            let factor = min(4, max(0.25, target / ExportRunner.seconds(took)))
             width = min(7 * 86_400_000_000, max(60_000_000, Int64(Double(width) * factor)))
         }
     }

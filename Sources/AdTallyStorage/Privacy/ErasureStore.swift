@@ -85,14 +85,12 @@ public enum ErasureError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownApp(String)
     /// The kit's own request for a device this app never sent (nothing to erase).
     case unknownDevice
-    case unknownErasure(String)
 
     public var description: String {
         switch self {
         case .invalid(let error): error.description
         case .unknownApp(let app): "no app \"\(app)\""
         case .unknownDevice: "device: no event of this app ever named it (nothing to erase)"
-        case .unknownErasure(let id): "no erasure \"\(id)\""
         }
     }
 }
