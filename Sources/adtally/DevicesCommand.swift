@@ -66,8 +66,7 @@ struct DevicesCommand: AsyncParsableCommand {
                 // Run this job here while no server runs erasures (the lock decides: a server that
                 // leads runs it, and this runner only waits for the lock meanwhile); only this
                 // one, so that stopping here never leaves another app's job half done.
-                let settings = try Settings.resolve(flags: self.database.flags)
-                var configuration = ErasureRunner.Configuration(identity: "adtally devices forget pid \(getpid())", credentialsKey: settings.credentialsKey)
+                var configuration = ErasureRunner.Configuration(identity: "adtally devices forget pid \(getpid())", credentialsKey: database.credentialsKey)
                 configuration.only = queued.id
                 configuration.tick = .milliseconds(500)
                 let runner = ErasureRunner(configuration: configuration, leaderPool: database.erasureLeaderPool, pool: database.erasurePool, logger: logger)
