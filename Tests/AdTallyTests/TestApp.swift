@@ -49,6 +49,11 @@ private func withServices(
         flags.databaseReadURL = readURL(conninfo)
         flags.port = 0
         flags.poolSize = flags.poolSize ?? 4
+        // A live test client opens its connection first and may leave it idle while a
+        // test loads its fixture; under CI's load that took past the server's 60 s idle
+        // timeout (AudienceTests' sketches: "I/O on closed channel"). Tests of the timeout
+        // set their own.
+        flags.httpIdleTimeoutSeconds = flags.httpIdleTimeoutSeconds ?? 3600
         // The tests' export folders are temporary ones.
         flags.exportsRoot = flags.exportsRoot ?? FileManager.default.temporaryDirectory.path
         let settings = try Settings.resolve(flags: flags, environment: [:])
