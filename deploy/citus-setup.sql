@@ -107,6 +107,10 @@ SELECT pg_temp.place('cohort_priced_day', 'distributed');
 SELECT pg_temp.place('cohort_series', 'distributed');
 -- Erased devices' tombstones (Migrations/0027): read by the ingest path per app, beside the events.
 SELECT pg_temp.place('device_tombstones', 'distributed');
+-- Experiments on the switch (Migrations/0029) and each device's first exposure, joined
+-- per app with its install rows by the results (referenced first).
+SELECT pg_temp.place('experiments', 'distributed');
+SELECT pg_temp.place('experiment_exposures', 'distributed');
 
 -- Joined into every report on the workers: the rate card, the FX rates, and the
 -- accepted event window (id_horizon, read by the notes and locked by the ledger's pruning).
@@ -140,7 +144,8 @@ BEGIN
         ('report_series_changes', 'distributed'), ('network_report_rows', 'distributed'), ('network_imports', 'reference'),
         ('network_import_pairs', 'distributed'), ('install_delta', 'distributed'), ('installs', 'distributed'),
         ('install_days', 'distributed'), ('install_day_revenue', 'distributed'), ('cohort_days', 'distributed'),
-        ('cohort_priced_day', 'distributed'), ('cohort_series', 'distributed'), ('device_tombstones', 'distributed')
+        ('cohort_priced_day', 'distributed'), ('cohort_series', 'distributed'), ('device_tombstones', 'distributed'),
+        ('experiments', 'distributed'), ('experiment_exposures', 'distributed')
     ) AS t (name, want)
     LEFT JOIN citus_tables c ON c.table_name = t.name::regclass
     WHERE c.citus_table_type IS DISTINCT FROM t.want

@@ -297,8 +297,24 @@ struct MediationService: Service {
 
     func run() async throws {
         let pass = max(1, refresher.configuration.interval.components.seconds / 4)
-        await repeatEvery(.seconds(pass), "mediation refresh", logger: refresher.logger) {
-            try await refresher.refresh()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await repeatEvery(.seconds(pass), "mediation refresh", logger: refresher.logger) {
+                    try await refresher.refresh()
+                }
+            }
+            // Experiments' first exposures, queued by the switch, written once a second.
+            group.addTask {
+                await repeatEvery(.seconds(1), "experiment exposure writes", logger: refresher.logger) {
+                    try await refresher.exposures.flush()
+                }
+            }
+        }
+        // What the last second queued, before the pools close.
+        do {
+            try await refresher.exposures.flush()
+        } catch {
+            refresher.logger.warning("experiment exposures not written at shutdown", metadata: ["count": "\(refresher.exposures.pendingCount)", "error": "\(error)"])
         }
     }
 }

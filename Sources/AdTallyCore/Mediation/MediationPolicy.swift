@@ -31,12 +31,16 @@ public struct MediationScope: Sendable, Hashable {
     public var placement: String?
     /// One country (ISO 3166-1 alpha-2), or nil for every country.
     public var country: String?
+    /// An experiment's arm (DESIGN §14): the policy its devices are answered with; nil for
+    /// the placement's own policy. Arms are set and removed by experiments only.
+    public var arm: ExperimentArm?
 
     /// A scope.
-    public init(app: String, placement: String? = nil, country: String? = nil) {
+    public init(app: String, placement: String? = nil, country: String? = nil, arm: ExperimentArm? = nil) {
         self.app = app
         self.placement = placement
         self.country = country
+        self.arm = arm
     }
 
     /// The scopes a request for (placement, country) may be answered by, most specific
@@ -67,7 +71,7 @@ public struct MediationScope: Sendable, Hashable {
 
     /// "placement=home country=JP", "" for the whole app.
     public var qualifiers: String {
-        [placement.map { "placement=\($0)" }, country.map { "country=\($0)" }].compactMap { $0 }.joined(separator: " ")
+        [placement.map { "placement=\($0)" }, country.map { "country=\($0)" }, arm.map { "arm=\($0.rawValue)" }].compactMap { $0 }.joined(separator: " ")
     }
 
     /// "my-app", "my-app placement=home country=JP".

@@ -1,6 +1,7 @@
 import AdTallyCore
 import AdTallyStorage
 import Foundation
+import HTTPTypes
 import Hummingbird
 
 /// The mediation switch over HTTP (DESIGN §9):
@@ -28,15 +29,15 @@ public struct MediationRoutes: Sendable {
         router.get("v1/apps/:app/mediation") { request, context in
             let app = try context.parameters.require("app")
             _ = try await authenticator.require(anyKeyOf: app, request)
-            let scope = try Self.scope(app: app, request)
-            return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country), app: app, request)
+            let (scope, device) = try Self.switchQuery(app: app, request)
+            return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country, device: device), app: app, request)
         }
         // The same answer for the key's own app: what AdTallyKit reads, since an app ships
         // with its key and need not know its app id.
         router.get("v1/mediation") { request, _ in
             let app = try await authenticator.requireApp(request)
-            let scope = try Self.scope(app: app, request)
-            return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country), app: app, request)
+            let (scope, device) = try Self.switchQuery(app: app, request)
+            return try serve(refresher.lookup(app: app, placement: scope.placement, country: scope.country, device: device), app: app, request)
         }
         router.get("v1/apps/:app/mediation/policies") { request, context in
             let app = try context.parameters.require("app")
@@ -111,22 +112,62 @@ public struct MediationRoutes: Sendable {
                 return Response(status: .notModified, headers: [.eTag: held.etag, .cacheControl: cacheControl])
             }
             var generator = SystemRandomNumberGenerator()
-            let variant = decision.draw(using: &generator)
-            return Response(
-                status: .ok, headers: [.contentType: "application/json", .eTag: variant.etag, .cacheControl: cacheControl],
-                body: variant.rest.readableBytes == 0 ? .init(byteBuffer: variant.head) : .init(contentsOf: [variant.head, variant.rest])
-            )
+            return Self.response(decision.draw(using: &generator), cacheControl: cacheControl)
+        case .experiment(let decision, let answer):
+            // The device's own arm and network: a 304 only for the tag of that answer (a
+            // tag held from before the experiment, or of another network, gets the new one).
+            let cacheControl = "max-age=\(decision.maxAgeSeconds)"
+            let experiment = "\(answer.experiment); arm=\(answer.arm.rawValue)"
+            if let ifNoneMatch = request.headers[.ifNoneMatch], decision.variant(matching: ifNoneMatch)?.etag == answer.variant.etag {
+                return Response(status: .notModified, headers: [.eTag: answer.variant.etag, .cacheControl: cacheControl, Self.experimentHeader: experiment])
+            }
+            var response = Self.response(answer.variant, cacheControl: cacheControl)
+            response.headers[Self.experimentHeader] = experiment
+            return response
         }
+    }
+
+    /// Names the experiment and arm of an answer given under one.
+    static let experimentHeader = HTTPField.Name("AdTally-Experiment")!
+
+    /// A 200 with a variant's body.
+    static func response(_ variant: ServedMediation.Variant, cacheControl: String) -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json", .eTag: variant.etag, .cacheControl: cacheControl],
+            body: variant.rest.readableBytes == 0 ? .init(byteBuffer: variant.head) : .init(contentsOf: [variant.head, variant.rest])
+        )
+    }
+
+    /// The scope and the device (the kit's per-install id, checked as events check theirs)
+    /// of a switch request.
+    static func switchQuery(app: String, _ request: Request) throws -> (MediationScope, String?) {
+        var device: String?
+        var rest: [(String, String)] = []
+        for (name, value) in request.uri.queryParameters {
+            if name == "device" {
+                guard device == nil else { throw ProblemDetails(.badRequest, detail: "device: given twice") }
+                // (Query values arrive percent-decoded.)
+                guard DeviceErasure.isDevice(String(value)) else { throw ProblemDetails(.badRequest, detail: "device: \(DeviceErasure.deviceRule)") }
+                device = String(value)
+            } else {
+                rest.append((String(name), String(value)))
+            }
+        }
+        return (try scope(app: app, rest, allowed: "country, device, placement"), device)
     }
 
     /// The placement and country of a request's query (nil: not given), checked.
     static func scope(app: String, _ request: Request) throws -> MediationScope {
+        try scope(app: app, request.uri.queryParameters.map { (String($0.key), String($0.value)) }, allowed: "country, placement")
+    }
+
+    static func scope(app: String, _ parameters: [(String, String)], allowed: String) throws -> MediationScope {
         var scope = MediationScope(app: app)
-        for (name, value) in request.uri.queryParameters {
+        for (name, value) in parameters {
             switch name {
-            case "placement": scope.placement = String(value)
-            case "country": scope.country = String(value)
-            default: throw ProblemDetails(.badRequest, detail: "\(name): unknown parameter; allowed: country, placement")
+            case "placement": scope.placement = value
+            case "country": scope.country = value
+            default: throw ProblemDetails(.badRequest, detail: "\(name): unknown parameter; allowed: \(allowed)")
             }
         }
         return try scope.validated()
@@ -138,6 +179,7 @@ public struct MediationRoutes: Sendable {
         do {
             return try await body()
         } catch let error as MediationStoreError {
+            if case .experimentRunning = error { throw ProblemDetails(.conflict, detail: error.description) }
             throw ProblemDetails(.notFound, detail: error.description)
         }
     }

@@ -84,9 +84,14 @@ public struct ServedMediation: Sendable {
 
     /// An answer drawn by share (the only one unless the policy is weighted).
     public func draw<G: RandomNumberGenerator>(using generator: inout G) -> Variant {
+        variant(at: Double.random(in: 0..<1, using: &generator))
+    }
+
+    /// The answer at a point in 0..<1 of the shares laid end to end, in network order.
+    public func variant(at point: Double) -> Variant {
         // `init?` makes at least one variant.
         guard variants.count > 1 else { return variants[0] }
-        var point = Double.random(in: 0..<1, using: &generator)
+        var point = point
         for variant in variants {
             point -= variant.share
             if point < 0 { return variant }
@@ -126,7 +131,28 @@ public final class MediationRefresher: Sendable {
     /// pass that read before a policy changed does not undo the change's own refresh).
     private struct Served {
         var decisions: [String: [MediationScope: ServedMediation]] = [:]
+        /// Per app and placement, the experiment running there.
+        var experiments: [String: [String: ServedExperiment]] = [:]
         var installedBy: [String: Int] = [:]
+    }
+
+    /// A running experiment as served: who is in it and each arm's decision.
+    public struct ServedExperiment: Sendable {
+        /// The experiment (name, salt, share, countries).
+        public var experiment: Experiment
+        /// Each arm's decision (absent until its first one is stored).
+        public var arms: [ExperimentArm: ServedMediation]
+    }
+
+    /// A device's answer under an experiment: its arm, and the variant it is answered.
+    public struct ExperimentAnswer: Sendable {
+        /// The experiment's name.
+        public var experiment: String
+        /// The device's arm.
+        public var arm: ExperimentArm
+        /// The answer it gets: its arm's, drawn by the device for a weighted arm (so it gets
+        /// the same network every time).
+        public var variant: ServedMediation.Variant
     }
 
     /// What `lookup` found.
@@ -137,9 +163,14 @@ public final class MediationRefresher: Sendable {
         case noPolicy
         /// The decision to serve.
         case served(ServedMediation)
+        /// A device in a running experiment: its arm's decision and its answer.
+        case experiment(ServedMediation, ExperimentAnswer)
     }
 
     let store: MediationStore
+    let experiments: ExperimentStore
+    /// Where devices' first exposures to experiments are recorded.
+    public let exposures: ExposureRecorder
     let engine: ReportEngine
     /// The interval and this server's name.
     public let configuration: Configuration
@@ -153,21 +184,38 @@ public final class MediationRefresher: Sendable {
     /// A refresher; nothing is served before the first `refresh`.
     public init(store: MediationStore, engine: ReportEngine, configuration: Configuration, logger: Logger = Logger(label: "adtally.mediation")) {
         self.store = store
+        self.experiments = ExperimentStore(pool: store.pool)
+        self.exposures = ExposureRecorder(pool: store.pool, logger: logger)
         self.engine = engine
         self.configuration = configuration
         self.logger = logger
     }
 
-    /// The decision that answers a request, most specific scope first.
-    public func lookup(app: String, placement: String?, country: String?) -> Lookup {
-        served.withLock { served in
+    /// The decision that answers a request, most specific scope first; a device (its
+    /// per-install id) in an experiment running on the placement (and the country, when it
+    /// names countries) gets its arm's, and its first exposure is recorded.
+    public func lookup(app: String, placement: String?, country: String?, device: String? = nil) -> Lookup {
+        let found: Lookup = served.withLock { served in
             guard let served else { return .notLoaded }
+            if let device, let placement, let running = served.experiments[app]?[placement],
+               running.experiment.countries.isEmpty || country.map(running.experiment.countries.contains) == true {
+                let experiment = running.experiment
+                let arm = ExperimentArm.assign(salt: experiment.salt, device: device, treatmentShare: experiment.treatmentShare)
+                if let decision = running.arms[arm] {
+                    let variant = decision.variant(at: ExperimentArm.point(salt: experiment.salt, device: device))
+                    return .experiment(decision, ExperimentAnswer(experiment: experiment.name, arm: arm, variant: variant))
+                }
+            }
             guard let decisions = served.decisions[app] else { return .noPolicy }
             for scope in MediationScope.candidates(app: app, placement: placement, country: country) {
                 if let decision = decisions[scope] { return .served(decision) }
             }
             return .noPolicy
         }
+        if case .experiment(_, let answer) = found, let device {
+            exposures.note(app: app, experiment: answer.experiment, device: device, arm: answer.arm)
+        }
+        return found
     }
 
     /// Whether a pass over every app has succeeded.
@@ -181,7 +229,8 @@ public final class MediationRefresher: Sendable {
     @discardableResult
     public func refresh(app: String? = nil, force: Bool = false, now: Date? = nil) async throws -> [StoredMediationPolicy] {
         let ticket = tickets.add(1, ordering: .relaxed).newValue
-        var policies = try await store.policies(app: app)
+        var policies = try await store.policies(app: app, arms: true)
+        let running = try await experiments.running(app: app)
         var deleted: Set<MediationScope> = []
         // The apps' zones and currencies, read once a pass and only when a decision is due.
         var apps: [String: ReportApp]?
@@ -212,14 +261,23 @@ public final class MediationRefresher: Sendable {
         }
         policies.removeAll { deleted.contains($0.policy.scope) }
         let byApp = Dictionary(grouping: policies.compactMap(ServedMediation.init), by: \.scope.app)
+        var experimentsByApp: [String: [String: ServedExperiment]] = [:]
+        for experiment in running {
+            var arms: [ExperimentArm: ServedMediation] = [:]
+            for arm in ExperimentArm.allCases {
+                arms[arm] = byApp[experiment.app]?.first { $0.scope == MediationScope(app: experiment.app, placement: experiment.placement, arm: arm) }
+            }
+            experimentsByApp[experiment.app, default: [:]][experiment.placement] = ServedExperiment(experiment: experiment, arms: arms)
+        }
         served.withLock { served in
             // Before the first full pass, one app's decisions alone would make every
             // other app look as if it had no policy (404 instead of 503): stored only.
             guard served != nil || app == nil else { return }
             var next = served ?? Served()
-            let read = app.map { Set([$0]) } ?? Set(next.decisions.keys).union(byApp.keys)
+            let read = app.map { Set([$0]) } ?? Set(next.decisions.keys).union(byApp.keys).union(next.experiments.keys)
             for name in read where ticket > next.installedBy[name, default: 0] {
                 next.decisions[name] = byApp[name].map { Dictionary($0.map { ($0.scope, $0) }, uniquingKeysWith: { a, _ in a }) }
+                next.experiments[name] = experimentsByApp[name]
                 next.installedBy[name] = ticket
             }
             served = next

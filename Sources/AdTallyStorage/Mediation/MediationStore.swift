@@ -57,11 +57,16 @@ public enum MediationStoreError: Error, Sendable, CustomStringConvertible, Equat
     case unknownApp(String)
     /// No policy for that scope.
     case unknownPolicy(MediationScope)
+    /// An experiment runs on the scope's placement.
+    case experimentRunning(name: String, scope: MediationScope)
 
     public var description: String {
         switch self {
         case .unknownApp(let app): "app: no app \"\(app)\""
         case .unknownPolicy(let scope): "no mediation policy for \(scope.description)"
+        case .experimentRunning(let name, let scope):
+            "placement \(scope.placement ?? ""): experiment \"\(name)\" runs on it, so its policy cannot change until it stops "
+                + "(adtally experiments stop \(name) --app \(scope.app) --keep control|treatment, or POST /v1/apps/\(scope.app)/experiments/\(name)/stop)"
         }
     }
 }
@@ -94,16 +99,18 @@ public struct MediationStore: Sendable {
 
     static let columns = """
         app_id, placement, country, rule, network, weights::text, to_json(networks)::text, default_network, window_hours, min_requests,
-        hysteresis, max_age_seconds, updated_at, chosen, chosen_since, decision, decided_at, rank_by
+        hysteresis, max_age_seconds, updated_at, chosen, chosen_since, decision, decided_at, rank_by, arm
         """
 
     static func decode(_ row: PostgresRow) throws -> StoredMediationPolicy {
-        let placement: String = try row.decode(1), country: String = try row.decode(2)
+        let placement: String = try row.decode(1), country: String = try row.decode(2), arm: String = try row.decode(18)
         let decoder = JSONDecoder()
         let weights = try (row.decode(5, as: String?.self)).map { try decoder.decode([String: Int].self, from: Data($0.utf8)) }
         let networks = try decoder.decode([String].self, from: Data((try row.decode(6, as: String.self)).utf8))
         let policy = MediationPolicy(
-            scope: MediationScope(app: try row.decode(0), placement: placement.isEmpty ? nil : placement, country: country.isEmpty ? nil : country),
+            scope: MediationScope(
+                app: try row.decode(0), placement: placement.isEmpty ? nil : placement, country: country.isEmpty ? nil : country, arm: ExperimentArm(rawValue: arm)
+            ),
             rule: MediationRule(rawValue: try row.decode(3)) ?? .pinned, network: try row.decode(4), weights: weights, networks: networks,
             defaultNetwork: try row.decode(7), windowHours: try row.decode(8), minRequests: try row.decode(9), hysteresis: try row.decode(10),
             rankBy: MediationRank(rawValue: try row.decode(17)) ?? .rpm, maxAgeSeconds: try row.decode(11), updatedAt: try row.decode(12)
@@ -111,11 +118,12 @@ public struct MediationStore: Sendable {
         return StoredMediationPolicy(policy: policy, chosen: try row.decode(13), chosenSince: try row.decode(14), decision: try row.decode(15), decidedAt: try row.decode(16))
     }
 
-    /// Every policy (of one app, when given), with its decision.
-    public func policies(app: String? = nil) async throws -> [StoredMediationPolicy] {
+    /// Every policy (of one app, when given), with its decision; with `arms`, the running
+    /// experiments' arms too (what the refresher decides and serves).
+    public func policies(app: String? = nil, arms: Bool = false) async throws -> [StoredMediationPolicy] {
         try await pool.query("""
-            SELECT \(unsafeRaw: Self.columns) FROM mediation_policies WHERE \(app)::text IS NULL OR app_id = \(app)::text
-            ORDER BY app_id, placement, country
+            SELECT \(unsafeRaw: Self.columns) FROM mediation_policies WHERE (\(app)::text IS NULL OR app_id = \(app)::text) AND (\(arms) OR arm = '')
+            ORDER BY app_id, placement, country, arm
             """).map(Self.decode)
     }
 
@@ -123,13 +131,35 @@ public struct MediationStore: Sendable {
     /// until the next refresh: a new rule starts from the network served so far.
     public func set(_ policy: MediationPolicy, actor: String) async throws -> MediationPolicy {
         let policy = try policy.validated()
-        let scope = policy.scope
-        let weights = try policy.weights.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
         do {
             return try await pool.withTransaction { connection in
+                try Self.refuseDuringExperiment(policy.scope, on: connection)
+                return try Self.set(policy, actor: actor, reason: nil, on: connection)
+            }
+        } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
+            throw MediationStoreError.unknownApp(policy.scope.app)
+        }
+    }
+
+    /// A placement's policy cannot change while an experiment runs on it: stopping the
+    /// experiment sets it (to the arm kept). Arms change only with their experiment.
+    static func refuseDuringExperiment(_ scope: MediationScope, on connection: PostgresConnection) throws {
+        guard scope.arm == nil, let placement = scope.placement else { return }
+        if let name = try connection.query("""
+            SELECT name FROM experiments WHERE app_id = \(scope.app) AND placement = \(placement) AND status = 'running'
+            """).first?.decode(0, as: String.self) {
+            throw MediationStoreError.experimentRunning(name: name, scope: scope)
+        }
+    }
+
+    /// Sets a validated policy in the transaction of `connection` (`reason`: why, when not
+    /// the user's own change).
+    static func set(_ policy: MediationPolicy, actor: String, reason: String?, on connection: PostgresConnection) throws -> MediationPolicy {
+                let scope = policy.scope
+                let weights = try policy.weights.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
                 let before = try connection.query("""
                     SELECT \(unsafeRaw: Self.columns) FROM mediation_policies
-                    WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") FOR UPDATE
+                    WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") AND arm = \(scope.arm?.rawValue ?? "") FOR UPDATE
                     """).first.map(Self.decode)
                 if var same = before?.policy {
                     // Set again as it is: nothing to record, and no decision to redo everywhere.
@@ -141,12 +171,12 @@ public struct MediationStore: Sendable {
                     }
                 }
                 try connection.query("""
-                    INSERT INTO mediation_policies (app_id, placement, country, rule, network, weights, networks, default_network, window_hours,
+                    INSERT INTO mediation_policies (app_id, placement, country, arm, rule, network, weights, networks, default_network, window_hours,
                                                     min_requests, hysteresis, max_age_seconds, rank_by)
-                    VALUES (\(scope.app), \(scope.placement ?? ""), \(scope.country ?? ""), \(policy.rule.rawValue), \(policy.network), \(weights)::jsonb,
+                    VALUES (\(scope.app), \(scope.placement ?? ""), \(scope.country ?? ""), \(scope.arm?.rawValue ?? ""), \(policy.rule.rawValue), \(policy.network), \(weights)::jsonb,
                             \(array: policy.networks)::text[], \(policy.defaultNetwork), \(policy.windowHours), \(policy.minRequests), \(policy.hysteresis),
                             \(policy.maxAgeSeconds), \(policy.rankBy.rawValue))
-                    ON CONFLICT (app_id, placement, country) DO UPDATE SET
+                    ON CONFLICT (app_id, placement, country, arm) DO UPDATE SET
                         rule = excluded.rule, network = excluded.network, weights = excluded.weights, networks = excluded.networks,
                         default_network = excluded.default_network, window_hours = excluded.window_hours, min_requests = excluded.min_requests,
                         hysteresis = excluded.hysteresis, max_age_seconds = excluded.max_age_seconds, rank_by = excluded.rank_by, updated_at = excluded.updated_at
@@ -157,21 +187,19 @@ public struct MediationStore: Sendable {
                 let row = try Self.read(scope, on: connection)
                 try Self.record(
                     scope, kind: "policy", from: before?.policy.summary, to: policy.summary,
-                    reason: before == nil ? "policy created" : "policy replaced", actor: actor, on: connection
+                    reason: reason ?? (before == nil ? "policy created" : "policy replaced"), actor: actor, on: connection
                 )
                 return try Self.decode(row!).policy
-            }
-        } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
-            throw MediationStoreError.unknownApp(scope.app)
-        }
     }
 
     /// Deletes a policy and records it; requests it answered fall to a broader policy (or none).
     public func delete(_ scope: MediationScope, actor: String) async throws {
         let deleted = try await pool.withTransaction { connection in
+            try Self.refuseDuringExperiment(scope, on: connection)
             guard let row = try Self.read(scope, lock: true, on: connection) else { return false }
             try connection.query("""
                 DELETE FROM mediation_policies WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "")
+                  AND arm = \(scope.arm?.rawValue ?? "")
                 """)
             try Self.record(scope, kind: "deleted", from: try Self.decode(row).policy.summary, to: nil, reason: "policy deleted", actor: actor, on: connection)
             return true
@@ -197,7 +225,7 @@ public struct MediationStore: Sendable {
     static func read(_ scope: MediationScope, lock: Bool = false, on connection: PostgresConnection) throws -> PostgresRow? {
         try connection.query("""
             SELECT \(unsafeRaw: columns) FROM mediation_policies
-            WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "")\(unsafeRaw: lock ? " FOR UPDATE" : "")
+            WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") AND arm = \(scope.arm?.rawValue ?? "")\(unsafeRaw: lock ? " FOR UPDATE" : "")
             """).first
     }
 
@@ -214,17 +242,17 @@ public struct MediationStore: Sendable {
         try await pool.withTransaction { connection in
             guard let row = try connection.query("""
                 SELECT \(unsafeRaw: Self.columns), clock_timestamp() FROM mediation_policies
-                WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") FOR UPDATE
+                WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") AND arm = \(scope.arm?.rawValue ?? "") FOR UPDATE
                 """).first else { return .policyDeleted }
             let current = try Self.decode(row)
             guard current.policy.updatedAt == policyUpdatedAt else { return .policyChanged }
-            let now: Date = try row.decode(18)
+            let now: Date = try row.decode(19)
             let choice = decide(current.chosen)
             let changed = choice.network != current.chosen
             let since = changed ? now : current.chosenSince ?? now
             try connection.query("""
                 UPDATE mediation_policies SET chosen = \(choice.network), chosen_since = \(since), decision = \(answer(choice, since, now)), decided_at = \(now)
-                WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "")
+                WHERE app_id = \(scope.app) AND placement = \(scope.placement ?? "") AND country = \(scope.country ?? "") AND arm = \(scope.arm?.rawValue ?? "")
                 """)
             let stored = try Self.read(scope, on: connection)
             if changed {
@@ -235,9 +263,10 @@ public struct MediationStore: Sendable {
     }
 
     static func record(_ scope: MediationScope, kind: String, from: String?, to: String?, reason: String, actor: String, on connection: PostgresConnection) throws {
+        let reason = scope.arm.map { "experiment's \($0.rawValue) arm: \(reason)" } ?? reason
         try connection.query("""
-            INSERT INTO mediation_changes (app_id, placement, country, kind, from_value, to_value, reason, actor)
-            VALUES (\(scope.app), \(scope.placement ?? ""), \(scope.country ?? ""), \(kind), \(from), \(to), \(reason), \(actor))
+            INSERT INTO mediation_changes (app_id, placement, country, arm, kind, from_value, to_value, reason, actor)
+            VALUES (\(scope.app), \(scope.placement ?? ""), \(scope.country ?? ""), \(scope.arm?.rawValue ?? ""), \(kind), \(from), \(to), \(reason), \(actor))
             """)
     }
 }

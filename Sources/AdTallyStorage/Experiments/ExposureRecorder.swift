@@ -1,0 +1,123 @@
+import AdTallyCore
+import Foundation
+import Logging
+import Metrics
+import PostgresKit
+import Synchronization
+
+/// Records each device's first exposure to an experiment (DESIGN §14) without a write per
+/// switch request: a server remembers the devices it has recorded (`seen`, at most
+/// `maxSeen`; emptied when full, which costs each device one more idempotent write) and
+/// queues the others (`pending`, at most `maxPending`), which `flush` writes in one
+/// statement a second. A write keeps the earliest instant any server saw (servers flush
+/// in any order). When the queue is full a device is not queued and not remembered: its
+/// next request queues it again; each such miss is counted
+/// (`adtally_experiment_exposures_deferred_total`), never silent.
+public final class ExposureRecorder: Sendable {
+    /// One exposure to write.
+    struct Exposure: Sendable {
+        var app: String
+        var experiment: String
+        var device: String
+        var arm: ExperimentArm
+        var at: Date
+        var key: Key
+    }
+
+    /// 128 bits of a per-process keyed hash of (app, experiment, device): what `seen` keeps.
+    struct Key: Hashable, Sendable {
+        var a: Int
+        var b: Int
+    }
+
+    struct State {
+        var seen: Set<Key> = []
+        var pending: [Exposure] = []
+    }
+
+    /// Devices remembered as recorded, and exposures queued, at most.
+    public static let maxSeen = 1_000_000, maxPending = 100_000
+    /// Exposures written per statement, at most.
+    static let batch = 5_000
+
+    let pool: PostgresPool
+    let logger: Logger
+    private let state = Mutex(State())
+    private let written = Counter(label: "adtally_experiment_exposures_total")
+    private let deferred = Counter(label: "adtally_experiment_exposures_deferred_total")
+
+    /// A recorder writing to the primary's pool.
+    public init(pool: PostgresPool, logger: Logger) {
+        self.pool = pool
+        self.logger = logger
+    }
+
+    static func key(app: String, experiment: String, device: String) -> Key {
+        func hash(_ seed: Int) -> Int {
+            var hasher = Hasher()
+            hasher.combine(seed)
+            hasher.combine(app)
+            hasher.combine(experiment)
+            hasher.combine(device)
+            return hasher.finalize()
+        }
+        return Key(a: hash(0), b: hash(1))
+    }
+
+    /// Notes that a device got an answer under an experiment now; queued unless it was recorded.
+    public func note(app: String, experiment: String, device: String, arm: ExperimentArm, at: Date = Date()) {
+        let key = Self.key(app: app, experiment: experiment, device: device)
+        let queued = state.withLock { state -> Bool in
+            if state.seen.contains(key) { return true }
+            guard state.pending.count < Self.maxPending else { return false }
+            if state.seen.count >= Self.maxSeen { state.seen.removeAll(keepingCapacity: true) }
+            state.seen.insert(key)
+            state.pending.append(Exposure(app: app, experiment: experiment, device: device, arm: arm, at: at, key: key))
+            return true
+        }
+        if !queued { deferred.increment() }
+    }
+
+    /// Exposures queued and not written yet.
+    public var pendingCount: Int { state.withLock { $0.pending.count } }
+
+    /// Writes what is queued. On failure the exposures are queued again (as many as fit; the
+    /// rest are forgotten as recorded, so their devices' next requests queue them) and it throws.
+    public func flush() async throws {
+        while true {
+            let taken = state.withLock { state -> [Exposure] in
+                let count = min(Self.batch, state.pending.count)
+                defer { state.pending.removeFirst(count) }
+                return Array(state.pending.prefix(count))
+            }
+            guard !taken.isEmpty else { return }
+            do {
+                try await write(taken)
+                written.increment(by: taken.count)
+            } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
+                // An experiment (or its app) deleted since: its exposures have nowhere to go.
+                logger.warning("experiment exposures dropped: their experiment is gone", metadata: ["count": "\(taken.count)", "error": "\(error)"])
+            } catch {
+                state.withLock { state in
+                    let room = max(0, Self.maxPending - state.pending.count)
+                    state.pending.insert(contentsOf: taken.prefix(room), at: 0)
+                    for lost in taken.dropFirst(room) { state.seen.remove(lost.key) }
+                }
+                throw error
+            }
+        }
+    }
+
+    func write(_ exposures: [Exposure]) async throws {
+        // Epoch microseconds as text: one array per column, one statement.
+        let micros = exposures.map { String(Int64(($0.at.timeIntervalSince1970 * 1_000_000).rounded())) }
+        try await pool.query("""
+            INSERT INTO experiment_exposures (app_id, experiment, device, arm, first_at)
+            SELECT x.app, x.experiment, x.device, x.arm, to_timestamp(x.micros::bigint / 1e6)
+            FROM unnest(\(array: exposures.map(\.app))::text[], \(array: exposures.map(\.experiment))::text[], \(array: exposures.map(\.device))::text[],
+                        \(array: exposures.map(\.arm.rawValue))::text[], \(array: micros)::text[]) AS x (app, experiment, device, arm, micros)
+            ON CONFLICT (app_id, experiment, device) DO UPDATE SET first_at = excluded.first_at
+            WHERE excluded.first_at < experiment_exposures.first_at
+            """)
+    }
+}
