@@ -160,6 +160,7 @@ public func buildApplication(settings: Settings, services: AppServices, logger: 
     ExportRoutes(store: services.exports, engine: services.reports, authenticator: authenticator, exportsRoot: services.exportsRoot).register(on: routes)
     ClientDropRoutes(store: ClientDropStore(pool: services.database.pool), authenticator: authenticator).register(on: routes)
     MediationRoutes(store: services.mediation, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
+    ExperimentRoutes(store: ExperimentStore(pool: services.database.pool), engine: services.reports, refresher: services.mediationRefresher, authenticator: authenticator).register(on: routes)
     DashboardRoutes(engine: services.reports, authenticator: authenticator, store: services.appStore, shares: shares, streamLimits: settings.reportStreamLimits).register(on: routes)
     // Network report imports on the admin pool (off ingest's connections); the
     // discrepancy report's own side through the report engine.

@@ -11,7 +11,7 @@ struct AdTally: AsyncParsableCommand {
         abstract: "Self-hosted analytics and reporting for in-app advertising.",
         subcommands: [
             Serve.self, Migrate.self, AppsCommand.self, KeysCommand.self, IngestCommand.self, ReportCommand.self, RatesCommand.self, FXCommand.self,
-            ExportsCommand.self, MediationCommand.self, NetworksCommand.self, ReconcileCommand.self, AlertsCommand.self, DevicesCommand.self, StatusCommand.self, DemoCommand.self,
+            ExportsCommand.self, MediationCommand.self, ExperimentsCommand.self, NetworksCommand.self, ReconcileCommand.self, AlertsCommand.self, DevicesCommand.self, StatusCommand.self, DemoCommand.self,
         ]
     )
 

@@ -212,3 +212,26 @@ extension MediationPolicy {
         return text
     }
 }
+
+extension Experiment {
+    /// The experiment as the API shows it (each arm's policy as `adtally mediation set`
+    /// takes it, and as the CLI writes it: `spec`).
+    public func jsonObject() -> [String: Any] {
+        func policy(_ policy: MediationPolicy) -> [String: Any] {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            var object = (try? encoder.encode(policy)).flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] } ?? [:]
+            for key in ["app", "placement", "country", "updated_at"] { object.removeValue(forKey: key) }
+            object["spec"] = policy.spec
+            return object
+        }
+        func time(_ date: Date?) -> Any { date.map { $0.formatted(.iso8601) } ?? NSNull() }
+        let decisionObject = decision.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } ?? NSNull()
+        return [
+            "name": name, "app": app, "placement": placement, "countries": countries, "treatment_share": treatmentShare,
+            "control": policy(control), "treatment": policy(treatment), "aa_test": isAA,
+            "status": status, "started_at": time(startedAt), "created_by": createdBy,
+            "stopped_at": time(stoppedAt), "kept": kept?.rawValue ?? NSNull(), "stopped_by": stoppedBy ?? NSNull(), "decision": decisionObject,
+        ]
+    }
+}

@@ -122,6 +122,11 @@ public struct ExperimentStore: Sendable {
         return experiment
     }
 
+    /// The experiments of that name in any app (the CLI's lookup when no app is named).
+    public func named(_ name: String) async throws -> [Experiment] {
+        try await pool.query("SELECT \(unsafeRaw: Self.columns) FROM experiments WHERE name = \(name) ORDER BY app_id").map(Self.decode)
+    }
+
     /// An app's experiments, the running first, newest first.
     public func list(app: String) async throws -> [Experiment] {
         try await pool.query("""

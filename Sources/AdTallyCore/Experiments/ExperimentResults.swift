@@ -1,0 +1,225 @@
+import Foundation
+
+/// An experiment's results (DESIGN §14): per arm, over its exposed devices and their
+/// activity from the local day of their first exposure on, each metric with its 95 %
+/// interval; the treatment's lift; the sample-ratio check; ARPDAU by day and cumulative;
+/// and a verdict in words. Built by the report engine from the arms' sums (`ArmMoments`).
+public struct ExperimentResults: Sendable {
+    /// One day's sums of an arm: the increments of the cumulative sums (`moments`, whose
+    /// `n` is the devices first exposed that day) and the day's own revenue over its
+    /// active devices (`active`, `dayRevenue`, `dayRevenueSquares`, micros).
+    public struct DaySums: Sendable {
+        public var moments = ArmMoments()
+        public var active: Double = 0
+        public var dayRevenue: Double = 0
+        public var dayRevenueSquares: Double = 0
+        public init() {}
+    }
+
+    /// One day of the series.
+    public struct Day: Sendable {
+        public var date: String
+        public var devices: [ExperimentArm: Double] = [:]
+        public var active: [ExperimentArm: Double] = [:]
+        public var arpdau: [ExperimentArm: Estimate] = [:]
+        public var cumulativeARPDAU: [ExperimentArm: Estimate] = [:]
+        public var cumulativeLift: Lift?
+    }
+
+    public var experiment: Experiment
+    public var currency: String
+    /// Local days (since the epoch) the results span: the start's to today's (or the stop's).
+    public var from: Int
+    public var to: Int
+    /// Whether `to` is a day still under way.
+    public var partialDay: Bool
+    /// Whole local days since the start (the start's own day counts only if it started at midnight).
+    public var wholeDays: Int
+    public var moments: [ExperimentArm: ArmMoments]
+    public var estimates: [ExperimentArm: [String: Estimate]]
+    public var projected: [ExperimentArm: Estimate]
+    public var lifts: [String: Lift]
+    public var sampleRatio: SampleRatio
+    public var days: [Day]
+    public var winner: ExperimentArm?
+    public var verdict: String
+    public var missing: [String]
+    public var notes: [String]
+
+    /// The results from the arms' sums per day (`sums[day][arm]`), each device's
+    /// exposure day counted in `n`; `retention` the arms' retention counts;
+    /// `appDAU` the app's average DAU over the experiment's days (for the projection).
+    public init(
+        experiment: Experiment, currency: String, from: Int, to: Int, partialDay: Bool, wholeDays: Int,
+        sums: [Int: [ExperimentArm: DaySums]], retention: [ExperimentArm: ArmMoments], appDAU: Double?
+    ) {
+        self.experiment = experiment
+        self.currency = currency
+        self.from = from
+        self.to = to
+        self.partialDay = partialDay
+        self.wholeDays = wholeDays
+        var cumulative: [ExperimentArm: ArmMoments] = [.control: ArmMoments(), .treatment: ArmMoments()]
+        var series: [Day] = []
+        let lastDay = max(to, sums.keys.max() ?? to)
+        if from <= lastDay {
+            for day in from...lastDay {
+                var entry = Day(date: Self.date(day))
+                for arm in ExperimentArm.allCases {
+                    let daySums = sums[day]?[arm] ?? DaySums()
+                    cumulative[arm]!.add(daySums.moments)
+                    entry.devices[arm] = cumulative[arm]!.n
+                    entry.active[arm] = daySums.active
+                    // The day's ARPDAU: the mean revenue of its active devices.
+                    entry.arpdau[arm] = ExperimentStatistics.mean(n: daySums.active, x: daySums.dayRevenue, xx: daySums.dayRevenueSquares).scaled(1e-6)
+                    let m = cumulative[arm]!
+                    entry.cumulativeARPDAU[arm] = ExperimentStatistics.ratio(n: m.n, x: m.r, y: m.d, xx: m.rr, yy: m.dd, xy: m.rd).scaled(1e-6)
+                }
+                entry.cumulativeLift = ExperimentStatistics.lift(treatment: entry.cumulativeARPDAU[.treatment]!, control: entry.cumulativeARPDAU[.control]!)
+                series.append(entry)
+            }
+        }
+        // Devices exposed before `from` cannot be (exposures start with the experiment);
+        // any day of `sums` before it would be lost: counted into the first day.
+        for (day, byArm) in sums where day < from {
+            for (arm, daySums) in byArm { cumulative[arm]!.add(daySums.moments) }
+        }
+        for arm in ExperimentArm.allCases {
+            let r = retention[arm] ?? ArmMoments()
+            cumulative[arm]!.eligible1 = r.eligible1
+            cumulative[arm]!.retained1 = r.retained1
+            cumulative[arm]!.eligible7 = r.eligible7
+            cumulative[arm]!.retained7 = r.retained7
+        }
+        moments = cumulative
+        days = series
+        estimates = cumulative.mapValues(ExperimentStatistics.estimates)
+        projected = estimates.mapValues { $0["arpdau"]!.scaled((appDAU ?? 0) * 30) }
+        if appDAU == nil { projected = [:] }
+        var lifts: [String: Lift] = [:]
+        for metric in ExperimentStatistics.metrics {
+            if let lift = ExperimentStatistics.lift(treatment: estimates[.treatment]![metric]!, control: estimates[.control]![metric]!) { lifts[metric] = lift }
+        }
+        self.lifts = lifts
+        sampleRatio = ExperimentStatistics.sampleRatio(
+            control: cumulative[.control]!.n, treatment: cumulative[.treatment]!.n, treatmentShare: Double(experiment.treatmentShare) / 100
+        )
+        var notes = [
+            "devices: those that got a switch answer under the experiment (with their per-install id); each device's activity counts from the local day of its first exposure on, in the app's zone, in every placement of the app",
+            "intervals: 95 %, the device as the unit; ratios of sums (arpdau, impressions_per_dau, requests_per_dau, fill_rate, ecpm) by the delta method, var(R/D) ≈ (var(r) − 2·q·cov(r,d) + q²·var(d)) / (n·d̄²); revenue_per_device as a mean; retention as a proportion of the devices first exposed on their install day whose day N has passed",
+            "lift: (treatment − control) / control; its interval is that of the difference (± 1.96·√(se_t² + se_c²)) divided by the control's value; significant when the difference's interval excludes 0",
+        ]
+        if partialDay { notes.append("\(Self.date(to)) is a day still under way: it is included, so the last day's numbers will still grow") }
+        if experiment.isAA { notes.append("an A/A test: both arms have the same policy, so any lift is noise — the interval should contain 0 in about 95 of 100 such tests") }
+        if appDAU != nil { notes.append("projected_monthly_revenue: the arm's ARPDAU × the app's average DAU over the experiment's days × 30, as if 100 % of devices had the arm's policy") }
+        var missing: [String] = []
+        if wholeDays < ExperimentStatistics.minimumDays {
+            missing.append("\(ExperimentStatistics.minimumDays - wholeDays) more whole day\(ExperimentStatistics.minimumDays - wholeDays == 1 ? "" : "s") (\(wholeDays) of \(ExperimentStatistics.minimumDays))")
+        }
+        for arm in ExperimentArm.allCases where cumulative[arm]!.n < Double(ExperimentStatistics.minimumDevices) {
+            let short = Int(Double(ExperimentStatistics.minimumDevices) - cumulative[arm]!.n)
+            missing.append("\(short) more exposed device\(short == 1 ? "" : "s") in \(arm.rawValue) (\(Int(cumulative[arm]!.n)) of \(ExperimentStatistics.minimumDevices))")
+        }
+        self.missing = missing
+        let arpdau = lifts["arpdau"]
+        func percent(_ value: Double?) -> String {
+            guard let value else { return "?" }
+            return String(format: "%+.1f%%", value * 100)
+        }
+        let liftText = arpdau.map { "ARPDAU lift \(percent($0.value)) (95 % interval \(percent($0.low)) to \(percent($0.high)))" } ?? "no ARPDAU lift yet (an arm has no active device-day)"
+        let retentionLoss = ["retention_d1", "retention_d7"].filter { lifts[$0].map { $0.isSignificant && ($0.difference.value ?? 0) < 0 } ?? false }
+        winner = nil
+        if sampleRatio.isBroken {
+            verdict = String(
+                format: "broken split: %.0f control and %.0f treatment devices where %d%% were to be treatment (χ² %.1f, p %.2g < 0.001); the arms are not comparable and no result stands — look for devices that do not send their id, a cache that shares one answer, or a kit version that treats the arms differently",
+                cumulative[.control]!.n, cumulative[.treatment]!.n, experiment.treatmentShare, sampleRatio.chi2, sampleRatio.p
+            )
+        } else if !missing.isEmpty {
+            verdict = "too early to name a winner: \(missing.joined(separator: ", ")) needed; so far \(liftText)"
+        } else if let arpdau, arpdau.isSignificant {
+            let better: ExperimentArm = (arpdau.difference.value ?? 0) > 0 ? .treatment : .control
+            if better == .treatment && !retentionLoss.isEmpty {
+                verdict = "no winner: the treatment earns more per daily user (\(liftText)) but keeps fewer users (\(retentionLoss.joined(separator: ", ")) significantly lower)"
+            } else {
+                winner = better
+                verdict = "\(better.rawValue) wins: \(liftText), significant" + (retentionLoss.isEmpty ? ", and retention is not significantly lower" : "")
+            }
+        } else {
+            verdict = "no significant difference: \(liftText) — the interval includes 0, so a lift of that size is not told apart from noise"
+        }
+        if experiment.isAA && arpdau?.isSignificant == true { notes.append("this A/A test shows a significant ARPDAU difference: expected in about 1 of 20 A/A tests by chance; if it repeats, the split or the data is biased") }
+        self.notes = notes
+    }
+
+    /// A day since the epoch as YYYY-MM-DD.
+    public static func date(_ day: Int) -> String {
+        let seconds = Double(day) * 86_400
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyy-MM-dd"
+        return formatter.string(from: Date(timeIntervalSince1970: seconds))
+    }
+
+    /// A number as the JSON shows it: six decimals, none for a non-finite value.
+    static func rounded(_ value: Double?) -> Any {
+        guard let value, value.isFinite else { return NSNull() }
+        return (value * 1_000_000).rounded() / 1_000_000
+    }
+
+    static func json(_ estimate: Estimate) -> [String: Any] {
+        ["value": rounded(estimate.value), "low": rounded(estimate.low), "high": rounded(estimate.high)]
+    }
+
+    static func json(_ lift: Lift) -> [String: Any] {
+        ["value": rounded(lift.value), "low": rounded(lift.low), "high": rounded(lift.high), "significant": lift.isSignificant,
+         "difference": json(lift.difference)]
+    }
+
+    /// What a stop records of the results it was decided on.
+    public func decisionJSON() -> String {
+        let object = jsonObject()
+        let kept: [String: Any] = [
+            "verdict": verdict, "winner": winner?.rawValue ?? NSNull(), "whole_days": wholeDays,
+            "arpdau_lift": (object["lift"] as? [String: Any])?["arpdau"] ?? NSNull(), "sample_ratio": object["sample_ratio"] ?? NSNull(),
+            "devices": ["control": Int(moments[.control]?.n ?? 0), "treatment": Int(moments[.treatment]?.n ?? 0)],
+        ]
+        return String(decoding: (try? JSONSerialization.data(withJSONObject: kept, options: [.sortedKeys])) ?? Data("{}".utf8), as: UTF8.self)
+    }
+
+    /// The results as the API answers them.
+    public func jsonObject() -> [String: Any] {
+        var arms: [String: Any] = [:]
+        for arm in ExperimentArm.allCases {
+            var object: [String: Any] = ["devices": Int(moments[arm]!.n)]
+            for metric in ExperimentStatistics.metrics { object[metric] = Self.json(estimates[arm]![metric]!) }
+            object["projected_monthly_revenue"] = projected[arm].map(Self.json) ?? NSNull()
+            object["active_device_days"] = Int(moments[arm]!.d)
+            arms[arm.rawValue] = object
+        }
+        var lift: [String: Any] = [:]
+        for metric in ExperimentStatistics.metrics {
+            lift[metric] = lifts[metric].map(Self.json) ?? ["value": NSNull(), "low": NSNull(), "high": NSNull(), "significant": false, "difference": ["value": NSNull(), "low": NSNull(), "high": NSNull()]]
+        }
+        let series: [[String: Any]] = days.map { day in
+            var object: [String: Any] = ["date": day.date]
+            for arm in ExperimentArm.allCases {
+                object[arm.rawValue] = [
+                    "devices": Int(day.devices[arm] ?? 0), "active": Int(day.active[arm] ?? 0),
+                    "arpdau": Self.json(day.arpdau[arm]!), "cumulative_arpdau": Self.json(day.cumulativeARPDAU[arm]!),
+                ] as [String: Any]
+            }
+            object["cumulative_arpdau_lift"] = day.cumulativeLift.map(Self.json) ?? NSNull()
+            return object
+        }
+        return [
+            "experiment": experiment.name, "app": experiment.app, "placement": experiment.placement, "status": experiment.status,
+            "treatment_share": experiment.treatmentShare, "currency": currency,
+            "from": Self.date(from), "to": Self.date(to), "partial_day": partialDay ? Self.date(to) as Any : NSNull(), "whole_days": wholeDays,
+            "arms": arms, "lift": lift,
+            "sample_ratio": ["chi2": Self.rounded(sampleRatio.chi2), "p": sampleRatio.p, "broken": sampleRatio.isBroken, "expected_treatment_share": Double(experiment.treatmentShare) / 100],
+            "winner": winner?.rawValue ?? NSNull(), "verdict": verdict, "missing": missing, "days": series, "notes": notes,
+            "aa_test": experiment.isAA,
+        ]
+    }
+}

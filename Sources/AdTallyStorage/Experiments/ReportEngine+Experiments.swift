@@ -1,0 +1,169 @@
+import AdTallyCore
+import Foundation
+import PostgresKit
+import TextFormats
+
+/// The report engine's experiment results (DESIGN §14): every number is read here, from
+/// the devices' exposures and their rows of the installs' grain (Migrations/0023: each
+/// device's active days, and their money priced exactly as `revenue` is), with the
+/// install deltas not yet folded, in one snapshot; `ExperimentResults` turns the sums
+/// into intervals.
+extension ReportEngine {
+    /// An experiment's results as they stand (`now`: for tests).
+    public func experimentResults(_ experiment: Experiment, app: ReportApp, now: Date = Date()) async throws -> ExperimentResults {
+        let started = experiment.startedAt ?? now
+        let end = experiment.stoppedAt ?? now
+        // The money is priced as a revenue report over the experiment's days is.
+        let dayFormatter = { (date: Date) -> (day: Int, seconds: Int) in
+            var calendar = Calendar(identifier: .gregorian)
+            calendar.timeZone = TimeZone(identifier: app.timezone) ?? TimeZone(identifier: "UTC")!
+            let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+            let day = CivilTime.days(year: parts.year!, month: parts.month!, day: parts.day!)
+            return (day, parts.hour! * 3600 + parts.minute! * 60 + parts.second!)
+        }
+        let (from, startSecond) = dayFormatter(started)
+        let to = dayFormatter(end).day
+        let today = dayFormatter(now).day
+        let wholeDays = max(0, today - from - (startSecond == 0 ? 0 : 1))
+        let money = try ReportQuery.parse(
+            [("apps", app.id), ("tz", app.timezone), ("from", ReportQuery.formatDate(from)), ("to", ReportQuery.formatDate(to)), ("metrics", "revenue")],
+            readable: [app], isAdmin: true, now: now
+        )
+        let sums = try await reads.run { pool, _, _ in
+            try await pool.withTransaction(begin: Self.snapshot) { connection in
+                try Self.experimentSums(experiment, app: app, money: money, on: connection)
+            }
+        }
+        // The app's average DAU over the experiment's whole days (today's if none), for the projection.
+        var appDAU: Double?
+        let dauTo = max(from, min(to, today - 1))
+        if let dau = try? await page(ReportQuery.parse(
+            [("apps", app.id), ("tz", app.timezone), ("from", ReportQuery.formatDate(from)), ("to", ReportQuery.formatDate(dauTo)), ("metrics", "dau")],
+            readable: [app], isAdmin: true, now: now
+        )), let value = ReportMetric.dau.value(dau.totals).number {
+            appDAU = value
+        }
+        return ExperimentResults(
+            experiment: experiment, currency: app.currency, from: from, to: to, partialDay: experiment.stoppedAt == nil,
+            wholeDays: wholeDays, sums: sums.days, retention: sums.retention, appDAU: appDAU
+        )
+    }
+
+    /// The arms' sums per local day, and their retention counts, in one statement.
+    static func experimentSums(
+        _ experiment: Experiment, app: ReportApp, money: ReportQuery, on connection: PostgresConnection
+    ) throws -> (days: [Int: [ExperimentArm: ExperimentResults.DaySums]], retention: [ExperimentArm: ArmMoments]) {
+        let prepared = try prepare(money, on: connection)
+        let record = prepared.recordWindow != nil ? try ReportPlan.recordDays(money, on: connection) : []
+        let plan = ReportPlan(money, distributed: prepared.distributed, record: record, source: .raw)
+        let tz = app.timezone
+        var sql: PostgresQuery = """
+            WITH t AS (SELECT (now() AT TIME ZONE \(tz))::date AS today),
+            x AS MATERIALIZED (
+                SELECT e.device, e.arm, (e.first_at AT TIME ZONE \(tz))::date AS xday
+                FROM experiment_exposures e WHERE e.app_id = \(app.id) AND e.experiment = \(experiment.name)
+            ), pend AS MATERIALIZED (
+                SELECT d.app_id, d.device, x.arm, (d.bucket AT TIME ZONE \(tz))::date AS day, date_trunc('hour', d.bucket, 'UTC') AS hour,
+                       d.network, d.format, d.country::text AS country, d.currency, (d.first_at AT TIME ZONE \(tz))::date AS first_day,
+                       d.requests, d.impressions, d.taps, d.revenue_micros, d.unpriced_impressions, d.unpriced_taps
+                FROM install_delta d JOIN x ON x.device = d.device
+                WHERE d.app_id = \(app.id) AND (d.bucket AT TIME ZONE \(tz))::date >= x.xday
+            ), act AS MATERIALIZED (
+                SELECT u.device, u.day, sum(u.requests)::float8 AS q, sum(u.impressions)::float8 AS i
+                FROM (SELECT s.device, s.day, s.requests, s.impressions FROM install_days s JOIN x ON x.device = s.device
+                      WHERE s.app_id = \(app.id) AND s.day >= x.xday
+                      UNION ALL SELECT p.device, p.day, p.requests, p.impressions FROM pend p) AS u
+                GROUP BY u.device, u.day
+            ), pending AS MATERIALIZED (
+                SELECT s.arm, s.device, s.day, (s.hour AT TIME ZONE 'UTC')::date AS u, s.network, s.format,
+                       0::bigint AS requests, 0::bigint AS loads, sum(s.impressions)::bigint AS impressions, 0::bigint AS errors, sum(s.taps)::bigint AS taps,
+                       0::bigint AS action_cancels, 0::bigint AS expiries, 0::bigint AS wasted_fills, 0::bigint AS sessions,
+                       NULL::hll AS devices, sum(s.revenue_micros)::numeric AS revenue_micros, s.currency, s.country,
+                       sum(s.unpriced_impressions)::bigint AS ui, sum(s.unpriced_taps)::bigint AS ut, NULL::numeric AS est, NULL::bigint AS unrated_adjust,
+                       0::numeric AS precise_micros\(unsafeRaw: plan.hasRecord ? ", s.app_id, s.hour AS h" : "")
+                FROM (SELECT r.app_id, x.arm, r.device, r.day, r.hour, r.network, r.format, r.country::text AS country, r.currency,
+                             r.impressions, r.taps, r.revenue_micros, r.unpriced_impressions, r.unpriced_taps
+                      FROM install_day_revenue r JOIN x ON x.device = r.device WHERE r.app_id = \(app.id) AND r.day >= x.xday
+                      UNION ALL
+                      SELECT p.app_id, p.arm, p.device, p.day, p.hour, p.network, p.format, p.country, p.currency,
+                             p.impressions, p.taps, p.revenue_micros, p.unpriced_impressions, p.unpriced_taps
+                      FROM pend p WHERE p.impressions + p.taps > 0) AS s
+                GROUP BY s.arm, s.device, s.day, u, s.network, s.format, s.currency, s.country\(unsafeRaw: plan.hasRecord ? ", s.app_id, s.hour" : "")
+            ),
+            \(unsafeRaw: RatePricing.pricesCTE("prices", of: "pending"))
+            """
+        if plan.hasRecord { sql.append(",\n\(plan.recordCTE())") }
+        sql.append(",\nmoney AS (\n")
+        sql.append(plan.pricedSums(names: ["arm", "device", "day"], rows: "pending AS s", dimensionList: "s.arm, s.device, s.day, "))
+        sql.append("""
+            ), dd AS (
+                SELECT a.device, x.arm, a.day, a.q, a.i, coalesce(m.rev, 0)::float8 AS r
+                FROM act a JOIN x ON x.device = a.device
+                LEFT JOIN (SELECT device, day, sum(reported_micros + estimated_micros + network_micros) AS rev FROM money GROUP BY device, day) AS m
+                       ON m.device = a.device AND m.day = a.day
+            ), inc AS (
+                SELECT w.arm, w.day, w.r, w.i, w.q,
+                       coalesce(sum(w.r) OVER prior, 0) AS r0, coalesce(sum(w.i) OVER prior, 0) AS i0, coalesce(sum(w.q) OVER prior, 0) AS q0,
+                       (row_number() OVER (PARTITION BY w.device ORDER BY w.day) - 1)::float8 AS d0
+                FROM dd w
+                WINDOW prior AS (PARTITION BY w.device ORDER BY w.day ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+            ), installed AS (
+                SELECT p.device, min(p.first_day) AS first_day FROM pend p GROUP BY p.device
+            ), ret AS (
+                SELECT x.arm,
+                       count(*) FILTER (WHERE x.xday + 1 < t.today)::float8 AS e1, count(a1.device) FILTER (WHERE x.xday + 1 < t.today)::float8 AS r1,
+                       count(*) FILTER (WHERE x.xday + 7 < t.today)::float8 AS e7, count(a7.device) FILTER (WHERE x.xday + 7 < t.today)::float8 AS r7
+                FROM x CROSS JOIN t
+                LEFT JOIN installs i ON i.app_id = \(app.id) AND i.device = x.device
+                LEFT JOIN installed f ON f.device = x.device
+                LEFT JOIN act a1 ON a1.device = x.device AND a1.day = x.xday + 1
+                LEFT JOIN act a7 ON a7.device = x.device AND a7.day = x.xday + 7
+                WHERE least(i.day, f.first_day) = x.xday
+                GROUP BY x.arm
+            )
+            SELECT 'd', arm, day - DATE '1970-01-01', count(*)::float8, sum(r), sum(i), sum(q), sum(r * r),
+                   sum(2 * r0 * r + r * r), sum(2 * d0 + 1), sum(2 * i0 * i + i * i), sum(2 * q0 * q + q * q),
+                   sum(r0 + r * d0 + r), sum(i0 + i * d0 + i), sum(q0 + q * d0 + q), sum(r0 * i + r * i0 + r * i), sum(i0 * q + i * q0 + i * q), NULL
+            FROM inc GROUP BY arm, day
+            UNION ALL
+            SELECT 'x', arm, xday - DATE '1970-01-01', count(*)::float8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL FROM x GROUP BY arm, xday
+            UNION ALL
+            SELECT 'r', arm, 0, e1, r1, e7, r7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL FROM ret
+            UNION ALL
+            SELECT 'f', NULL, 0, coalesce(sum(unrated), 0)::float8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, min(missing_fx) FROM money
+            """)
+        var days: [Int: [ExperimentArm: ExperimentResults.DaySums]] = [:]
+        var retention: [ExperimentArm: ArmMoments] = [:]
+        for row in try connection.query(sql) {
+            let kind: String = try row.decode(0)
+            let arm = try row.decode(1, as: String?.self).flatMap(ExperimentArm.init(rawValue:))
+            let day: Int = try row.decode(2)
+            let v = try (3...16).map { try row.decode($0, as: Double?.self) ?? 0 }
+            switch kind {
+            case "d":
+                guard let arm else { continue }
+                var sums = days[day, default: [:]][arm, default: .init()]
+                sums.active = v[0]
+                sums.dayRevenue = v[1]
+                sums.dayRevenueSquares = v[4]
+                sums.moments.r += v[1]; sums.moments.d += v[0]; sums.moments.i += v[2]; sums.moments.q += v[3]
+                sums.moments.rr += v[5]; sums.moments.dd += v[6]; sums.moments.ii += v[7]; sums.moments.qq += v[8]
+                sums.moments.rd += v[9]; sums.moments.id += v[10]; sums.moments.qd += v[11]; sums.moments.ri += v[12]; sums.moments.iq += v[13]
+                days[day, default: [:]][arm] = sums
+            case "x":
+                guard let arm else { continue }
+                days[day, default: [:]][arm, default: .init()].moments.n += v[0]
+            case "r":
+                guard let arm else { continue }
+                var counts = ArmMoments()
+                counts.eligible1 = v[0]; counts.retained1 = v[1]; counts.eligible7 = v[2]; counts.retained7 = v[3]
+                retention[arm] = counts
+            default:
+                if let missing = try row.decode(17, as: String?.self) {
+                    throw ReportCurrencyError(missing: missing, reportCurrency: money.currency)
+                }
+            }
+        }
+        return (days, retention)
+    }
+}
