@@ -174,6 +174,11 @@ final class Engine: @unchecked Sendable {
     }
 
     private func start() {
+        // The switch sends the per-install id (not after an opt-out): an experiment answers its arm.
+        switchboard.deviceID = { [weak self] in
+            guard let self else { return nil }
+            return self.lock.locked { self.isOptedOut ? nil : self.currentDeviceID }
+        }
         sender = Task.detached(priority: .utility) { [self] in await self.sendLoop() }
         if case .syncEvery(let interval) = configuration.durability {
             syncer = Task.detached(priority: .utility) { [self] in

@@ -20,6 +20,9 @@ final class Switchboard: @unchecked Sendable {
         var etag: String?
         var maxAge: TimeInterval
         var fetchedAt: Date
+        /// The per-install id it was fetched with: in an experiment (DESIGN §14) the
+        /// answer is the device's arm's, so a tag held for another id is not revalidated.
+        var device: String?
     }
 
     private var server: URL
@@ -35,6 +38,9 @@ final class Switchboard: @unchecked Sendable {
     private var retryAt: [String: Date] = [:]
     private var failures: [String: Int] = [:]
     private var _counts = (fetches: 0, notModified: 0)
+    /// The per-install id sent with each fetch (`device`), nil when the user opted out:
+    /// set by the engine once, before the first fetch.
+    var deviceID: @Sendable () -> String? = { nil }
 
     /// The shortest `max-age` honoured: a zero from the server (or from a middlebox)
     /// would otherwise start a fetch at every `network(for:)`.
@@ -137,7 +143,11 @@ final class Switchboard: @unchecked Sendable {
             failed(key)
             return
         }
+        // The device's id lets the server answer its experiment arm, the same every time.
+        let device = deviceID()
+        let held = held?.device == device ? held : nil
         components.queryItems = [URLQueryItem(name: "placement", value: placement)] + (country.map { [URLQueryItem(name: "country", value: $0)] } ?? [])
+            + (device.map { [URLQueryItem(name: "device", value: $0)] } ?? [])
         guard let url = components.url else {
             failed(key)
             return
@@ -159,7 +169,7 @@ final class Switchboard: @unchecked Sendable {
             case 200:
                 guard case .success(let network) = SwitchAnswer.parse(answer.body, mediaType: answer.mediaType) else { return false }
                 let etag = answer.header("etag").flatMap { SwitchAnswer.isETag($0) ? $0 : nil }
-                answers[key] = Answer(network: network, etag: etag, maxAge: maxAge, fetchedAt: now)
+                answers[key] = Answer(network: network, etag: etag, maxAge: maxAge, fetchedAt: now, device: device)
             case 304:
                 // A 304 to nothing held is no answer (a middlebox's): a failed fetch.
                 guard var kept = held, kept.etag != nil else { return false }
@@ -169,7 +179,7 @@ final class Switchboard: @unchecked Sendable {
                 answers[key] = kept
             case 404 where Problem(answer) != nil:
                 // AdTally's own 404: no policy answers; the app's default applies until one does.
-                answers[key] = Answer(network: nil, etag: nil, maxAge: maxAge, fetchedAt: now)
+                answers[key] = Answer(network: nil, etag: nil, maxAge: maxAge, fetchedAt: now, device: device)
             default:
                 return false
             }
