@@ -161,10 +161,11 @@ public struct ExperimentResults: Sendable {
         return formatter.string(from: Date(timeIntervalSince1970: seconds))
     }
 
-    /// A number as the JSON shows it: six decimals, none for a non-finite value.
+    /// A number as the JSON shows it: nine decimals (a standard error of an ARPDAU is in
+    /// the ten-thousandths), null for none or a non-finite value.
     static func rounded(_ value: Double?) -> Any {
         guard let value, value.isFinite else { return NSNull() }
-        return (value * 1_000_000).rounded() / 1_000_000
+        return (value * 1e9).rounded() / 1e9
     }
 
     static func json(_ estimate: Estimate) -> [String: Any] {

@@ -1,0 +1,259 @@
+import AdTallyApp
+import AdTallyCore
+import AdTallyStorage
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+/// Experiments on the switch (DESIGN §14): arms served per device, first exposures,
+/// results with their intervals checked against the test's own formulas, the
+/// sample-ratio check, stopping.
+@Suite("Experiments on the switch")
+struct ExperimentTests {
+    // MARK: - Helpers
+
+    func json(_ response: TestResponse) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(response.body.readableBytesView))) as? [String: Any] ?? [:]
+    }
+
+    /// A request with a key and a JSON body: status and body.
+    func call(
+        _ client: some TestClientProtocol, _ method: HTTPRequest.Method, _ uri: String, key: String, body: String? = nil
+    ) async throws -> (status: HTTPResponse.Status, body: [String: Any], headers: HTTPFields) {
+        var headers = Reports.headers(key)
+        if body != nil { headers[.contentType] = "application/json" }
+        return try await client.execute(uri: uri, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }) { response in
+            (response.status, json(response), response.headers)
+        }
+    }
+
+    /// Creates an experiment through the API; its salt read back from the database.
+    func create(
+        _ client: some TestClientProtocol, _ services: AppServices, admin: String, app: String, name: String, control: String, treatment: String, share: Int
+    ) async throws -> String {
+        let body = #"{"name": "\#(name)", "placement": "home", "control": "\#(control)", "treatment": "\#(treatment)", "treatment_share": \#(share)}"#
+        let (status, created, _) = try await call(client, .post, "/v1/apps/\(app)/experiments", key: admin, body: body)
+        #expect(status == .created, "\(created)")
+        return try await services.database.pool.query("SELECT salt::text FROM experiments WHERE app_id = \(app) AND name = \(name)").first!.decode(0, as: String.self)
+    }
+
+    /// Moves an experiment and its exposures `days` days back (fixtures need whole days behind them).
+    func backdate(_ services: AppServices, app: String, name: String, days: Int) async throws {
+        try await services.database.pool.query("UPDATE experiments SET started_at = started_at - make_interval(days => \(days)::int) WHERE app_id = \(app) AND name = \(name)")
+        try await services.database.pool.query("""
+            UPDATE experiment_exposures SET first_at = first_at - make_interval(days => \(days)::int) WHERE app_id = \(app) AND experiment = \(name)
+            """)
+    }
+
+    /// Microseconds of noon UTC, `offset` days from today.
+    func noon(_ offset: Int, plus seconds: Int = 0) -> Int64 {
+        let today = Int(Date().timeIntervalSince1970) / 86_400
+        return Int64((today + offset) * 86_400 + 43_200 + seconds) * 1_000_000
+    }
+
+    /// An impression with reported revenue in USD.
+    func paid(_ device: String, at micros: Int64, revenue: Int64) -> AdEvent {
+        Reports.event(.impression, at: micros) {
+            $0.device = device
+            $0.revenueMicros = revenue
+            $0.currency = "USD"
+        }
+    }
+
+    func request(_ device: String, at micros: Int64) -> AdEvent {
+        Reports.event(.request, at: micros) { $0.device = device }
+    }
+
+    /// The estimate object's three numbers.
+    func triple(_ object: Any?) -> (value: Double?, low: Double?, high: Double?) {
+        let dictionary = object as? [String: Any] ?? [:]
+        return (dictionary["value"] as? Double, dictionary["low"] as? Double, dictionary["high"] as? Double)
+    }
+
+    func close(_ a: Double?, _ b: Double?, _ tolerance: Double = 2e-9) -> Bool {
+        guard let a, let b else { return a == nil && b == nil }
+        return abs(a - b) <= tolerance + 1e-9 * abs(b)
+    }
+
+    // MARK: - The test's own formulas
+
+    /// Per-device sums of an arm.
+    struct Device {
+        var r = 0.0, d = 0.0, i = 0.0, q = 0.0
+    }
+
+    /// DESIGN §14's delta method, written with centred sums (the engine uses raw moments):
+    /// the value and standard error of Σx / Σy over devices.
+    func delta(_ devices: [Device], _ x: (Device) -> Double, _ y: (Device) -> Double) -> (value: Double, se: Double) {
+        let n = Double(devices.count)
+        let mx = devices.map(x).reduce(0, +) / n, my = devices.map(y).reduce(0, +) / n
+        let q = mx / my
+        var vx = 0.0, vy = 0.0, cxy = 0.0
+        for device in devices {
+            vx += (x(device) - mx) * (x(device) - mx)
+            vy += (y(device) - my) * (y(device) - my)
+            cxy += (x(device) - mx) * (y(device) - my)
+        }
+        vx /= n - 1
+        vy /= n - 1
+        cxy /= n - 1
+        return (q, ((vx - 2 * q * cxy + q * q * vy) / (n * my * my)).squareRoot())
+    }
+
+    // MARK: - Tests
+
+    @Test("a policy is written pinned:NETWORK, weighted:NETWORK=WEIGHT,… or automatic;option=value, and a broken one names its field and rule")
+    func policySpecs() throws {
+        let scope = MediationScope(app: "a", placement: "home", arm: .treatment)
+        let weighted = try MediationPolicy.parse("weighted:admob=70,unity=30;max-age=60", scope: scope, field: "treatment")
+        #expect(weighted.rule == .weighted && weighted.weights == ["admob": 70, "unity": 30] && weighted.maxAgeSeconds == 60)
+        #expect(weighted.spec == "weighted:admob=70,unity=30;max-age=60")
+        let automatic = try MediationPolicy.parse("automatic;default=admob;networks=admob,unity;window-hours=48;rank-by=rpm", scope: scope, field: "treatment")
+        #expect(automatic.rule == .automatic && automatic.networks == ["admob", "unity"] && automatic.windowHours == 48 && automatic.defaultNetwork == "admob")
+        #expect(try MediationPolicy.parse(automatic.spec, scope: scope, field: "x") == automatic)
+        func refusal(_ text: String) -> String? {
+            do { _ = try MediationPolicy.parse(text, scope: scope, field: "control"); return nil } catch { return error.description }
+        }
+        #expect(refusal("pinned") == "control: pinned needs its network: pinned:admob")
+        #expect(refusal("automatic")?.contains("default: is required") == true)
+        #expect(refusal("weighted:admob=x")?.contains("is not network=weight") == true)
+        #expect(refusal("random:admob")?.hasPrefix("control: \"random:admob\": must start") == true)
+        #expect(refusal("automatic;default=admob;speed=2")?.contains("speed: unknown option") == true)
+        // The arm is a hash of the salt and the device: fixed, and near the share over many devices.
+        let salt = UUID().uuidString
+        let arms = (0..<10_000).map { ExperimentArm.assign(salt: salt, device: "d\($0)", treatmentShare: 20) }
+        #expect(arms == (0..<10_000).map { ExperimentArm.assign(salt: salt, device: "d\($0)", treatmentShare: 20) })
+        let treated = arms.filter { $0 == .treatment }.count
+        #expect((1_880...2_120).contains(treated), "\(treated) of 10000 at 20%")
+    }
+
+    @Test("hand-computed devices: each arm's values, standard errors, the lift's interval and χ² are the test's own formulas'; pre-exposure activity and other arms' devices do not count")
+    func handComputed() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "exp")
+            _ = try await create(client, services, admin: keys.admin, app: "exp", name: "ab", control: "pinned:admob", treatment: "pinned:unity", share: 50)
+            // 60 devices ask the switch with their ids: each is answered its arm's network,
+            // named in AdTally-Experiment, the same on every request.
+            var arms: [String: ExperimentArm] = [:]
+            for k in 0..<60 {
+                let device = "dev-\(k)"
+                let uri = "/v1/apps/exp/mediation?placement=home&device=\(device)"
+                let (status, body, headers) = try await call(client, .get, uri, key: keys.ingest)
+                #expect(status == .ok, "\(body)")
+                let header = headers[HTTPField.Name("AdTally-Experiment")!] ?? ""
+                let arm: ExperimentArm = header.hasSuffix("arm=treatment") ? .treatment : .control
+                #expect(header.hasPrefix("ab; arm="), "\(header)")
+                #expect(body["enable_advertising"] as? String == (arm == .treatment ? "unity" : "admob"), "\(device): \(body)")
+                let again = try await call(client, .get, uri, key: keys.ingest)
+                #expect(again.headers[HTTPField.Name("AdTally-Experiment")!] == header)
+                arms[device] = arm
+            }
+            // Without a device id, or for another placement: the placement's own policy (none: 404), no exposure.
+            #expect(try await call(client, .get, "/v1/apps/exp/mediation?placement=home", key: keys.ingest).status == .notFound)
+            #expect(try await call(client, .get, "/v1/apps/exp/mediation?placement=other&device=dev-0", key: keys.ingest).status == .notFound)
+            #expect(try await call(client, .get, "/v1/apps/exp/mediation?placement=home&device=", key: keys.ingest).status == .badRequest)
+            try await services.mediationRefresher.exposures.flush()
+            let exposures = try await services.database.pool.query("SELECT count(*) FROM experiment_exposures WHERE app_id = 'exp'").first!.decode(0, as: Int.self)
+            #expect(exposures == 60)
+            try await backdate(services, app: "exp", name: "ab", days: 9)
+
+            // Activity: days 0…8 after the exposure day (day 0 = 9 days ago) and today; some
+            // devices also before it (not counted, and not eligible for retention); one in 7
+            // never active after it.
+            var early: [AdEvent] = [], late: [AdEvent] = []
+            var devices: [String: Device] = [:]
+            var activeDays: [String: Set<Int>] = [:]
+            var installedOnExposure: Set<String> = []
+            for k in 0..<60 {
+                let device = "dev-\(k)"
+                var sums = Device()
+                if k % 6 == 1 { early.append(request(device, at: noon(-11, plus: k))) }
+                for j in 0...9 where k % 7 != 3 && (k + 2 * j) % 5 != 0 {
+                    let at = j == 9 ? Int64(Int(Date().timeIntervalSince1970) / 86_400 * 86_400 + k) * 1_000_000 : noon(j - 9, plus: k)
+                    let requests = 1 + (k + j) % 3, impressions = (k * j) % 3
+                    func add(_ event: AdEvent) { if j < 6 { early.append(event) } else { late.append(event) } }
+                    for _ in 0..<requests { add(request(device, at: at)) }
+                    for _ in 0..<impressions {
+                        let revenue = Int64(1 + k % 4) * 1000 * (arms[device] == .treatment ? 2 : 1)
+                        add(paid(device, at: at, revenue: revenue))
+                        sums.r += Double(revenue)
+                    }
+                    sums.q += Double(requests)
+                    sums.i += Double(impressions)
+                    sums.d += 1
+                    activeDays[device, default: []].insert(j)
+                }
+                if k % 6 != 1 && activeDays[device]?.contains(0) == true { installedOnExposure.insert(device) }
+                devices[device] = sums
+            }
+            // The first days folded into the installs' grain, the rest still pending deltas.
+            try await Reports.store(services, app: "exp", early)
+            _ = try await services.compactor.compactOnce()
+            try await Reports.store(services, app: "exp", late)
+
+            let (status, results, _) = try await call(client, .get, "/v1/apps/exp/experiments/ab/results", key: keys.read)
+            #expect(status == .ok, "\(results)")
+            let armsJSON = try #require(results["arms"] as? [String: [String: Any]])
+            var estimates: [ExperimentArm: [String: (value: Double, se: Double)]] = [:]
+            for arm in ExperimentArm.allCases {
+                let members = arms.filter { $0.value == arm }.map(\.key).sorted()
+                let sums = members.map { devices[$0]! }
+                let object = try #require(armsJSON[arm.rawValue])
+                #expect(object["devices"] as? Int == members.count)
+                var own: [String: (value: Double, se: Double)] = [
+                    "arpdau": delta(sums, { $0.r / 1e6 }, { $0.d }),
+                    "impressions_per_dau": delta(sums, { $0.i }, { $0.d }),
+                    "requests_per_dau": delta(sums, { $0.q }, { $0.d }),
+                    "fill_rate": delta(sums, { $0.i }, { $0.q }),
+                    "ecpm": delta(sums, { $0.r / 1e3 }, { $0.i }),
+                ]
+                let n = Double(sums.count), mean = sums.map(\.r).reduce(0, +) / n / 1e6
+                let variance = sums.map { ($0.r / 1e6 - mean) * ($0.r / 1e6 - mean) }.reduce(0, +) / (n - 1)
+                own["revenue_per_device"] = (mean, (variance / n).squareRoot())
+                for (metric, day) in [("retention_d1", 1), ("retention_d7", 7)] {
+                    let eligible = members.filter(installedOnExposure.contains)
+                    let p = Double(eligible.filter { activeDays[$0]!.contains(day) }.count) / Double(eligible.count)
+                    own[metric] = (p, (p * (1 - p) / Double(eligible.count)).squareRoot())
+                }
+                for (metric, expected) in own {
+                    let got = triple(object[metric])
+                    #expect(close(got.value, expected.value), "\(arm) \(metric): \(got) against \(expected)")
+                    #expect(close(got.low, expected.value - 1.96 * expected.se, 1e-4 * expected.se + 2e-9), "\(arm) \(metric) low: \(got) against \(expected)")
+                    #expect(close(got.high, expected.value + 1.96 * expected.se, 1e-4 * expected.se + 2e-9), "\(arm) \(metric) high: \(got) against \(expected)")
+                }
+                estimates[arm] = own
+            }
+            // The lift of ARPDAU: (t − c) / c, the difference's interval divided by c.
+            let t = estimates[.treatment]!["arpdau"]!, c = estimates[.control]!["arpdau"]!
+            let seDifference = (t.se * t.se + c.se * c.se).squareRoot()
+            let lift = try #require((results["lift"] as? [String: Any])?["arpdau"] as? [String: Any])
+            #expect(close(lift["value"] as? Double, (t.value - c.value) / c.value, 1e-8))
+            #expect(close(lift["low"] as? Double, (t.value - c.value - 1.96 * seDifference) / c.value, 1e-4))
+            #expect(close(lift["high"] as? Double, (t.value - c.value + 1.96 * seDifference) / c.value, 1e-4))
+            #expect(lift["significant"] as? Bool == (t.value - c.value - 1.96 * seDifference > 0 || t.value - c.value + 1.96 * seDifference < 0))
+            // χ² of the arms' devices against 50/50.
+            let nt = Double(arms.values.filter { $0 == .treatment }.count), nc = 60 - nt
+            let chi2 = (nt - 30) * (nt - 30) / 30 + (nc - 30) * (nc - 30) / 30
+            let ratio = try #require(results["sample_ratio"] as? [String: Any])
+            #expect(close(ratio["chi2"] as? Double, chi2, 1e-8), "\(ratio) against \(chi2)")
+            #expect(close(ratio["p"] as? Double, erfc((chi2 / 2).squareRoot()), 1e-9))
+            // Started 9 days ago after midnight: 8 whole days since (today is under way), but
+            // 60 devices: no winner, and the verdict says what is missing.
+            #expect(results["whole_days"] as? Int == 8)
+            #expect(results["winner"] is NSNull)
+            let verdict = results["verdict"] as? String ?? ""
+            #expect(verdict.hasPrefix("too early") && verdict.contains("more exposed devices in control"), "\(verdict)")
+            #expect(results["partial_day"] as? String == ExperimentResults.date(Int(Date().timeIntervalSince1970) / 86_400))
+            // The series: cumulative ARPDAU on the last day is the arm's; a day's ARPDAU is the mean over its active devices.
+            let days = try #require(results["days"] as? [[String: Any]])
+            #expect(days.count == 10)
+            let last = try #require(days.last?["treatment"] as? [String: Any])
+            #expect(close(triple(last["cumulative_arpdau"]).value, t.value))
+            let dayThree = try #require(days[3]["control"] as? [String: Any])
+            let activeOnThree = arms.filter { $0.value == .control && activeDays[$0.key, default: []].contains(3) }.map(\.key)
+            #expect(dayThree["active"] as? Int == activeOnThree.count)
+        }
+    }
+}
