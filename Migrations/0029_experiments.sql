@@ -54,3 +54,6 @@ ALTER TABLE mediation_policies ADD COLUMN arm text COLLATE "C" NOT NULL DEFAULT 
 ALTER TABLE mediation_policies DROP CONSTRAINT mediation_policies_pkey;
 ALTER TABLE mediation_policies ADD PRIMARY KEY (app_id, placement, country, arm);
 ALTER TABLE mediation_changes ADD COLUMN arm text COLLATE "C" NOT NULL DEFAULT '';
+
+-- An erasure (Migrations/0027) removes a device's exposures with its install rows, and counts them.
+ALTER TABLE erasures ADD COLUMN experiment_exposures_rows bigint NOT NULL DEFAULT 0;

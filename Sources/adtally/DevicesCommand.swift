@@ -97,7 +97,7 @@ struct DevicesCommand: AsyncParsableCommand {
             case .done:
                 return "erasure \(id) done: \(erasure.devices) device\(erasure.devices == 1 ? "" : "s") of \(erasure.app); rows removed: "
                     + "events \(rows.events), installs \(rows.installs), install_days \(rows.installDays), "
-                    + "install_day_revenue \(rows.installDayRevenue), install_delta \(rows.installDelta)"
+                    + "install_day_revenue \(rows.installDayRevenue), install_delta \(rows.installDelta), experiment_exposures \(rows.experimentExposures)"
             }
         }
     }

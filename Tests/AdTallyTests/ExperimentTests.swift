@@ -33,6 +33,8 @@ struct ExperimentTests {
     func create(
         _ client: some TestClientProtocol, _ services: AppServices, admin: String, app: String, name: String, control: String, treatment: String, share: Int
     ) async throws -> String {
+        // The switch serves once its first pass has loaded every app's decisions.
+        try await waitUntil("the switch is loaded", within: 30) { services.mediationRefresher.isLoaded }
         let body = #"{"name": "\#(name)", "placement": "home", "control": "\#(control)", "treatment": "\#(treatment)", "treatment_share": \#(share)}"#
         let (status, created, _) = try await call(client, .post, "/v1/apps/\(app)/experiments", key: admin, body: body)
         #expect(status == .created, "\(created)")
@@ -254,6 +256,190 @@ struct ExperimentTests {
             let dayThree = try #require(days[3]["control"] as? [String: Any])
             let activeOnThree = arms.filter { $0.value == .control && activeDays[$0.key, default: []].contains(3) }.map(\.key)
             #expect(dayThree["active"] as? Int == activeOnThree.count)
+        }
+    }
+
+    // MARK: - Simulated devices
+
+    /// Starts an experiment (control admob, treatment unity) in a new app, exposes
+    /// `devices` simulated devices through the switch's own lookup (`expose` picks which
+    /// ask), backdates it 8 days, and gives each exposed device 8 days of activity: a day
+    /// active with probability 0.6, one request and one impression paying the device's own
+    /// value (0.5–2 × 0.5–3 milli-dollars), × `effect` in the treatment. Returns the results.
+    func simulate(
+        _ services: AppServices, app: String, devices: Int, share: Int = 50, effect: Double, seed: UInt64,
+        expose: (ExperimentArm) -> Bool = { _ in true }
+    ) async throws -> ExperimentResults {
+        _ = try await services.appStore.createApp(id: app, name: nil)
+        let store = ExperimentStore(pool: services.database.pool)
+        let scope = MediationScope(app: app, placement: "home")
+        var control = MediationPolicy(scope: scope, rule: .pinned, network: "admob"), treatment = control
+        if effect != 1 { treatment.network = "unity" }
+        control.scope.arm = .control
+        treatment.scope.arm = .treatment
+        _ = try await store.create(
+            Experiment(name: "sim", app: app, placement: "home", control: control, treatment: treatment, treatmentShare: share), actor: "test"
+        )
+        // A fixed salt: which devices land in which arm is then the same in every run, and
+        // so is the outcome (an A/A test's interval misses 0 in 1 run of 20 by design).
+        try await services.database.pool.query("UPDATE experiments SET salt = \(String(format: "00000000-0000-0000-0000-%012llx", seed))::uuid WHERE app_id = \(app)")
+        let refresher = services.mediationRefresher
+        // A full pass (an app's own before the first would serve nothing: not loaded).
+        try await refresher.refresh()
+        var random = SplitMix64(seed: seed)
+        func uniform(_ low: Double, _ high: Double) -> Double { low + (high - low) * Double(random.next() >> 11) / Double(1 << 53) }
+        var events: [AdEvent] = []
+        var exposed = 0
+        let salt = try await services.database.pool.query("SELECT salt::text FROM experiments WHERE app_id = \(app)").first!.decode(0, as: String.self)
+        for k in 0..<devices {
+            let device = "sim-\(k)"
+            guard expose(ExperimentArm.assign(salt: salt, device: device, treatmentShare: share)) else { continue }
+            guard case .experiment(_, let answer) = refresher.lookup(app: app, placement: "home", country: nil, device: device) else {
+                Issue.record("\(device) is not in the experiment")
+                continue
+            }
+            exposed += 1
+            let value = uniform(0.5, 2) * (answer.arm == .treatment ? effect : 1)
+            for j in 0..<8 where uniform(0, 1) < 0.6 {
+                events.append(request(device, at: noon(j - 8, plus: k % 3600)))
+                events.append(paid(device, at: noon(j - 8, plus: k % 3600), revenue: Int64((uniform(500, 3000) * value).rounded())))
+            }
+        }
+        try await refresher.exposures.flush()
+        try await backdate(services, app: app, name: "sim", days: 8)
+        try await Reports.store(services, app: app, events)
+        _ = try await services.compactor.compactOnce()
+        let experiment = try await store.experiment(app: app, name: "sim")
+        let reportApp = try #require(try await services.reports.readableApps(only: app).first)
+        let results = try await services.reports.experimentResults(experiment, app: reportApp)
+        #expect(Int(results.moments[.control]!.n + results.moments[.treatment]!.n) == exposed)
+        return results
+    }
+
+    @Test("an A/A test over 2,000 devices with identical behaviour: the ARPDAU lift's interval contains 0, nothing is significant by design, the split holds")
+    func aaTest() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            let results = try await simulate(services, app: "aa", devices: 2_000, effect: 1, seed: 7)
+            let lift = try #require(results.lifts["arpdau"])
+            #expect(lift.low! < 0 && lift.high! > 0, "\(lift)")
+            #expect(!lift.isSignificant && results.winner == nil)
+            #expect(!results.sampleRatio.isBroken, "\(results.sampleRatio)")
+            #expect(results.experiment.isAA && results.notes.contains { $0.hasPrefix("an A/A test") })
+            // About 4 % either way is what the A/A tests of other platforms showed as noise: the interval says how wide it is here.
+            #expect(lift.high! - lift.low! > 0.05, "\(lift)")
+        }
+    }
+
+    @Test("a treatment earning 20 % more per device, 2,000 devices per arm over 7 whole days: significant, the lift's interval holds 0.2, the treatment named")
+    func realEffect() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            let results = try await simulate(services, app: "lift", devices: 4_000, effect: 1.2, seed: 11)
+            let lift = try #require(results.lifts["arpdau"])
+            #expect(lift.isSignificant && lift.low! > 0 && lift.low! < 0.2 && lift.high! > 0.2, "\(lift)")
+            #expect(results.moments[.control]!.n >= 1000 && results.moments[.treatment]!.n >= 1000)
+            #expect(results.wholeDays == 7 && results.missing.isEmpty, "\(results.missing)")
+            #expect(results.winner == .treatment, "\(results.verdict)")
+            #expect(results.verdict.hasPrefix("treatment wins"), "\(results.verdict)")
+            // Behaviour other than money is the same in both arms.
+            #expect(results.lifts["requests_per_dau"]?.isSignificant == false)
+            #expect(results.lifts["revenue_per_device"]?.isSignificant == true)
+            #expect(results.projected[.treatment]?.value ?? 0 > results.projected[.control]?.value ?? 0)
+        }
+    }
+
+    @Test("a broken 50/50 split (only treatment devices, and a tenth of control's, report their ids) fails the sample-ratio check, and no result stands")
+    func brokenSplit() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            var count = 0
+            let results = try await simulate(services, app: "srm", devices: 2_000, effect: 1.2, seed: 13) { arm in
+                count += 1
+                return arm == .treatment || count % 10 == 0
+            }
+            #expect(results.sampleRatio.isBroken && results.sampleRatio.p < 0.001, "\(results.sampleRatio)")
+            #expect(results.winner == nil && results.verdict.hasPrefix("broken split"), "\(results.verdict)")
+        }
+    }
+
+    @Test("one experiment per placement; its placement's policy is frozen (409 naming it); stop keeps an arm, which then serves every device, and records who decided on what")
+    func stopKeepsAnArm() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "stop")
+            let bad = try await call(client, .post, "/v1/apps/stop/experiments", key: keys.admin,
+                                     body: #"{"name": "x", "placement": "home", "control": "pinned:admob", "treatment": "pinned:unity", "treatment_share": 30}"#)
+            #expect(bad.status == .badRequest && "\(bad.body)".contains("treatment_share"), "\(bad.body)")
+            let badPolicy = try await call(client, .post, "/v1/apps/stop/experiments", key: keys.admin,
+                                           body: #"{"name": "x", "placement": "home", "control": "pinned", "treatment": "pinned:unity", "treatment_share": 10}"#)
+            #expect(badPolicy.status == .badRequest && "\(badPolicy.body)".contains("control"), "\(badPolicy.body)")
+            let byObject = try await call(client, .post, "/v1/apps/stop/experiments", key: keys.admin,
+                                          body: #"{"name": "obj", "placement": "home", "control": {"rule": "pinned", "network": "admob"}, "treatment": {"rule": "weighted", "weights": {"admob": 1, "unity": 1}}, "treatment_share": 10}"#)
+            #expect(byObject.status == .created, "\(byObject.body)")
+            #expect((byObject.body["treatment"] as? [String: Any])?["spec"] as? String == "weighted:admob=1,unity=1")
+            let second = try await call(client, .post, "/v1/apps/stop/experiments", key: keys.admin,
+                                        body: #"{"name": "y", "placement": "home", "control": "pinned:admob", "treatment": "pinned:unity", "treatment_share": 50}"#)
+            #expect(second.status == .conflict && "\(second.body)".contains("obj"), "\(second.body)")
+            let frozen = try await call(client, .put, "/v1/apps/stop/mediation/policies", key: keys.admin, body: #"{"placement": "home", "rule": "pinned", "network": "iad"}"#)
+            #expect(frozen.status == .conflict && "\(frozen.body)".contains("obj") && "\(frozen.body)".contains("stop"), "\(frozen.body)")
+            #expect(try await call(client, .delete, "/v1/apps/stop/mediation/policies?placement=home", key: keys.admin).status == .conflict)
+            // Other placements are not frozen.
+            #expect(try await call(client, .put, "/v1/apps/stop/mediation/policies", key: keys.admin, body: #"{"placement": "menu", "rule": "pinned", "network": "iad"}"#).status == .ok)
+            // A weighted arm answers each device one network, every time.
+            for k in 0..<40 {
+                let uri = "/v1/apps/stop/mediation?placement=home&device=w-\(k)"
+                let first = try await call(client, .get, uri, key: keys.ingest)
+                for _ in 0..<3 {
+                    #expect(try await call(client, .get, uri, key: keys.ingest).body["enable_advertising"] as? String == first.body["enable_advertising"] as? String)
+                }
+                // Revalidated with its own tag: 304.
+                let etag = first.headers[.eTag] ?? ""
+                var headers = Reports.headers(keys.ingest)
+                headers[.ifNoneMatch] = etag
+                let status = try await client.execute(uri: uri, method: .get, headers: headers) { $0.status }
+                #expect(status == .notModified)
+            }
+            let listed = try await call(client, .get, "/v1/apps/stop/experiments", key: keys.read)
+            #expect((listed.body["experiments"] as? [[String: Any]])?.first?["status"] as? String == "running")
+
+            let stopped = try await call(client, .post, "/v1/apps/stop/experiments/obj/stop", key: keys.admin, body: #"{"keep": "treatment"}"#)
+            #expect(stopped.status == .ok, "\(stopped.body)")
+            #expect(stopped.body["status"] as? String == "stopped" && stopped.body["kept"] as? String == "treatment")
+            #expect((stopped.body["stopped_by"] as? String)?.hasPrefix("admin key ") == true)
+            #expect(((stopped.body["decision"] as? [String: Any])?["verdict"] as? String)?.hasPrefix("too early") == true, "\(stopped.body)")
+            // The kept arm is the placement's policy: every device gets it, with no experiment named.
+            let policies = try await call(client, .get, "/v1/apps/stop/mediation/policies", key: keys.read)
+            let home = (policies.body["policies"] as? [[String: Any]])?.compactMap { $0["policy"] as? [String: Any] }.first { $0["placement"] as? String == "home" }
+            #expect(home?["rule"] as? String == "weighted", "\(policies.body)")
+            let after = try await call(client, .get, "/v1/apps/stop/mediation?placement=home&device=w-1", key: keys.ingest)
+            #expect(after.status == .ok && after.headers[HTTPField.Name("AdTally-Experiment")!] == nil)
+            #expect(try await call(client, .post, "/v1/apps/stop/experiments/obj/stop", key: keys.admin, body: #"{"keep": "control"}"#).status == .conflict)
+            #expect(try await call(client, .get, "/v1/apps/stop/experiments/nope", key: keys.read).status == .notFound)
+            let history = try await call(client, .get, "/v1/apps/stop/mediation/history", key: keys.read)
+            #expect((history.body["changes"] as? [[String: Any]])?.contains { ($0["reason"] as? String)?.contains("experiment obj stopped: kept its treatment arm") == true } == true, "\(history.body)")
+            // A new experiment may start on the placement now.
+            #expect(try await call(client, .post, "/v1/apps/stop/experiments", key: keys.admin,
+                                   body: #"{"name": "y", "placement": "home", "control": "pinned:admob", "treatment": "pinned:admob", "treatment_share": 50}"#).status == .created)
+        }
+    }
+
+    @Test("a device's exposures are personal data: access lists them, erasure removes and counts them")
+    func exposuresErased() async throws {
+        try await withTestApp(flags: Reports.flags) { services, client in
+            let keys = try await Ingest.keys(services, app: "pe")
+            _ = try await create(client, services, admin: keys.admin, app: "pe", name: "e1", control: "pinned:admob", treatment: "pinned:unity", share: 50)
+            for device in ["gone", "kept"] {
+                let answer = try await call(client, .get, "/v1/apps/pe/mediation?placement=home&device=\(device)", key: keys.ingest)
+                #expect(answer.status == .ok, "\(answer.body)")
+            }
+            try await services.mediationRefresher.exposures.flush()
+            let access = try await client.execute(uri: "/v1/apps/pe/devices/gone", method: .get, headers: Reports.headers(keys.admin)) {
+                String(buffer: $0.body)
+            }
+            #expect(access.contains(#""exposure""#) && access.contains(#""e1""#), "\(access)")
+            let queued = try await call(client, .delete, "/v1/apps/pe/devices/gone", key: keys.admin)
+            let id = try #require(queued.body["id"] as? String)
+            let done = try await PrivacyTests.waitForErasure(client, keys.admin, id)
+            #expect((done["rows"] as? [String: Int])?["experiment_exposures"] == 1, "\(done)")
+            let left = try await services.database.pool.query("SELECT device FROM experiment_exposures WHERE app_id = 'pe' ORDER BY 1").map { try $0.decode(0, as: String.self) }
+            #expect(left == ["kept"])
         }
     }
 }

@@ -22,11 +22,12 @@ struct PrivacyTests {
                    (SELECT count(*) FROM installs WHERE app_id = \(app) AND device = \(device))::int,
                    (SELECT count(*) FROM install_days WHERE app_id = \(app) AND device = \(device))::int,
                    (SELECT count(*) FROM install_day_revenue WHERE app_id = \(app) AND device = \(device))::int,
-                   (SELECT count(*) FROM install_delta WHERE app_id = \(app) AND device = \(device))::int
+                   (SELECT count(*) FROM install_delta WHERE app_id = \(app) AND device = \(device))::int,
+                   (SELECT count(*) FROM experiment_exposures WHERE app_id = \(app) AND device = \(device))::int
             """)[0]
         return [
             "events": try row.decode(0), "installs": try row.decode(1), "install_days": try row.decode(2),
-            "install_day_revenue": try row.decode(3), "install_delta": try row.decode(4),
+            "install_day_revenue": try row.decode(3), "install_delta": try row.decode(4), "experiment_exposures": try row.decode(5),
         ]
     }
 
@@ -61,7 +62,7 @@ struct PrivacyTests {
             let rollupsBefore = try await Reports.rows(client, admin, rollups)
             #expect(cohortsBefore[ReportQuery.formatDate(d0)]?["installs"] == "4")
             let before = try await Self.rows(of: "A", pool)
-            #expect(before == ["events": 7, "installs": 1, "install_days": 4, "install_day_revenue": 2, "install_delta": 1], "\(before)")
+            #expect(before == ["events": 7, "installs": 1, "install_days": 4, "install_day_revenue": 2, "install_delta": 1, "experiment_exposures": 0], "\(before)")
             let othersBefore = try await Self.rows(of: "B", pool)
 
             // Access first (GDPR Art. 15): every row of A, as NDJSON, ending with the counts.

@@ -33,6 +33,9 @@ public final class ExposureRecorder: Sendable {
     struct State {
         var seen: Set<Key> = []
         var pending: [Exposure] = []
+        /// Rows written since the table's statistics were last refreshed here, and when.
+        var sinceAnalyze = 0
+        var analyzedAt = ContinuousClock.now - .seconds(3600)
     }
 
     /// Devices remembered as recorded, and exposures queued, at most.
@@ -81,19 +84,35 @@ public final class ExposureRecorder: Sendable {
     /// Exposures queued and not written yet.
     public var pendingCount: Int { state.withLock { $0.pending.count } }
 
+    /// One flush at a time: a flush that returns has written everything queued before it
+    /// started, even when another (the service's) was writing some of it meanwhile.
+    private let gate = SerialGate()
+
     /// Writes what is queued. On failure the exposures are queued again (as many as fit; the
     /// rest are forgotten as recorded, so their devices' next requests queue them) and it throws.
     public func flush() async throws {
+        await gate.acquire()
+        do {
+            try await flushNow()
+        } catch {
+            await gate.release()
+            throw error
+        }
+        await gate.release()
+    }
+
+    func flushNow() async throws {
         while true {
             let taken = state.withLock { state -> [Exposure] in
                 let count = min(Self.batch, state.pending.count)
                 defer { state.pending.removeFirst(count) }
                 return Array(state.pending.prefix(count))
             }
-            guard !taken.isEmpty else { return }
+            guard !taken.isEmpty else { return try await analyzeIfGrown() }
             do {
                 try await write(taken)
                 written.increment(by: taken.count)
+                state.withLock { $0.sinceAnalyze += taken.count }
             } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
                 // An experiment (or its app) deleted since: its exposures have nowhere to go.
                 logger.warning("experiment exposures dropped: their experiment is gone", metadata: ["count": "\(taken.count)", "error": "\(error)"])
@@ -108,6 +127,20 @@ public final class ExposureRecorder: Sendable {
         }
     }
 
+    /// A new experiment's exposures arrive by the thousand in its first minutes, before
+    /// autovacuum's next look: the results' plan would see one row where there are
+    /// thousands (their joins took 44 s instead of 0.3 for 4,000 devices). The table's
+    /// statistics are refreshed after every 1,000 rows written, at most once a minute.
+    func analyzeIfGrown() async throws {
+        let due = state.withLock { state -> Bool in
+            guard state.sinceAnalyze >= 1000, ContinuousClock.now - state.analyzedAt >= .seconds(60) else { return false }
+            state.sinceAnalyze = 0
+            state.analyzedAt = .now
+            return true
+        }
+        if due { try await pool.query("ANALYZE experiment_exposures") }
+    }
+
     func write(_ exposures: [Exposure]) async throws {
         // Epoch microseconds as text: one array per column, one statement.
         let micros = exposures.map { String(Int64(($0.at.timeIntervalSince1970 * 1_000_000).rounded())) }
@@ -119,5 +152,23 @@ public final class ExposureRecorder: Sendable {
             ON CONFLICT (app_id, experiment, device) DO UPDATE SET first_at = excluded.first_at
             WHERE excluded.first_at < experiment_exposures.first_at
             """)
+    }
+}
+
+/// An asynchronous lock: callers run one at a time, in the order they came.
+actor SerialGate {
+    private var busy = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    func acquire() async {
+        guard busy else {
+            busy = true
+            return
+        }
+        await withCheckedContinuation { waiters.append($0) }
+    }
+
+    func release() {
+        if waiters.isEmpty { busy = false } else { waiters.removeFirst().resume() }
     }
 }

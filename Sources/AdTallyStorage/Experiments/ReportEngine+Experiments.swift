@@ -63,17 +63,21 @@ extension ReportEngine {
                 SELECT e.device, e.arm, (e.first_at AT TIME ZONE \(tz))::date AS xday
                 FROM experiment_exposures e WHERE e.app_id = \(app.id) AND e.experiment = \(experiment.name)
             ), pend AS MATERIALIZED (
-                SELECT d.app_id, d.device, x.arm, (d.bucket AT TIME ZONE \(tz))::date AS day, date_trunc('hour', d.bucket, 'UTC') AS hour,
+                SELECT d.app_id, d.device, x.arm, x.xday, (d.bucket AT TIME ZONE \(tz))::date AS day, date_trunc('hour', d.bucket, 'UTC') AS hour,
                        d.network, d.format, d.country::text AS country, d.currency, (d.first_at AT TIME ZONE \(tz))::date AS first_day,
                        d.requests, d.impressions, d.taps, d.revenue_micros, d.unpriced_impressions, d.unpriced_taps
                 FROM install_delta d JOIN x ON x.device = d.device
                 WHERE d.app_id = \(app.id) AND (d.bucket AT TIME ZONE \(tz))::date >= x.xday
             ), act AS MATERIALIZED (
-                SELECT u.device, u.day, sum(u.requests)::float8 AS q, sum(u.impressions)::float8 AS i
-                FROM (SELECT s.device, s.day, s.requests, s.impressions FROM install_days s JOIN x ON x.device = s.device
+                -- Each device's active days (with its arm and exposure day, and the install day
+                -- its pending deltas say, if any): no join between these sets below, only unions
+                -- and groupings (a join's plan rests on estimates a new experiment lacks).
+                SELECT u.device, u.arm, u.xday, u.day, sum(u.requests)::float8 AS q, sum(u.impressions)::float8 AS i, min(u.first_day) AS first_day
+                FROM (SELECT s.device, x.arm, x.xday, s.day, s.requests, s.impressions, NULL::date AS first_day
+                      FROM install_days s JOIN x ON x.device = s.device
                       WHERE s.app_id = \(app.id) AND s.day >= x.xday
-                      UNION ALL SELECT p.device, p.day, p.requests, p.impressions FROM pend p) AS u
-                GROUP BY u.device, u.day
+                      UNION ALL SELECT p.device, p.arm, p.xday, p.day, p.requests, p.impressions, p.first_day FROM pend p) AS u
+                GROUP BY u.device, u.arm, u.xday, u.day
             ), pending AS MATERIALIZED (
                 SELECT s.arm, s.device, s.day, (s.hour AT TIME ZONE 'UTC')::date AS u, s.network, s.format,
                        0::bigint AS requests, 0::bigint AS loads, sum(s.impressions)::bigint AS impressions, 0::bigint AS errors, sum(s.taps)::bigint AS taps,
@@ -97,29 +101,31 @@ extension ReportEngine {
         sql.append(plan.pricedSums(names: ["arm", "device", "day"], rows: "pending AS s", dimensionList: "s.arm, s.device, s.day, "))
         sql.append("""
             ), dd AS (
-                SELECT a.device, x.arm, a.day, a.q, a.i, coalesce(m.rev, 0)::float8 AS r
-                FROM act a JOIN x ON x.device = a.device
-                LEFT JOIN (SELECT device, day, sum(reported_micros + estimated_micros + network_micros) AS rev FROM money GROUP BY device, day) AS m
-                       ON m.device = a.device AND m.day = a.day
+                SELECT u.device, u.arm, u.day, sum(u.q) AS q, sum(u.i) AS i, sum(u.r) AS r
+                FROM (SELECT a.device, a.arm, a.day, a.q, a.i, 0::float8 AS r FROM act a
+                      UNION ALL
+                      SELECT m.device, m.arm, m.day, 0, 0, (m.reported_micros + m.estimated_micros + m.network_micros)::float8 FROM money m) AS u
+                GROUP BY u.device, u.arm, u.day
             ), inc AS (
                 SELECT w.arm, w.day, w.r, w.i, w.q,
                        coalesce(sum(w.r) OVER prior, 0) AS r0, coalesce(sum(w.i) OVER prior, 0) AS i0, coalesce(sum(w.q) OVER prior, 0) AS q0,
                        (row_number() OVER (PARTITION BY w.device ORDER BY w.day) - 1)::float8 AS d0
                 FROM dd w
                 WINDOW prior AS (PARTITION BY w.device ORDER BY w.day ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-            ), installed AS (
-                SELECT p.device, min(p.first_day) AS first_day FROM pend p GROUP BY p.device
+            ), per AS (
+                -- Devices active on their exposure day (only they can be installed on it), with
+                -- whether they came back on day 1 and day 7.
+                SELECT a.device, a.arm, a.xday, min(a.first_day) AS first_day,
+                       bool_or(a.day = a.xday + 1) AS on1, bool_or(a.day = a.xday + 7) AS on7
+                FROM act a GROUP BY a.device, a.arm, a.xday HAVING bool_or(a.day = a.xday)
             ), ret AS (
-                SELECT x.arm,
-                       count(*) FILTER (WHERE x.xday + 1 < t.today)::float8 AS e1, count(a1.device) FILTER (WHERE x.xday + 1 < t.today)::float8 AS r1,
-                       count(*) FILTER (WHERE x.xday + 7 < t.today)::float8 AS e7, count(a7.device) FILTER (WHERE x.xday + 7 < t.today)::float8 AS r7
-                FROM x CROSS JOIN t
-                LEFT JOIN installs i ON i.app_id = \(app.id) AND i.device = x.device
-                LEFT JOIN installed f ON f.device = x.device
-                LEFT JOIN act a1 ON a1.device = x.device AND a1.day = x.xday + 1
-                LEFT JOIN act a7 ON a7.device = x.device AND a7.day = x.xday + 7
-                WHERE least(i.day, f.first_day) = x.xday
-                GROUP BY x.arm
+                SELECT p.arm,
+                       count(*) FILTER (WHERE p.xday + 1 < t.today)::float8 AS e1, count(*) FILTER (WHERE p.xday + 1 < t.today AND p.on1)::float8 AS r1,
+                       count(*) FILTER (WHERE p.xday + 7 < t.today)::float8 AS e7, count(*) FILTER (WHERE p.xday + 7 < t.today AND p.on7)::float8 AS r7
+                FROM per p CROSS JOIN t
+                LEFT JOIN installs i ON i.app_id = \(app.id) AND i.device = p.device
+                WHERE least(i.day, p.first_day) = p.xday
+                GROUP BY p.arm
             )
             SELECT 'd', arm, day - DATE '1970-01-01', count(*)::float8, sum(r), sum(i), sum(q), sum(r * r),
                    sum(2 * r0 * r + r * r), sum(2 * d0 + 1), sum(2 * i0 * i + i * i), sum(2 * q0 * q + q * q),

@@ -136,6 +136,9 @@ public struct DeviceAccess: Sendable {
                               'country', country, 'currency', nullif(currency, ''), 'impressions', impressions, 'taps', taps,
                               'revenue_micros', revenue_micros, 'unpriced_impressions', unpriced_impressions, 'unpriced_taps', unpriced_taps)
             """, keys: [("day", "date"), ("hour", "timestamptz"), ("network", "text"), ("format", "text"), ("country", "bpchar"), ("currency", "text")]),
+        Part(kind: "exposure", table: "experiment_exposures", json: """
+            json_build_object('kind', 'exposure', 'experiment', experiment, 'arm', arm, 'first_at', first_at)
+            """, keys: [("experiment", "text")]),
         Part(kind: "event", table: "events", json: """
             json_build_object('kind', 'event', 'id', event_id, 'type', type, 'occurred_at', occurred_at, 'received_at', received_at,
                               'network', nullif(network, ''), 'format', nullif(format, ''), 'placement', placement, 'size', size,

@@ -283,14 +283,15 @@ public final class ErasureRunner: Sendable {
             try connection.query("SET LOCAL lock_timeout = '1s'")
             let row = try connection.query(Self.grainStatement(app: job.app, devices: devices))[0]
             let delta: Int64 = try row.decode(0), installs: Int64 = try row.decode(1), days: Int64 = try row.decode(2), revenue: Int64 = try row.decode(3)
-            let first: String? = try row.decode(4), last: String? = try row.decode(5)
+            let first: String? = try row.decode(4), last: String? = try row.decode(5), exposures: Int64 = try row.decode(6)
             try connection.query("""
                 UPDATE erasures SET install_delta_rows = install_delta_rows + \(delta), installs_rows = installs_rows + \(installs),
+                       experiment_exposures_rows = experiment_exposures_rows + \(exposures),
                        install_days_rows = install_days_rows + \(days), install_day_revenue_rows = install_day_revenue_rows + \(revenue),
                        first_cohort = LEAST(first_cohort, \(first)::date), last_cohort = GREATEST(last_cohort, \(last)::date)
                 WHERE id = \(job.id)
                 """)
-            return delta + installs + days + revenue
+            return delta + installs + days + revenue + exposures
         }
         erasedRows.increment(by: Int(deleted))
     }
@@ -304,6 +305,8 @@ public final class ErasureRunner: Sendable {
         """
         WITH gone_delta AS (
             DELETE FROM install_delta WHERE app_id = \(app) AND device = ANY(\(array: devices)::text[]) RETURNING 1
+        ), gone_exposures AS (
+            DELETE FROM experiment_exposures WHERE app_id = \(app) AND device = ANY(\(array: devices)::text[]) RETURNING 1
         ), gone_installs AS (
             DELETE FROM installs WHERE app_id = \(app) AND device = ANY(\(array: devices)::text[]) RETURNING day
         ), gone_days AS (
@@ -318,7 +321,8 @@ public final class ErasureRunner: Sendable {
         ), \(unsafeRaw: RatePricing.pricesCTE("erase_prices", of: "money_changes")), counted AS MATERIALIZED (
             SELECT (SELECT count(*) FROM gone_delta) AS delta, (SELECT count(*) FROM gone_installs) AS installs,
                    (SELECT count(*) FROM gone_days) AS days, (SELECT count(*) FROM gone_revenue) AS revenue,
-                   (SELECT min(day)::text FROM gone_installs) AS first_cohort, (SELECT max(day)::text FROM gone_installs) AS last_cohort
+                   (SELECT min(day)::text FROM gone_installs) AS first_cohort, (SELECT max(day)::text FROM gone_installs) AS last_cohort,
+                   (SELECT count(*) FROM gone_exposures) AS exposures
         ), cohort_counts AS (
             INSERT INTO cohort_days AS r (app_id, cohort, day, devices, impressions)
             SELECT \(app), cohort, day, -count(*), -sum(impressions) FROM gone_days GROUP BY cohort, day
@@ -332,7 +336,7 @@ public final class ErasureRunner: Sendable {
             ON CONFLICT (app_id, cohort, day, utc_day, currency) DO UPDATE SET \(unsafeRaw: RollupCompactor.pricedUpdate)
             RETURNING 1
         )
-        SELECT delta, installs, days, revenue, first_cohort, last_cohort FROM counted
+        SELECT delta, installs, days, revenue, first_cohort, last_cohort, exposures FROM counted
         """
     }
 }

@@ -39,9 +39,12 @@ public struct Erasure: Sendable, Equatable, Codable {
         public var installDays: Int64
         public var installDayRevenue: Int64
         public var installDelta: Int64
+        /// Its first exposures to experiments (DESIGN §14).
+        public var experimentExposures: Int64 = 0
 
         enum CodingKeys: String, CodingKey {
             case events, installs
+            case experimentExposures = "experiment_exposures"
             case installDays = "install_days"
             case installDayRevenue = "install_day_revenue"
             case installDelta = "install_delta"
@@ -167,7 +170,7 @@ public struct ErasureStore: Sendable {
 
     static let columns = """
         id, app, status, devices, requested_by, requested_at, started_at, finished_at, error, events_rows, installs_rows,
-        install_days_rows, install_day_revenue_rows, install_delta_rows, first_cohort::text, last_cohort::text
+        install_days_rows, install_day_revenue_rows, install_delta_rows, first_cohort::text, last_cohort::text, experiment_exposures_rows
         """
 
     static func read(_ id: UUID, on connection: PostgresConnection) throws -> Erasure? {
@@ -181,7 +184,7 @@ public struct ErasureStore: Sendable {
             startedAt: try row.decode(6), finishedAt: try row.decode(7), error: try row.decode(8),
             rows: Erasure.Rows(
                 events: try row.decode(9), installs: try row.decode(10), installDays: try row.decode(11),
-                installDayRevenue: try row.decode(12), installDelta: try row.decode(13)
+                installDayRevenue: try row.decode(12), installDelta: try row.decode(13), experimentExposures: try row.decode(16)
             ),
             firstCohort: try row.decode(14), lastCohort: try row.decode(15)
         )
