@@ -221,6 +221,24 @@ call("GET", f"/v1/apps/{app}/mediation/history?limit=10", admin, 200)
 call("DELETE", f"/v1/apps/{app}/mediation/policies?country=JP", admin, 204)
 call("DELETE", f"/v1/apps/{app}/mediation/policies?country=JP", admin, 404)
 
+# Experiments on the switch: created, answered per device, frozen placement, results, stopped.
+call("POST", f"/v1/apps/{app}/experiments", admin, 400, json={"name": "ab", "placement": "home", "control": "pinned:admob", "treatment": "pinned:nend", "treatment_share": 30})
+call("POST", f"/v1/apps/{app}/experiments", read["secret"], 403, json={"name": "ab", "placement": "home", "control": "pinned:admob", "treatment": "pinned:nend", "treatment_share": 50})
+call("POST", f"/v1/apps/{app}/experiments", admin, 201, json={"name": "ab", "placement": "home", "control": "pinned:admob", "treatment": {"rule": "weighted", "weights": {"admob": 1, "nend": 1}}, "treatment_share": 50})
+call("POST", f"/v1/apps/{app}/experiments", admin, 409, json={"name": "ab2", "placement": "home", "control": "pinned:admob", "treatment": "pinned:nend", "treatment_share": 50})
+call("PUT", f"/v1/apps/{app}/mediation/policies", admin, 409, json={"placement": "home", "rule": "pinned", "network": "admob"})
+armed = call("GET", f"/v1/apps/{app}/mediation?placement=home&device=device-1", ingest["secret"], 200)
+call("GET", f"/v1/apps/{app}/mediation?placement=home&device=device-1", ingest["secret"], 304, headers={"If-None-Match": armed.headers.get("ETag", "")})
+call("GET", "/v1/mediation?placement=home&device=device-2", ingest["secret"], 200)
+call("GET", "/v1/mediation?placement=home&device=", ingest["secret"], 400)
+call("GET", f"/v1/apps/{app}/experiments", read["secret"], 200)
+call("GET", f"/v1/apps/{app}/experiments/ab", read["secret"], 200)
+call("GET", f"/v1/apps/{app}/experiments/nope", read["secret"], 404)
+call("GET", f"/v1/apps/{app}/experiments/ab/results", read["secret"], 200)
+call("POST", f"/v1/apps/{app}/experiments/ab/stop", admin, 400, json={"keep": "both"})
+call("POST", f"/v1/apps/{app}/experiments/ab/stop", admin, 200, json={"keep": "treatment"})
+call("POST", f"/v1/apps/{app}/experiments/ab/stop", admin, 409, json={"keep": "control"})
+
 # The built-in dashboard: its sign-in, its page and its CSV (on an app of its own;
 # the first app's JPY revenue has no FX rate to USD, which is a 422 there).
 call("GET", f"/dashboard?app={app}", read["secret"], 422)
