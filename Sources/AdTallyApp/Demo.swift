@@ -73,6 +73,26 @@ public struct DemoLoader: Sendable {
     /// The app ids the demo makes.
     public static var appIDs: [String] { apps.map(\.id) }
 
+    /// The demo's experiment on the switch (DESIGN §14): demo-puzzle's `level_end`
+    /// placement, nend against applovin (a dearer card and a better fill) on half the
+    /// devices, over the last ten days: a real effect, so the tour shows a result.
+    struct DemoExperiment: Sendable {
+        static let name = "level-end-applovin"
+        var app = "demo-puzzle"
+        var placement = "level_end"
+        var control = "nend"
+        var treatment = "applovin"
+        var share = 50
+        var salt: String
+        var startMicros: Int64
+
+        /// The arm of a device's request, when the experiment covers it.
+        func arm(app: String, placement: String, device: String, at: Int64) -> ExperimentArm? {
+            guard app == self.app, placement == self.placement, at >= startMicros else { return nil }
+            return ExperimentArm.assign(salt: salt, device: device, treatmentShare: share)
+        }
+    }
+
     /// How far along the load is.
     public struct Progress: Sendable {
         /// App-days written, of `total`.
@@ -146,6 +166,8 @@ public struct DemoLoader: Sendable {
         }
         let firstDay = Int(start / 86_400), lastDay = Int(nowSeconds / 86_400)
         try await loadMoney(firstDay: firstDay, lastDay: lastDay)
+        let experiment = try await startExperiment(at: max(start, Int64(lastDay - 9) * 86_400))
+        var exposures: [String: (arm: ExperimentArm, at: Int64)] = [:]
 
         var random = SplitMix64(seed: seed)
         var progress = Progress(done: 0, total: Self.apps.count * (lastDay - firstDay + 1), events: 0)
@@ -158,7 +180,9 @@ public struct DemoLoader: Sendable {
             let validator = EventValidator(appID: app.id, maxAge: .seconds(nowSeconds - start + 86_400), maxAhead: .seconds(60))
             for day in firstDay...lastDay {
                 var events: [AppEvent] = []
-                for raw in Self.day(app, day: day, firstDay: firstDay, start: start, end: nowSeconds, scale: scale, random: &random) {
+                for raw in Self.day(
+                    app, day: day, firstDay: firstDay, start: start, end: nowSeconds, scale: scale, random: &random, experiment: experiment, exposures: &exposures
+                ) {
                     do {
                         events.append(AppEvent(appID: app.id, event: try validator.validate(raw, nowMicros: nowMicros)))
                     } catch {
@@ -182,15 +206,41 @@ public struct DemoLoader: Sendable {
             }
         }
         try await RollupCompactor(store: eventStore).compactOnce()
+        // Each device's first exposure, as the switch would have recorded it when it first
+        // answered the device under the experiment.
+        let recorder = ExposureRecorder(pool: database.pool, logger: logger)
+        for (device, exposure) in exposures.sorted(by: { $0.value.at < $1.value.at }) {
+            recorder.note(app: experiment.app, experiment: DemoExperiment.name, device: device, arm: exposure.arm, at: Date(timeIntervalSince1970: Double(exposure.at) / 1e6))
+        }
+        try await recorder.flush()
         // A bulk load: the install and cohort grains' statistics now, not at autovacuum's
         // pace (on the fresh tables, a cohort report's plan took seconds where it takes
         // milliseconds; a dashboard right after `adtally demo` reads them).
-        _ = try await database.pool.query("ANALYZE installs, install_days, install_day_revenue, cohort_days, cohort_priced_day")
+        _ = try await database.pool.query("ANALYZE installs, install_days, install_day_revenue, cohort_days, cohort_priced_day, experiment_exposures")
         // The generator makes valid events only; a refusal is a bug to see, not to skip.
         if let firstRejection { throw DemoError.invalidEvents(rejected, firstRejection) }
         let readKey = try await appStore.createKey(app: Self.apps[0].id, scope: .read)
         let adminKey = try await appStore.createKey(app: nil, scope: .admin)
         return Summary(events: progress.events, rejected: rejected, firstDay: firstDay, lastDay: lastDay, readKey: readKey, adminKey: adminKey)
+    }
+
+    /// Starts the demo's experiment, dated `at` (epoch seconds).
+    func startExperiment(at: Int64) async throws -> DemoExperiment {
+        let base = DemoExperiment(salt: "", startMicros: at * 1_000_000)
+        let scope = MediationScope(app: base.app, placement: base.placement)
+        var control = MediationPolicy(scope: scope, rule: .pinned, network: base.control), treatment = control
+        treatment.network = base.treatment
+        control.scope.arm = .control
+        treatment.scope.arm = .treatment
+        let store = ExperimentStore(pool: database.pool)
+        let created = try await store.create(
+            Experiment(name: DemoExperiment.name, app: base.app, placement: base.placement, control: control, treatment: treatment, treatmentShare: base.share),
+            actor: "adtally demo"
+        )
+        _ = try await database.pool.query("UPDATE experiments SET started_at = to_timestamp(\(at)::bigint) WHERE app_id = \(base.app) AND name = \(DemoExperiment.name)")
+        var experiment = base
+        experiment.salt = created.salt
+        return experiment
     }
 
     /// A rate card in USD (any country, and dearer rates for a few), and EUR-based FX
@@ -257,7 +307,10 @@ public struct DemoLoader: Sendable {
     /// One UTC day of an app's events, in time order within each hour, then a session of
     /// every device active on a local day, at a time of that day in this UTC day (so that a
     /// device the cohorts count as active is seen that day, whatever the ad traffic drew).
-    static func day(_ app: DemoApp, day: Int, firstDay: Int, start: Int64, end: Int64, scale: Double, random: inout SplitMix64) -> [RawEvent] {
+    static func day(
+        _ app: DemoApp, day: Int, firstDay: Int, start: Int64, end: Int64, scale: Double, random: inout SplitMix64,
+        experiment: DemoExperiment? = nil, exposures: inout [String: (arm: ExperimentArm, at: Int64)]
+    ) -> [RawEvent] {
         let zone = TimeZone(identifier: app.timezone)!
         var events: [RawEvent] = []
         // About 450 installs a day at scale 1: a local day's actives (new ones and the
@@ -280,7 +333,8 @@ public struct DemoLoader: Sendable {
             for _ in 0..<requests {
                 let at = hourStart * 1_000_000 + Int64(random.nextDouble() * 3_600_000_000)
                 guard at / 1_000_000 < end else { continue }
-                events += request(app, at: at, devices: active, random: &random).filter { $0.1 / 1_000_000 < end }.map(\.0)
+                events += request(app, at: at, devices: active, random: &random, experiment: experiment, exposures: &exposures)
+                    .filter { $0.1 / 1_000_000 < end }.map(\.0)
             }
             // Sessions: the app coming to the foreground, a few times a day per active device.
             // Drawn from a generator of their own, so the ad traffic is the same as without them.
@@ -326,11 +380,22 @@ public struct DemoLoader: Sendable {
     }
 
     /// One ad request and what followed it: (event, occurred_at micros).
-    static func request(_ app: DemoApp, at: Int64, devices: [Int], random: inout SplitMix64) -> [(RawEvent, Int64)] {
-        let network = pick(app.networks.map { ($0, $0.weight) }, &random)
+    static func request(
+        _ app: DemoApp, at: Int64, devices: [Int], random: inout SplitMix64,
+        experiment: DemoExperiment? = nil, exposures: inout [String: (arm: ExperimentArm, at: Int64)]
+    ) -> [(RawEvent, Int64)] {
+        var network = pick(app.networks.map { ($0, $0.weight) }, &random)
         let format = pick(app.formats, &random)
         let country = pick(app.countries, &random)
         let device = devices[Int(random.next() % UInt64(devices.count))]
+        // Under the experiment, the placement shows its arm's network (the switch's answer).
+        let placement = format == .banner ? ["home", "feed"][device % 2] : ["level_end", "menu"][device % 2]
+        let deviceID = "\(app.id)-device-\(device)"
+        if let experiment, let arm = experiment.arm(app: app.id, placement: placement, device: deviceID, at: at),
+           let armNetwork = app.networks.first(where: { $0.name == (arm == .treatment ? experiment.treatment : experiment.control) }) {
+            network = armNetwork
+            if exposures[deviceID] == nil { exposures[deviceID] = (arm, at) }
+        }
         let isIOS = device % 5 < 3
         var base = RawEvent()
         base.set("network", .string(network.name))
@@ -339,8 +404,8 @@ public struct DemoLoader: Sendable {
         base.set("platform", .string(isIOS ? "ios" : "android"))
         base.set("os_version", .string(isIOS ? ["17.6", "18.1", "18.2"][device % 3] : ["13", "14", "15"][device % 3]))
         base.set("app_version", .string(["3.2.0", "3.3.0", "3.3.1"][min(2, device % 7 / 2)]))
-        base.set("placement", .string(format == .banner ? ["home", "feed"][device % 2] : ["level_end", "menu"][device % 2]))
-        base.set("device", .string("\(app.id)-device-\(device)"))
+        base.set("placement", .string(placement))
+        base.set("device", .string(deviceID))
         if format == .banner { base.set("size", .string("320x50")) }
         var out: [(RawEvent, Int64)] = []
         func event(_ type: EventType, _ micros: Int64, _ extra: (inout RawEvent) -> Void = { _ in }) {

@@ -77,7 +77,8 @@ struct DemoCommand: AsyncParsableCommand {
         let adtally = ShellText.quoted(CommandLine.arguments.first.flatMap { $0.isEmpty ? nil : $0 } ?? "adtally")
         print("""
             Demo loaded in \(String(format: "%.1f", seconds)) s: \(summary.events) events from \(ReportQuery.formatDate(summary.firstDay)) to \(ReportQuery.formatDate(summary.lastDay)) (UTC)\(summary.rejected > 0 ? ", \(summary.rejected) refused" : ""),
-            apps \(DemoLoader.appIDs.joined(separator: ", ")) (Tokyo/JPY, New York/USD, Berlin/EUR), a rate card and EUR-based FX rates.
+            apps \(DemoLoader.appIDs.joined(separator: ", ")) (Tokyo/JPY, New York/USD, Berlin/EUR), a rate card and EUR-based FX rates,
+            and an experiment on demo-puzzle's level_end placement over the last ten days (nend against applovin on half the devices).
 
             Try:
               \(adtally) report --apps demo-puzzle --days 14 --dimensions date,network
@@ -85,6 +86,7 @@ struct DemoCommand: AsyncParsableCommand {
               \(adtally) report --apps demo-runner --days 28 --dimensions week,network --metrics impressions,expiries,wasted_fills,revenue,estimated_revenue
               \(adtally) report --days 28 --dimensions app --metrics requests,revenue,unique_devices --currency EUR
               \(adtally) report --apps demo-puzzle --days 7 --dimensions country --compare previous_period
+              \(adtally) experiments results level-end-applovin --app demo-puzzle
 
             Over HTTP (\(adtally) serve, or make run):
               curl -H 'Authorization: Bearer \(summary.readKey.secret)' 'http://127.0.0.1:8080/v1/reports?apps=demo-puzzle&days=7&dimensions=date,network&metrics=requests,fill_rate,impressions,ecpm,revenue&format=csv'

@@ -215,7 +215,7 @@ struct ExperimentsCommand: AsyncParsableCommand {
             ])
         }
         if !results.projected.isEmpty {
-            rows.append(["projected_monthly_revenue", interval(results.projected[.control]).replacingOccurrences(of: "0000 ", with: " "), interval(results.projected[.treatment]), "", ""])
+            rows.append(["projected_monthly_revenue", interval(results.projected[.control]), interval(results.projected[.treatment]), "", ""])
         }
         let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }
         for row in rows {

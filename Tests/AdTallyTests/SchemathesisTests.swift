@@ -53,6 +53,16 @@ struct SchemathesisTests {
                 _ = try await MediationStore(pool: database.pool).set(
                     MediationPolicy(scope: MediationScope(app: "fuzz"), rule: .pinned, network: "admob"), actor: "test"
                 )
+                // Experiments the path parameters name (one of them for the fuzzer to stop).
+                for (name, placement) in [("fuzz-exp", "fuzz-home"), ("fuzz-exp-doomed", "fuzz-level")] {
+                    let scope = MediationScope(app: "fuzz", placement: placement)
+                    var control = MediationPolicy(scope: scope, rule: .pinned, network: "admob"), treatment = control
+                    control.scope.arm = .control
+                    treatment.scope.arm = .treatment
+                    _ = try await ExperimentStore(pool: database.pool).create(
+                        Experiment(name: name, app: "fuzz", placement: placement, control: control, treatment: treatment, treatmentShare: 50), actor: "test"
+                    )
+                }
                 fixture = [
                     "ADTALLY_ST_ADMIN": try await apps.createKey(app: nil, scope: .admin).secret,
                     "ADTALLY_ST_INGEST": try await apps.createKey(app: "fuzz-keys", scope: .ingest).secret,
@@ -61,6 +71,7 @@ struct SchemathesisTests {
                     "ADTALLY_ST_APP": "fuzz", "ADTALLY_ST_EXPORT": "fuzz-daily", "ADTALLY_ST_EXPORT_DELETE": "fuzz-doomed",
                     "ADTALLY_ST_PULL": "fuzz-pull", "ADTALLY_ST_PULL_DELETE": "fuzz-pull-doomed",
                     "ADTALLY_ST_ALERT": "fuzz-alert", "ADTALLY_ST_ALERT_DELETE": "fuzz-alert-doomed",
+                    "ADTALLY_ST_EXPERIMENT": "fuzz-exp", "ADTALLY_ST_EXPERIMENT_STOP": "fuzz-exp-doomed",
                 ]
                 await database.close()
             } catch {

@@ -34,6 +34,10 @@ struct DashboardPage {
     var cohorts: DashboardCohorts?
     /// Why the cohorts could not be shown (a missing FX rate).
     var cohortsFailure: String?
+    /// The app's running and recent experiments (DESIGN §14).
+    var experiments: DashboardExperiments?
+    /// Why they could not be shown.
+    var experimentsFailure: String?
 
     /// The audience metrics the page reads for a grain.
     static func audienceMetrics(_ grain: ReportDimension) -> [ReportMetric] {
@@ -249,6 +253,10 @@ struct DashboardPage {
         if let cohorts { body += cohorts.html() }
         if let cohortsFailure {
             body += "<section class=\"cohorts\"><h2>Cohorts</h2><p class=\"error\" role=\"alert\">\(HTML.escape(cohortsFailure))</p></section>"
+        }
+        if let experiments { body += experiments.html() }
+        if let experimentsFailure {
+            body += "<section class=\"experiments\"><h2>Experiments</h2><p class=\"error\" role=\"alert\">\(HTML.escape(experimentsFailure))</p></section>"
         }
         if let main { body += table(main) }
         body += reconciliationTables()
@@ -491,6 +499,13 @@ struct DashboardPage {
         svg.cohorts { width: 100%; height: auto; display: block; }
         svg .cell-text { font-size: 10.5px; fill: var(--fg); font-variant-numeric: tabular-nums; } svg .cell-text.dark { fill: #fff; }
         svg rect.cell:hover { stroke: #111; stroke-width: 1.5; }
+        section.experiments { margin-top: 18px; }
+        section.experiments h2 { font-size: 15px; margin: 0 0 8px; display: flex; gap: 12px; align-items: baseline; flex-wrap: wrap; }
+        .experiment h3 { font-size: 14px; margin: 12px 0 4px; }
+        p.verdict { margin: 4px 0 10px; padding: 6px 10px; border-radius: 6px; background: #f1f5f9; }
+        p.verdict.decided { background: #ecfdf3; color: #14532d; } p.verdict.broken { background: #fef3f2; color: #b42318; }
+        svg line.interval { stroke: var(--c); stroke-width: 2; } svg polygon.band { fill: var(--c); fill-opacity: 0.15; stroke: none; }
+        figure.lift { margin-top: 14px; }
         """
 
     /// Interactions only (the charts need no script): picking an app shows it, and

@@ -305,6 +305,12 @@ public struct DashboardRoutes: Sendable {
             } catch let error as ReportQueryError {
                 page.cohortsFailure = error.description
             }
+            // The app's experiments (their own days): a failure is said in their section.
+            do {
+                page.experiments = try await DashboardExperiments.load(engine: engine, selection: selection)
+            } catch let error as ReportCurrencyError {
+                page.experimentsFailure = error.description
+            }
             page.topNetworks = topNetworks.sorted()
             page.hasMoreNetworks = top.nextCursor != nil
             return Self.html(page.html(), status: selection.problem == nil ? .ok : .badRequest)
