@@ -97,7 +97,8 @@ bench-scaling: build-release
 	bench/scaling.sh
 
 ## bench-mediation: the mediation answer under keep-alive load (p50/p99, req/s) against a
-## static file of the same bytes from the same server, and the 304 revalidation.
+## static file of the same bytes from the same server, the 304 revalidation, and devices
+## asking with their ids without and with a running experiment (DESIGN §14).
 bench-mediation: build-release
 	bench/mediation.sh
 

@@ -12,6 +12,11 @@
 #    the mediation answer (ingest key), the static file, and the mediation answer
 #    revalidated with If-None-Match (304), and /healthz (the server's floor: a fixed
 #    answer without a key); medians of req/s, p50 and p99;
+#    Then, in the same rounds, devices asking placement `home` with their ids (a wrk
+#    script draws one of 100,000 ids a request): without an experiment (the placement's
+#    pinned policy answers), and with one running on it (each device answered its arm,
+#    its first exposure queued and written in batches: DESIGN §14), started before and
+#    stopped after each round's run;
 # 5. the mediation decisions the server computed meanwhile
 #    (adtally_mediation_decisions_total): the answers come from memory, so only the
 #    background refresh computes any (one a minute here); and all the reports it ran
@@ -45,10 +50,21 @@ echo "answer: $(wc -c < "$work/static/mediation.json") bytes, ETag $etag, decide
 head -c 300 "$work/static/mediation.json"; echo " …"
 curl -fsS "$base/static/mediation.json" | cmp - "$work/static/mediation.json"
 
+# Devices with their ids (one of 100,000 a request), for the experiment's runs.
+cat > "$work/devices.lua" <<'LUA'
+math.randomseed(2026)
+request = function()
+  return wrk.format("GET", "/v1/apps/bench-00/mediation?placement=home&device=bench-device-" .. math.random(1, 100000))
+end
+LUA
+curl -fsS -o /dev/null -X PUT "$base/v1/apps/bench-00/mediation/policies" -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+  -d '{"placement": "home", "rule": "pinned", "network": "admob"}'
+
 metric() { curl -fsS "$base/metrics" | awk -v name="$1" '$1 ~ "^" name "({|$)" { sum += $NF } END { print sum + 0 }'; }
 run() { # run NAME URL [HEADER…]: one wrk run, its numbers appended to $work/NAME.txt
   local name=$1 url=$2; shift 2
   local args=(-t2 -c"$connections" -d"${seconds}s" --latency)
+  if [ -n "${WRK_SCRIPT:-}" ]; then args+=(-s "$WRK_SCRIPT"); fi
   for header in "$@"; do args+=(-H "$header"); done
   wrk "${args[@]}" "$url" > "$work/wrk.txt"
   python3 - "$work/wrk.txt" >> "$work/$name.txt" <<'PY'
@@ -67,12 +83,22 @@ PY
 decisions_before=$(metric adtally_mediation_decisions_total)
 reports_before=$(metric adtally_report_reads_total)
 echo "== wrk: $rounds rounds of ${seconds} s each, $connections keep-alive connections, 2 threads"
-for _ in $(seq 1 "$rounds"); do
+exposures_before=$(metric adtally_experiment_exposures_total)
+for round in $(seq 1 "$rounds"); do
   run mediation "$base/v1/apps/bench-00/mediation" "Authorization: Bearer $ingest"
   run static "$base/static/mediation.json"
   run revalidated "$base/v1/apps/bench-00/mediation" "Authorization: Bearer $ingest" "If-None-Match: $etag"
   run healthz "$base/healthz"
+  WRK_SCRIPT="$work/devices.lua" run device "$base/v1/apps/bench-00/mediation" "Authorization: Bearer $ingest"
+  curl -fsS -o /dev/null -X POST "$base/v1/apps/bench-00/experiments" -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+    -d "{\"name\": \"bench-$round\", \"placement\": \"home\", \"control\": \"pinned:admob\", \"treatment\": \"pinned:unity\", \"treatment_share\": 50}"
+  WRK_SCRIPT="$work/devices.lua" run experiment "$base/v1/apps/bench-00/mediation" "Authorization: Bearer $ingest"
+  curl -fsS -o /dev/null -X POST "$base/v1/apps/bench-00/experiments/bench-$round/stop" -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' -d '{"keep": "control"}'
 done
+sleep 2
+exposures=$(( $(metric adtally_experiment_exposures_total) - exposures_before ))
+deferred=$(metric adtally_experiment_exposures_deferred_total)
+echo "exposures written during the experiment runs: $exposures (deferred by a full queue: $deferred)"
 # The tag covers the choice, not the numbers: it holds across the refreshes of the run
 # unless the network changed (then the revalidated runs counted 200s).
 still=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $ingest" -H "If-None-Match: $etag" "$base/v1/apps/bench-00/mediation")
@@ -80,16 +106,19 @@ still=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $ingest
 decisions=$(( $(metric adtally_mediation_decisions_total) - decisions_before ))
 reports=$(( $(metric adtally_report_reads_total) - reports_before ))
 echo "during the load: $decisions mediation decisions computed (the background refresh), $reports reports run in all (most by the Grafana series' refresh)"
-python3 - "$work" "$decision_ms" "$decisions" <<'PY'
+python3 - "$work" "$decision_ms" "$decisions" "$exposures" <<'PY'
 import statistics, sys
-work, decision_ms, decisions = sys.argv[1], sys.argv[2], sys.argv[3]
+work, decision_ms, decisions, exposures = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 def medians(name):
     rows = [list(map(float, line.split())) for line in open(f"{work}/{name}.txt")]
     if any(row[3] for row in rows):
         sys.exit(f"{name}: non-2xx/3xx answers under load")
     return [statistics.median(column) for column in zip(*rows)][:3]
 m, s, r, h = medians("mediation"), medians("static"), medians("revalidated"), medians("healthz")
+d, x = medians("device"), medians("experiment")
 print(f"RESULT mediation_rps={m[0]:.0f} mediation_p50_ms={m[1]:.3f} mediation_p99_ms={m[2]:.3f} "
       f"static_rps={s[0]:.0f} static_p50_ms={s[1]:.3f} static_p99_ms={s[2]:.3f} ratio_rps={m[0] / s[0]:.2f} "
-      f"not_modified_rps={r[0]:.0f} healthz_rps={h[0]:.0f} decision_ms={decision_ms} decisions_during_load={decisions}")
+      f"not_modified_rps={r[0]:.0f} healthz_rps={h[0]:.0f} decision_ms={decision_ms} decisions_during_load={decisions} "
+      f"device_p50_ms={d[1]:.3f} device_p99_ms={d[2]:.3f} experiment_p50_ms={x[1]:.3f} experiment_p99_ms={x[2]:.3f} "
+      f"experiment_ratio_p50={x[1] / d[1]:.2f} experiment_ratio_p99={x[2] / d[2]:.2f} experiment_rps={x[0]:.0f} exposures_written={exposures}")
 PY

@@ -16,6 +16,8 @@ never put in a URL), then checks, over the Chrome DevTools Protocol:
 - the cohort triangle drew a cell per install day and day N whose revenue per
   install the API defines, with the API's value and retention, and the LTV chart
   a point per week of installs and day N, as the week's cohort report totals;
+- each experiment shown drew both arms' ARPDAU by day and cumulative, and each
+  metric's lift, with the experiments API's values (GET …/experiments/{name}/results);
 - with JavaScript switched off the charts are the same;
 and saves a full-page screenshot. Prints a JSON summary; exits 1 on a failure.
 """
@@ -140,6 +142,30 @@ def report(base, key, params):
     return json.load(urllib.request.urlopen(request, timeout=60))
 
 
+def api(base, key, path):
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {key}"})
+    return json.load(urllib.request.urlopen(request, timeout=60))
+
+
+def experiment_charts(base, key, app, start):
+    """The experiments' charts (DESIGN §14), from the experiments API: per running (or
+    stopped since the range began) experiment, at most three, each arm's ARPDAU by day
+    and cumulative, and each metric's lift."""
+    charts = {}
+    listed = api(base, key, f"/v1/apps/{urllib.parse.quote(app)}/experiments")["experiments"]
+    shown = [e for e in listed if e["status"] == "running" or (e["stopped_at"] or "") >= (datetime.date.fromisoformat(start) - datetime.timedelta(days=1)).isoformat()][:3]
+    for experiment in shown:
+        results = api(base, key, f"/v1/apps/{urllib.parse.quote(app)}/experiments/{urllib.parse.quote(experiment['name'])}/results")
+        name = experiment["name"]
+        for chart, field in [("experiment-daily", "arpdau"), ("experiment-cumulative", "cumulative_arpdau")]:
+            charts[f"{chart}:{name}"] = {arm: {day["date"]: (day[arm][field]["value"], 1e-8) for day in results["days"] if day[arm][field]["value"] is not None}
+                                         for arm in ["control", "treatment"]}
+        lifts = {metric: (lift["value"], 1e-8) for metric, lift in results["lift"].items() if lift["value"] is not None}
+        if lifts:
+            charts[f"experiment-lift:{name}"] = {"lift": lifts}
+    return charts
+
+
 def local_hours(day, zone):
     """Every local hour of a day in a zone, as the engine names them (23 or 25 on DST days)."""
     tz = ZoneInfo(zone)
@@ -211,6 +237,7 @@ def expected_values(base, key, app, start, end, hourly):
         ltv[f"installs {since.isoformat()[5:]}–{to.isoformat()[5:]}"] = {
             f"d{n}": number(totals[f"revenue_per_install_d{n}"]) for n in range(31) if totals[f"revenue_per_install_d{n}"] is not None}
     return {
+        **experiment_charts(base, key, app, start),
         "ltv": ltv,
         "inventory": {"requests": series(main, "requests", True), "impressions": series(main, "impressions", True)},
         "fill-rate": {"fill rate": series(main, "fill_rate", False)},

@@ -300,6 +300,28 @@ except Exception: print("none")')
     *) fail "$node: an old event of an erased device: $answer" ;; esac
 done
 same "the cohort grain after an erasure: Citus = one node" "$work/ge-citus" "$work/ge-single"
+# Experiments on the switch (Migrations/0029, DESIGN §14): the demo's experiment (its
+# salt the demo's seed's, so both nodes split alike) has the same results on both; a
+# device asking the switch with its id is answered its arm and its first exposure is
+# written (the recorder's INSERT … ON CONFLICT into the distributed table).
+for node in citus single; do
+  "$bin" experiments results level-end-applovin --app demo-puzzle --format json --database-url "${db[$node]}" 2>&1 \
+    | python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("notes"); print(json.dumps(d, sort_keys=True, indent=1))' >"$work/x-$node" \
+    || echo "experiment results failed" >>"$work/x-$node"
+done
+same "the demo experiment's results: Citus = one node" "$work/x-citus" "$work/x-single"
+grep -q '"devices": [1-9]' "$work/x-citus" && ok "citus: the experiment has exposed devices" || fail "citus: no exposed device: $(head -c 300 "$work/x-citus")"
+for node in citus single; do
+  arm=$(call $node "${key[$node]}" "/v1/mediation?placement=level_end&device=citus-probe-1" -D - -o /dev/null | tr -d '\r' | sed -n 's/^[Aa]d[Tt]ally-[Ee]xperiment: //p')
+  case "$arm" in "level-end-applovin; arm="*) ok "$node: the switch answers a device its arm ($arm)" ;; *) fail "$node: no experiment arm in the switch's answer: '$arm'" ;; esac
+  exposed=0
+  for _ in $(seq 1 20); do
+    exposed=$(sql "${db[$node]}" -c "SELECT count(*) FROM experiment_exposures WHERE app_id = 'demo-puzzle' AND device = 'citus-probe-1'")
+    [ "$exposed" = 1 ] && break
+    sleep 0.5
+  done
+  [ "$exposed" = 1 ] && ok "$node: the device's first exposure is written" || fail "$node: exposures of the probe device: $exposed"
+done
 # The revenue of record (Migrations/0016): admob's final days take its earnings, in
 # every report shape; the record days are read in the report's own transaction.
 # The network's USD earnings of $from are converted to each app's currency (the Grafana

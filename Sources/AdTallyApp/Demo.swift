@@ -237,9 +237,14 @@ public struct DemoLoader: Sendable {
             Experiment(name: DemoExperiment.name, app: base.app, placement: base.placement, control: control, treatment: treatment, treatmentShare: base.share),
             actor: "adtally demo"
         )
-        _ = try await database.pool.query("UPDATE experiments SET started_at = to_timestamp(\(at)::bigint) WHERE app_id = \(base.app) AND name = \(DemoExperiment.name)")
+        // Dated to its start, and split by a salt of the demo's seed: the same seed splits
+        // the same devices alike (test-citus compares two databases' results).
+        let salt = String(format: "00000000-0000-4000-8000-%012llx", seed & 0xFFFF_FFFF_FFFF)
+        _ = try await database.pool.query("""
+            UPDATE experiments SET started_at = to_timestamp(\(at)::bigint), salt = \(salt)::uuid WHERE app_id = \(base.app) AND name = \(created.name)
+            """)
         var experiment = base
-        experiment.salt = created.salt
+        experiment.salt = salt
         return experiment
     }
 

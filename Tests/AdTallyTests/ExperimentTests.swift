@@ -171,7 +171,10 @@ struct ExperimentTests {
             for k in 0..<60 {
                 let device = "dev-\(k)"
                 var sums = Device()
+                // Before the exposure: folded for some, still a pending delta for others (their
+                // install day is that earlier day either way).
                 if k % 6 == 1 { early.append(request(device, at: noon(-11, plus: k))) }
+                if k % 6 == 5 { late.append(request(device, at: noon(-10, plus: k))) }
                 for j in 0...9 where k % 7 != 3 && (k + 2 * j) % 5 != 0 {
                     let at = j == 9 ? Int64(Int(Date().timeIntervalSince1970) / 86_400 * 86_400 + k) * 1_000_000 : noon(j - 9, plus: k)
                     let requests = 1 + (k + j) % 3, impressions = (k * j) % 3
@@ -187,7 +190,7 @@ struct ExperimentTests {
                     sums.d += 1
                     activeDays[device, default: []].insert(j)
                 }
-                if k % 6 != 1 && activeDays[device]?.contains(0) == true { installedOnExposure.insert(device) }
+                if k % 6 != 1 && k % 6 != 5 && activeDays[device]?.contains(0) == true { installedOnExposure.insert(device) }
                 devices[device] = sums
             }
             // The first days folded into the installs' grain, the rest still pending deltas.

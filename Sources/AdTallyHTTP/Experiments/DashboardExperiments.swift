@@ -65,7 +65,7 @@ struct DashboardExperiments {
 
     /// Each arm's daily (points with interval bars) or cumulative (line with a band) ARPDAU.
     func dailySVG(_ r: ExperimentResults, cumulative: Bool) -> String {
-        let id = cumulative ? "experiment-cumulative" : "experiment-daily"
+        let id = (cumulative ? "experiment-cumulative:" : "experiment-daily:") + r.experiment.name
         let days = r.days
         let estimate = { (day: ExperimentResults.Day, arm: ExperimentArm) -> Estimate? in cumulative ? day.cumulativeARPDAU[arm] : day.arpdau[arm] }
         var top = 0.0
@@ -74,7 +74,7 @@ struct DashboardExperiments {
         let plotWidth = Self.width - Self.left - Self.right, plotHeight = Self.height - Self.top - Self.bottom
         let band = plotWidth / Double(max(days.count, 1))
         func y(_ value: Double) -> Double { Self.top + plotHeight - plotHeight * max(0, min(value, top)) / top }
-        var out = "<svg class=\"chart\" data-chart=\"\(id)\" viewBox=\"0 0 \(Int(Self.width)) \(Int(Self.height))\" role=\"img\" aria-label=\"ARPDAU \(cumulative ? "cumulative" : "by day") per arm\" xmlns=\"http://www.w3.org/2000/svg\">"
+        var out = "<svg class=\"chart\" data-chart=\"\(HTML.escape(id))\" viewBox=\"0 0 \(Int(Self.width)) \(Int(Self.height))\" role=\"img\" aria-label=\"ARPDAU \(cumulative ? "cumulative" : "by day") per arm\" xmlns=\"http://www.w3.org/2000/svg\">"
         for step in 0...4 {
             let value = top * Double(step) / 4
             out += "<line class=\"grid\" x1=\"\(f(Self.left))\" x2=\"\(f(Self.left + plotWidth))\" y1=\"\(f(y(value)))\" y2=\"\(f(y(value)))\"/>"
@@ -121,7 +121,7 @@ struct DashboardExperiments {
         let height = 26 + rowHeight * Double(metrics.count)
         func x(_ value: Double) -> Double { labelWidth + plot * (max(-extent, min(value, extent)) + extent) / (2 * extent) }
         var out = "<figure class=\"lift\"><figcaption>Lift of the treatment over the control, with 95 % intervals</figcaption>"
-        out += "<svg class=\"chart\" data-chart=\"experiment-lift\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"Lift with intervals\" xmlns=\"http://www.w3.org/2000/svg\">"
+        out += "<svg class=\"chart\" data-chart=\"experiment-lift:\(HTML.escape(r.experiment.name))\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"Lift with intervals\" xmlns=\"http://www.w3.org/2000/svg\">"
         out += "<line class=\"axis\" x1=\"\(f(x(0)))\" x2=\"\(f(x(0)))\" y1=\"4\" y2=\"\(f(height - 18))\"/>"
         out += "<text class=\"tick\" x=\"\(f(x(0)))\" y=\"\(f(height - 4))\" text-anchor=\"middle\">0</text>"
         out += "<text class=\"tick\" x=\"\(f(x(-extent)))\" y=\"\(f(height - 4))\">\(String(format: "%+.0f%%", -extent * 100))</text>"

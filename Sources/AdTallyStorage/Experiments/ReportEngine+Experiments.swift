@@ -67,12 +67,15 @@ extension ReportEngine {
                        d.network, d.format, d.country::text AS country, d.currency, (d.first_at AT TIME ZONE \(tz))::date AS first_day,
                        d.requests, d.impressions, d.taps, d.revenue_micros, d.unpriced_impressions, d.unpriced_taps
                 FROM install_delta d JOIN x ON x.device = d.device
-                WHERE d.app_id = \(app.id) AND (d.bucket AT TIME ZONE \(tz))::date >= x.xday
+                -- Every pending day (those before the exposure too): a device's install day is
+                -- the earliest of its stored install and its pending events, as the
+                -- compactor will leave it.
+                WHERE d.app_id = \(app.id)
             ), act AS MATERIALIZED (
                 -- Each device's active days (with its arm and exposure day, and the install day
                 -- its pending deltas say, if any): no join between these sets below, only unions
                 -- and groupings (a join's plan rests on estimates a new experiment lacks).
-                SELECT u.device, u.arm, u.xday, u.day, sum(u.requests)::float8 AS q, sum(u.impressions)::float8 AS i, min(u.first_day) AS first_day
+                SELECT u.device, u.arm, u.xday, u.day, sum(u.requests)::numeric AS q, sum(u.impressions)::numeric AS i, min(u.first_day) AS first_day
                 FROM (SELECT s.device, x.arm, x.xday, s.day, s.requests, s.impressions, NULL::date AS first_day
                       FROM install_days s JOIN x ON x.device = s.device
                       WHERE s.app_id = \(app.id) AND s.day >= x.xday
@@ -91,7 +94,7 @@ extension ReportEngine {
                       UNION ALL
                       SELECT p.app_id, p.arm, p.device, p.day, p.hour, p.network, p.format, p.country, p.currency,
                              p.impressions, p.taps, p.revenue_micros, p.unpriced_impressions, p.unpriced_taps
-                      FROM pend p WHERE p.impressions + p.taps > 0) AS s
+                      FROM pend p WHERE p.impressions + p.taps > 0 AND p.day >= p.xday) AS s
                 GROUP BY s.arm, s.device, s.day, u, s.network, s.format, s.currency, s.country\(unsafeRaw: plan.hasRecord ? ", s.app_id, s.hour" : "")
             ),
             \(unsafeRaw: RatePricing.pricesCTE("prices", of: "pending"))
@@ -102,14 +105,14 @@ extension ReportEngine {
         sql.append("""
             ), dd AS (
                 SELECT u.device, u.arm, u.day, sum(u.q) AS q, sum(u.i) AS i, sum(u.r) AS r
-                FROM (SELECT a.device, a.arm, a.day, a.q, a.i, 0::float8 AS r FROM act a
+                FROM (SELECT a.device, a.arm, a.day, a.q, a.i, 0::numeric AS r FROM act a WHERE a.day >= a.xday
                       UNION ALL
-                      SELECT m.device, m.arm, m.day, 0, 0, (m.reported_micros + m.estimated_micros + m.network_micros)::float8 FROM money m) AS u
+                      SELECT m.device, m.arm, m.day, 0, 0, (m.reported_micros + m.estimated_micros + m.network_micros)::numeric FROM money m) AS u
                 GROUP BY u.device, u.arm, u.day
             ), inc AS (
                 SELECT w.arm, w.day, w.r, w.i, w.q,
                        coalesce(sum(w.r) OVER prior, 0) AS r0, coalesce(sum(w.i) OVER prior, 0) AS i0, coalesce(sum(w.q) OVER prior, 0) AS q0,
-                       (row_number() OVER (PARTITION BY w.device ORDER BY w.day) - 1)::float8 AS d0
+                       (row_number() OVER (PARTITION BY w.device ORDER BY w.day) - 1)::numeric AS d0
                 FROM dd w
                 WINDOW prior AS (PARTITION BY w.device ORDER BY w.day ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
             ), per AS (
@@ -127,9 +130,11 @@ extension ReportEngine {
                 WHERE least(i.day, p.first_day) = p.xday
                 GROUP BY p.arm
             )
-            SELECT 'd', arm, day - DATE '1970-01-01', count(*)::float8, sum(r), sum(i), sum(q), sum(r * r),
-                   sum(2 * r0 * r + r * r), sum(2 * d0 + 1), sum(2 * i0 * i + i * i), sum(2 * q0 * q + q * q),
-                   sum(r0 + r * d0 + r), sum(i0 + i * d0 + i), sum(q0 + q * d0 + q), sum(r0 * i + r * i0 + r * i), sum(i0 * q + i * q0 + i * q), NULL
+            -- Exact sums (numeric), then doubles: the same data gives the same bits in every run.
+            SELECT 'd', arm, day - DATE '1970-01-01', count(*)::float8, sum(r)::float8, sum(i)::float8, sum(q)::float8, sum(r * r)::float8,
+                   sum(2 * r0 * r + r * r)::float8, sum(2 * d0 + 1)::float8, sum(2 * i0 * i + i * i)::float8, sum(2 * q0 * q + q * q)::float8,
+                   sum(r0 + r * d0 + r)::float8, sum(i0 + i * d0 + i)::float8, sum(q0 + q * d0 + q)::float8, sum(r0 * i + r * i0 + r * i)::float8,
+                   sum(i0 * q + i * q0 + i * q)::float8, NULL
             FROM inc GROUP BY arm, day
             UNION ALL
             SELECT 'x', arm, xday - DATE '1970-01-01', count(*)::float8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL FROM x GROUP BY arm, xday
