@@ -505,7 +505,7 @@ struct DashboardPage {
         p.verdict { margin: 4px 0 10px; padding: 6px 10px; border-radius: 6px; background: #f1f5f9; }
         p.verdict.decided { background: #ecfdf3; color: #14532d; } p.verdict.broken { background: #fef3f2; color: #b42318; }
         svg line.interval { stroke: var(--c); stroke-width: 2; } svg polygon.band { fill: var(--c); fill-opacity: 0.15; stroke: none; }
-        figure.lift { margin-top: 14px; }
+        figure.lift { margin-top: 14px; } figure.lift svg { max-width: 760px; }
         """
 
     /// Interactions only (the charts need no script): picking an app shows it, and
