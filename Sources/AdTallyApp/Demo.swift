@@ -209,8 +209,10 @@ public struct DemoLoader: Sendable {
         // Each device's first exposure, as the switch would have recorded it when it first
         // answered the device under the experiment.
         let recorder = ExposureRecorder(pool: database.pool, logger: logger)
-        for (device, exposure) in exposures.sorted(by: { $0.value.at < $1.value.at }) {
+        for (index, (device, exposure)) in exposures.sorted(by: { $0.value.at < $1.value.at }).enumerated() {
             recorder.note(app: experiment.app, experiment: DemoExperiment.name, device: device, arm: exposure.arm, at: Date(timeIntervalSince1970: Double(exposure.at) / 1e6))
+            // Written as they queue: the queue's bound is far below a large demo's devices.
+            if index % 50_000 == 49_999 { try await recorder.flush() }
         }
         try await recorder.flush()
         // A bulk load: the install and cohort grains' statistics now, not at autovacuum's

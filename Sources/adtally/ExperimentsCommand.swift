@@ -171,21 +171,19 @@ struct ExperimentsCommand: AsyncParsableCommand {
             let stopped = try await database.withDatabase { database, _ in
                 let store = ExperimentStore(pool: database.pool)
                 let experiment = try await ExperimentsCommand.find(name, app: app, store: store)
-                let engine = database.reportEngine()
-                guard let reportApp = try await engine.readableApps(only: experiment.app).first else { throw ValidationError("no app \"\(experiment.app)\"") }
-                let results = try await engine.experimentResults(experiment, app: reportApp)
+                let decision = await database.reportEngine().stopDecision(experiment)
                 do {
                     let stopped = try await store.stop(
-                        app: experiment.app, name: name, keep: keep, actor: MediationCommand.actor, decision: results.decisionJSON()
+                        app: experiment.app, name: name, keep: keep, actor: MediationCommand.actor, decision: decision.json
                     )
                     _ = try? await MediationCommand.refresher(database).refresh(app: experiment.app)
-                    return (stopped, results)
+                    return (stopped, decision.verdict)
                 } catch let error as ExperimentStoreError {
                     throw ValidationError(error.description)
                 }
             }
             print("stopped: " + ExperimentsCommand.line(stopped.0))
-            print("decided on: " + stopped.1.verdict)
+            print("decided on: " + stopped.1)
         }
     }
 

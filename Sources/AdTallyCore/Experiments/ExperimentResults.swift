@@ -61,7 +61,7 @@ public struct ExperimentResults: Sendable {
         self.wholeDays = wholeDays
         var cumulative: [ExperimentArm: ArmMoments] = [.control: ArmMoments(), .treatment: ArmMoments()]
         var series: [Day] = []
-        let lastDay = max(to, sums.keys.max() ?? to)
+        let lastDay = to
         if from <= lastDay {
             for day in from...lastDay {
                 var entry = Day(date: Self.date(day))
@@ -110,6 +110,9 @@ public struct ExperimentResults: Sendable {
             "lift: (treatment − control) / control; its interval is that of the difference (± 1.96·√(se_t² + se_c²)) divided by the control's value; significant when the difference's interval excludes 0",
         ]
         if partialDay { notes.append("\(Self.date(to)) is a day still under way: it is included, so the last day's numbers will still grow") }
+        if let stopped = experiment.stoppedAt {
+            notes.append("stopped at \(stopped.formatted(.iso8601)): the results end there — devices first exposed until then, their activity through \(Self.date(to)) (after it both arms ran the kept policy)")
+        }
         if experiment.isAA { notes.append("an A/A test: both arms have the same policy, so any lift is noise — the interval should contain 0 in about 95 of 100 such tests") }
         if appDAU != nil { notes.append("projected_monthly_revenue: the arm's ARPDAU × the app's average DAU over the experiment's days × 30, as if 100 % of devices had the arm's policy") }
         var missing: [String] = []
@@ -127,7 +130,12 @@ public struct ExperimentResults: Sendable {
             return String(format: "%+.1f%%", value * 100)
         }
         let liftText = arpdau.map { "ARPDAU lift \(percent($0.value)) (95 % interval \(percent($0.low)) to \(percent($0.high)))" } ?? "no ARPDAU lift yet (an arm has no active device-day)"
-        let retentionLoss = ["retention_d1", "retention_d7"].filter { lifts[$0].map { $0.isSignificant && ($0.difference.value ?? 0) < 0 } ?? false }
+        let eligible = ["retention_d1": (cumulative[.control]!.eligible1, cumulative[.treatment]!.eligible1),
+                        "retention_d7": (cumulative[.control]!.eligible7, cumulative[.treatment]!.eligible7)]
+        let retentionLoss = ["retention_d1", "retention_d7"].filter { metric in
+            guard let counts = eligible[metric], min(counts.0, counts.1) >= ExperimentStatistics.minimumRetentionDevices else { return false }
+            return lifts[metric].map { $0.isSignificant && ($0.difference.value ?? 0) < 0 } ?? false
+        }
         winner = nil
         if sampleRatio.isBroken {
             verdict = String(
@@ -136,6 +144,10 @@ public struct ExperimentResults: Sendable {
             )
         } else if !missing.isEmpty {
             verdict = "too early to name a winner: \(missing.joined(separator: ", ")) needed; so far \(liftText)"
+        } else if experiment.isAA {
+            verdict = arpdau?.isSignificant == true
+                ? "A/A test: the identical arms differ significantly (\(liftText)) — expected in about 1 of 20 A/A tests; if it repeats, the split or the data is biased"
+                : "A/A test: no significant difference, as expected of identical arms (\(liftText)): the interval's width is this traffic's noise"
         } else if let arpdau, arpdau.isSignificant {
             let better: ExperimentArm = (arpdau.difference.value ?? 0) > 0 ? .treatment : .control
             if better == .treatment && !retentionLoss.isEmpty {

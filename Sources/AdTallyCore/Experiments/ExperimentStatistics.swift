@@ -82,6 +82,9 @@ public enum ExperimentStatistics {
     public static let brokenSplitP = 0.001
     /// No winner before this many whole days and exposed devices per arm.
     public static let minimumDays = 7, minimumDevices = 1000
+    /// A retention is read as lost (vetoing a win) only over this many eligible devices per
+    /// arm: below it, a proportion of 0 or 1 has a zero-width interval that proves nothing.
+    public static let minimumRetentionDevices = 100.0
 
     /// The metrics of an arm, in their order.
     public static let metrics = [

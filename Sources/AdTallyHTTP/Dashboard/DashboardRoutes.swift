@@ -308,8 +308,8 @@ public struct DashboardRoutes: Sendable {
             // The app's experiments (their own days): a failure is said in their section.
             do {
                 page.experiments = try await DashboardExperiments.load(engine: engine, selection: selection)
-            } catch let error as ReportCurrencyError {
-                page.experimentsFailure = error.description
+            } catch {
+                page.experimentsFailure = "\(error)"
             }
             page.topNetworks = topNetworks.sorted()
             page.hasMoreNetworks = top.nextCursor != nil

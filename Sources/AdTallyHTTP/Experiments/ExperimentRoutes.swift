@@ -132,9 +132,10 @@ public struct ExperimentRoutes: Sendable {
             let key = try await authenticator.require(.admin, request)
             let body: Stop = try await AdminRoutes.decode(request)
             guard let keep = ExperimentArm(rawValue: body.keep) else { throw FieldError("keep", "must be control or treatment") }
-            let results = try await results(app: app, name: name)
+            let experiment = try await Self.mapping { try await store.experiment(app: app, name: name) }
+            let decision = await engine.stopDecision(experiment).json
             let stopped = try await Self.mapping {
-                try await store.stop(app: app, name: name, keep: keep, actor: "admin key \(key.id)", decision: results.decisionJSON())
+                try await store.stop(app: app, name: name, keep: keep, actor: "admin key \(key.id)", decision: decision)
             }
             await refreshNow(app)
             return try Self.json(stopped.jsonObject())

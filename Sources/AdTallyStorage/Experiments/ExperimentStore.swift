@@ -90,6 +90,18 @@ public struct ExperimentStore: Sendable {
                 if try !connection.query("SELECT 1 FROM experiments WHERE app_id = \(experiment.app) AND name = \(experiment.name)").isEmpty {
                     throw ExperimentStoreError.nameTaken(app: experiment.app, name: experiment.name)
                 }
+                // Countries with a policy of their own on the placement: an experiment over
+                // every country would answer them its arms, and its stop could not say which
+                // policy they keep. It must name the countries it covers.
+                if experiment.countries.isEmpty {
+                    let own = try connection.query("""
+                        SELECT country FROM mediation_policies
+                        WHERE app_id = \(experiment.app) AND placement = \(experiment.placement) AND country <> '' AND arm = '' ORDER BY country
+                        """).map { try $0.decode(0, as: String.self) }
+                    if !own.isEmpty {
+                        throw FieldError("countries", "placement \(experiment.placement) has policies of its own for \(own.joined(separator: ", ")): name the countries the experiment covers, or delete those policies first")
+                    }
+                }
                 try connection.query("""
                     INSERT INTO experiments (app_id, name, salt, placement, countries, control, treatment, treatment_share, created_by)
                     VALUES (\(experiment.app), \(experiment.name), \(UUID().uuidString.lowercased())::uuid, \(experiment.placement), \(array: experiment.countries)::text[],
@@ -156,9 +168,14 @@ public struct ExperimentStore: Sendable {
                 UPDATE experiments SET status = 'stopped', stopped_at = clock_timestamp(), kept = \(keep.rawValue), stopped_by = \(actor), decision = \(decision)::jsonb
                 WHERE app_id = \(app) AND name = \(name)
                 """)
-            var kept = keep == .control ? experiment.control : experiment.treatment
-            kept.scope = MediationScope(app: app, placement: experiment.placement)
-            _ = try MediationStore.set(kept, actor: actor, reason: "experiment \(name) stopped: kept its \(keep.rawValue) arm", on: connection)
+            // The kept arm is the policy of what the experiment covered: the placement, or its
+            // countries when it named some.
+            let kept = keep == .control ? experiment.control : experiment.treatment
+            for country in experiment.countries.isEmpty ? [nil] : experiment.countries.map(Optional.some) {
+                var policy = kept
+                policy.scope = MediationScope(app: app, placement: experiment.placement, country: country)
+                _ = try MediationStore.set(policy, actor: actor, reason: "experiment \(name) stopped: kept its \(keep.rawValue) arm", on: connection)
+            }
             try connection.query("""
                 DELETE FROM mediation_policies WHERE app_id = \(app) AND placement = \(experiment.placement) AND country = '' AND arm <> ''
                 """)

@@ -45,14 +45,18 @@ public final class ExposureRecorder: Sendable {
 
     let pool: PostgresPool
     let logger: Logger
+    /// Devices remembered at most (`maxSeen`; smaller in tests).
+    let seenLimit: Int
     private let state = Mutex(State())
     private let written = Counter(label: "adtally_experiment_exposures_total")
     private let deferred = Counter(label: "adtally_experiment_exposures_deferred_total")
+    private let refused = Counter(label: "adtally_experiment_exposures_refused_total")
 
     /// A recorder writing to the primary's pool.
-    public init(pool: PostgresPool, logger: Logger) {
+    public init(pool: PostgresPool, logger: Logger, seenLimit: Int = maxSeen) {
         self.pool = pool
         self.logger = logger
+        self.seenLimit = seenLimit
     }
 
     static func key(app: String, experiment: String, device: String) -> Key {
@@ -73,7 +77,9 @@ public final class ExposureRecorder: Sendable {
         let queued = state.withLock { state -> Bool in
             if state.seen.contains(key) { return true }
             guard state.pending.count < Self.maxPending else { return false }
-            if state.seen.count >= Self.maxSeen { state.seen.removeAll(keepingCapacity: true) }
+            // Emptied when full: a device queued before may then be queued again (the write
+            // keeps one row per device, the earliest).
+            if state.seen.count >= seenLimit { state.seen.removeAll(keepingCapacity: true) }
             state.seen.insert(key)
             state.pending.append(Exposure(app: app, experiment: experiment, device: device, arm: arm, at: at, key: key))
             return true
@@ -114,8 +120,17 @@ public final class ExposureRecorder: Sendable {
                 written.increment(by: taken.count)
                 state.withLock { $0.sinceAnalyze += taken.count }
             } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
-                // An experiment (or its app) deleted since: its exposures have nowhere to go.
-                logger.warning("experiment exposures dropped: their experiment is gone", metadata: ["count": "\(taken.count)", "error": "\(error)"])
+                // An experiment (or its app) deleted since: those exposures have nowhere to
+                // go; the others of the batch are written without them.
+                let kept = try await existing(taken)
+                logger.warning("experiment exposures dropped: their experiment is gone", metadata: ["count": "\(taken.count - kept.count)", "error": "\(error)"])
+                if !kept.isEmpty { try await write(kept) }
+                written.increment(by: kept.count)
+            } catch let error as PostgresError where error.sqlState.map({ ["21", "22", "23"].contains(String($0.rawValue.prefix(2))) }) == true {
+                // Data the database refuses whatever the retry: counted and logged, never
+                // queued again (a batch retried for good would stop every later exposure).
+                refused.increment(by: taken.count)
+                logger.error("experiment exposures refused by the database; not retried", metadata: ["count": "\(taken.count)", "error": "\(error)"])
             } catch {
                 state.withLock { state in
                     let room = max(0, Self.maxPending - state.pending.count)
@@ -141,14 +156,28 @@ public final class ExposureRecorder: Sendable {
         if due { try await pool.query("ANALYZE experiment_exposures") }
     }
 
+    /// The exposures whose experiment still exists.
+    func existing(_ exposures: [Exposure]) async throws -> [Exposure] {
+        let pairs = Set(exposures.map { $0.app + "\u{0}" + $0.experiment })
+        var alive: Set<String> = []
+        for pair in pairs {
+            let parts = pair.split(separator: "\u{0}", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+            if try await !pool.query("SELECT 1 FROM experiments WHERE app_id = \(parts[0]) AND name = \(parts[1])").isEmpty { alive.insert(pair) }
+        }
+        return exposures.filter { alive.contains($0.app + "\u{0}" + $0.experiment) }
+    }
+
     func write(_ exposures: [Exposure]) async throws {
         // Epoch microseconds as text: one array per column, one statement.
         let micros = exposures.map { String(Int64(($0.at.timeIntervalSince1970 * 1_000_000).rounded())) }
         try await pool.query("""
             INSERT INTO experiment_exposures (app_id, experiment, device, arm, first_at)
-            SELECT x.app, x.experiment, x.device, x.arm, to_timestamp(x.micros::bigint / 1e6)
+            SELECT DISTINCT ON (x.app, x.experiment, x.device) x.app, x.experiment, x.device, x.arm, to_timestamp(x.micros::bigint / 1e6)
             FROM unnest(\(array: exposures.map(\.app))::text[], \(array: exposures.map(\.experiment))::text[], \(array: exposures.map(\.device))::text[],
                         \(array: exposures.map(\.arm.rawValue))::text[], \(array: micros)::text[]) AS x (app, experiment, device, arm, micros)
+            -- A device twice in a batch (queued again after the memory of recorded ones was
+            -- emptied): one row, its earliest exposure (ON CONFLICT cannot touch a row twice).
+            ORDER BY x.app, x.experiment, x.device, x.micros::bigint
             ON CONFLICT (app_id, experiment, device) DO UPDATE SET first_at = excluded.first_at
             WHERE excluded.first_at < experiment_exposures.first_at
             """)

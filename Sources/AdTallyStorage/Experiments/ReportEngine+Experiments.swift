@@ -22,16 +22,18 @@ extension ReportEngine {
             return (day, parts.hour! * 3600 + parts.minute! * 60 + parts.second!)
         }
         let (from, startSecond) = dayFormatter(started)
+        // A stopped experiment ends at its stop: activity through that day, exposures up
+        // to that instant, whole days until it (after it, both arms ran the kept policy).
         let to = dayFormatter(end).day
         let today = dayFormatter(now).day
-        let wholeDays = max(0, today - from - (startSecond == 0 ? 0 : 1))
+        let wholeDays = max(0, to - from - (startSecond == 0 ? 0 : 1))
         let money = try ReportQuery.parse(
             [("apps", app.id), ("tz", app.timezone), ("from", ReportQuery.formatDate(from)), ("to", ReportQuery.formatDate(to)), ("metrics", "revenue")],
             readable: [app], isAdmin: true, now: now
         )
         let sums = try await reads.run { pool, _, _ in
             try await pool.withTransaction(begin: Self.snapshot) { connection in
-                try Self.experimentSums(experiment, app: app, money: money, on: connection)
+                try Self.experimentSums(experiment, app: app, money: money, through: to, on: connection)
             }
         }
         // The app's average DAU over the experiment's whole days (today's if none), for the projection.
@@ -49,19 +51,35 @@ extension ReportEngine {
         )
     }
 
+    /// What a stop records: the results it was decided on (and their verdict), or why they
+    /// could not be read (a missing FX rate, a timeout): a harmful arm can always be stopped.
+    public func stopDecision(_ experiment: Experiment) async -> (json: String, verdict: String) {
+        do {
+            guard let app = try await readableApps(only: experiment.app).first else { throw ExperimentStoreError.unknownApp(experiment.app) }
+            let results = try await experimentResults(experiment, app: app)
+            return (results.decisionJSON(), results.verdict)
+        } catch {
+            let text = "the results could not be read when it stopped: \(error)"
+            return (String(decoding: (try? JSONSerialization.data(withJSONObject: ["error": text])) ?? Data("{}".utf8), as: UTF8.self), text)
+        }
+    }
+
     /// The arms' sums per local day, and their retention counts, in one statement.
     static func experimentSums(
-        _ experiment: Experiment, app: ReportApp, money: ReportQuery, on connection: PostgresConnection
+        _ experiment: Experiment, app: ReportApp, money: ReportQuery, through last: Int, on connection: PostgresConnection
     ) throws -> (days: [Int: [ExperimentArm: ExperimentResults.DaySums]], retention: [ExperimentArm: ArmMoments]) {
         let prepared = try prepare(money, on: connection)
         let record = prepared.recordWindow != nil ? try ReportPlan.recordDays(money, on: connection) : []
         let plan = ReportPlan(money, distributed: prepared.distributed, record: record, source: .raw)
         let tz = app.timezone
+        let through = ReportQuery.formatDate(last)
+        // `t.today`: the day the results end on (today's, or the stop's): days before it are whole.
         var sql: PostgresQuery = """
-            WITH t AS (SELECT (now() AT TIME ZONE \(tz))::date AS today),
+            WITH t AS (SELECT \(through)::date AS today),
             x AS MATERIALIZED (
                 SELECT e.device, e.arm, (e.first_at AT TIME ZONE \(tz))::date AS xday
                 FROM experiment_exposures e WHERE e.app_id = \(app.id) AND e.experiment = \(experiment.name)
+                  AND (\(experiment.stoppedAt)::timestamptz IS NULL OR e.first_at <= \(experiment.stoppedAt)::timestamptz)
             ), pend AS MATERIALIZED (
                 SELECT d.app_id, d.device, x.arm, x.xday, (d.bucket AT TIME ZONE \(tz))::date AS day, date_trunc('hour', d.bucket, 'UTC') AS hour,
                        d.network, d.format, d.country::text AS country, d.currency, (d.first_at AT TIME ZONE \(tz))::date AS first_day,
@@ -78,7 +96,7 @@ extension ReportEngine {
                 SELECT u.device, u.arm, u.xday, u.day, sum(u.requests)::numeric AS q, sum(u.impressions)::numeric AS i, min(u.first_day) AS first_day
                 FROM (SELECT s.device, x.arm, x.xday, s.day, s.requests, s.impressions, NULL::date AS first_day
                       FROM install_days s JOIN x ON x.device = s.device
-                      WHERE s.app_id = \(app.id) AND s.day >= x.xday
+                      WHERE s.app_id = \(app.id) AND s.day BETWEEN x.xday AND \(through)::date
                       UNION ALL SELECT p.device, p.arm, p.xday, p.day, p.requests, p.impressions, p.first_day FROM pend p) AS u
                 GROUP BY u.device, u.arm, u.xday, u.day
             ), pending AS MATERIALIZED (
@@ -90,11 +108,11 @@ extension ReportEngine {
                        0::numeric AS precise_micros\(unsafeRaw: plan.hasRecord ? ", s.app_id, s.hour AS h" : "")
                 FROM (SELECT r.app_id, x.arm, r.device, r.day, r.hour, r.network, r.format, r.country::text AS country, r.currency,
                              r.impressions, r.taps, r.revenue_micros, r.unpriced_impressions, r.unpriced_taps
-                      FROM install_day_revenue r JOIN x ON x.device = r.device WHERE r.app_id = \(app.id) AND r.day >= x.xday
+                      FROM install_day_revenue r JOIN x ON x.device = r.device WHERE r.app_id = \(app.id) AND r.day BETWEEN x.xday AND \(through)::date
                       UNION ALL
                       SELECT p.app_id, p.arm, p.device, p.day, p.hour, p.network, p.format, p.country, p.currency,
                              p.impressions, p.taps, p.revenue_micros, p.unpriced_impressions, p.unpriced_taps
-                      FROM pend p WHERE p.impressions + p.taps > 0 AND p.day >= p.xday) AS s
+                      FROM pend p WHERE p.impressions + p.taps > 0 AND p.day BETWEEN p.xday AND \(through)::date) AS s
                 GROUP BY s.arm, s.device, s.day, u, s.network, s.format, s.currency, s.country\(unsafeRaw: plan.hasRecord ? ", s.app_id, s.hour" : "")
             ),
             \(unsafeRaw: RatePricing.pricesCTE("prices", of: "pending"))
@@ -105,7 +123,7 @@ extension ReportEngine {
         sql.append("""
             ), dd AS (
                 SELECT u.device, u.arm, u.day, sum(u.q) AS q, sum(u.i) AS i, sum(u.r) AS r
-                FROM (SELECT a.device, a.arm, a.day, a.q, a.i, 0::numeric AS r FROM act a WHERE a.day >= a.xday
+                FROM (SELECT a.device, a.arm, a.day, a.q, a.i, 0::numeric AS r FROM act a WHERE a.day BETWEEN a.xday AND \(through)::date
                       UNION ALL
                       SELECT m.device, m.arm, m.day, 0, 0, (m.reported_micros + m.estimated_micros + m.network_micros)::numeric FROM money m) AS u
                 GROUP BY u.device, u.arm, u.day
