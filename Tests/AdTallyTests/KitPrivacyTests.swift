@@ -26,7 +26,11 @@ struct KitPrivacyTests {
                 for _ in 0..<10 { _ = try tally!.sessionStarted() }
                 try await KitTests.flush(tally!)
                 #expect(try await Self.count(fixture, device: old) == 10)
+                // A switch answer fetched with the id (DESIGN §14): kept in switch.json with it.
+                _ = await tally!.refreshNetwork(for: "home")
             }
+            let switchFile = folder.appendingPathComponent("switch.json")
+            #expect((try? String(contentsOf: switchFile, encoding: .utf8))?.contains(old) == true)
             // The server is down: five more queue up, then the user asks to be forgotten.
             for _ in 0..<5 { _ = try tally!.sessionStarted() }
             #expect(tally!.status.pending == 5)
@@ -35,6 +39,9 @@ struct KitPrivacyTests {
             #expect(status.pending == 0 && status.dropped[.forgotten] == 5 && status.forgetsPending == 1, "\(status)")
             let new = tally!.deviceID
             #expect(new != old && UUID(uuidString: new) != nil)
+            // No answer keeps the forgotten id, on disk either.
+            let saved = (try? String(contentsOf: switchFile, encoding: .utf8)) ?? ""
+            #expect(!saved.contains(old), "switch.json still holds the forgotten id: \(saved)")
             var recorded: [String] = []
             for _ in 0..<3 { recorded.append(try tally!.sessionStarted().uuidString.lowercased()) }
             // A relaunch: the request to erase the old id is still to be sent, the new id kept.

@@ -119,6 +119,7 @@ extension Engine {
             }
             try Self.writeDeviceID(device, in: directory)
             DeadLetter.removeAll(in: directory)
+            switchboard.forgetDevice()
             return dropped
         }
         deliver(notices, then: ready)
@@ -138,6 +139,7 @@ extension Engine {
         }
         try Self.writeDeviceID(device, in: directory)
         DeadLetter.removeAll(in: directory)
+        switchboard.forgetDevice()
         deliver(notices)
     }
 

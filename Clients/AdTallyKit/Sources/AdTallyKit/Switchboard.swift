@@ -76,6 +76,19 @@ final class Switchboard: @unchecked Sendable {
         }
     }
 
+    /// A forgotten install: no answer keeps its id (in memory or in `switch.json`), nor a tag
+    /// fetched with it; each keeps its network until refreshed (at once) under the new id.
+    func forgetDevice() {
+        lock.locked {
+            for key in answers.keys {
+                answers[key]?.device = nil
+                answers[key]?.etag = nil
+                answers[key]?.fetchedAt = .distantPast
+            }
+        }
+        save()
+    }
+
     /// Another `AdTally` on the folder named another server or key.
     func update(server: URL, appKey: String) {
         lock.locked {
