@@ -209,6 +209,7 @@ struct ExperimentTests {
                 let sums = members.map { devices[$0]! }
                 let object = try #require(armsJSON[arm.rawValue])
                 #expect(object["devices"] as? Int == members.count)
+                #expect(object["active_devices"] as? Int == members.filter { devices[$0]!.d > 0 }.count)
                 var own: [String: (value: Double, se: Double)] = [
                     "arpdau": delta(sums, { $0.r / 1e6 }, { $0.d }),
                     "impressions_per_dau": delta(sums, { $0.i }, { $0.d }),
@@ -251,7 +252,7 @@ struct ExperimentTests {
             #expect(results["whole_days"] as? Int == 8)
             #expect(results["winner"] is NSNull)
             let verdict = results["verdict"] as? String ?? ""
-            #expect(verdict.hasPrefix("too early") && verdict.contains("more exposed devices in control"), "\(verdict)")
+            #expect(verdict.hasPrefix("too early") && verdict.contains("more active exposed devices in control"), "\(verdict)")
             #expect(results["partial_day"] as? String == ExperimentResults.date(Int(Date().timeIntervalSince1970) / 86_400))
             // The series: cumulative ARPDAU on the last day is the arm's; a day's ARPDAU is the mean over its active devices.
             let days = try #require(results["days"] as? [[String: Any]])
@@ -487,7 +488,7 @@ struct ExperimentTests {
                                             body: #"{"name": "all", "placement": "home", "control": "pinned:admob", "treatment": "pinned:unity", "treatment_share": 50}"#)
             #expect(everywhere.status == .badRequest && "\(everywhere.body)".contains("countries") && "\(everywhere.body)".contains("US"), "\(everywhere.body)")
             let created = try await call(client, .post, "/v1/apps/geo/experiments", key: keys.admin,
-                                         body: #"{"name": "jp", "placement": "home", "countries": ["jp"], "control": "pinned:admob", "treatment": "pinned:unity", "treatment_share": 20}"#)
+                                         body: #"{"name": "jp", "placement": "home", "countries": ["jp"], "control": "pinned:admob", "treatment": "pinned:unity", "treatment_share": 50}"#)
             #expect(created.status == .created && created.body["countries"] as? [String] == ["JP"], "\(created.body)")
             var networks: Set<String> = []
             for k in 0..<30 {
@@ -510,5 +511,45 @@ struct ExperimentTests {
             #expect(results.status == .ok && results.body["partial_day"] is NSNull, "\(results.body)")
             #expect((results.body["notes"] as? [String])?.contains { $0.hasPrefix("stopped at ") } == true)
         }
+    }
+
+    @Test("the verdict: an A/A test names no winner even when its arms differ; a treatment's win says which retention it could not read yet")
+    func verdicts() {
+        let scope = MediationScope(app: "v", placement: "home")
+        var control = MediationPolicy(scope: scope, rule: .pinned, network: "admob"), treatment = control
+        control.scope.arm = .control
+        treatment.scope.arm = .treatment
+        func sums(_ revenue: [ExperimentArm: Double]) -> [Int: [ExperimentArm: ExperimentResults.DaySums]] {
+            var day: [ExperimentArm: ExperimentResults.DaySums] = [:]
+            for (arm, r) in revenue {
+                var s = ExperimentResults.DaySums()
+                // 1,000 devices, one active day each, every device `r` micros (±10 %, alternately).
+                s.moments.n = 1000; s.moments.d = 1000; s.moments.dd = 1000; s.moments.i = 1000; s.moments.ii = 1000; s.moments.id = 1000
+                s.moments.q = 1000; s.moments.qq = 1000; s.moments.qd = 1000; s.moments.iq = 1000
+                s.moments.r = 1000 * r; s.moments.rr = 1000 * r * r * 1.01; s.moments.rd = 1000 * r; s.moments.ri = 1000 * r
+                s.active = 1000; s.dayRevenue = 1000 * r; s.dayRevenueSquares = 1000 * r * r * 1.01
+                day[arm] = s
+            }
+            return [100: day]
+        }
+        var retention: [ExperimentArm: ArmMoments] = [:]
+        for arm in ExperimentArm.allCases {
+            var m = ArmMoments()
+            m.active = 1000; m.eligible1 = 500; m.retained1 = 200; m.eligible7 = 40; m.retained7 = 10
+            retention[arm] = m
+        }
+        let aa = ExperimentResults(
+            experiment: Experiment(name: "aa", app: "v", placement: "home", control: control, treatment: control, treatmentShare: 50),
+            currency: "USD", from: 100, to: 108, partialDay: true, wholeDays: 8, sums: sums([.control: 1000, .treatment: 1500]), retention: retention, appDAU: 2000
+        )
+        #expect(aa.lifts["arpdau"]?.isSignificant == true && aa.winner == nil && aa.verdict.hasPrefix("A/A test: the identical arms differ significantly"), "\(aa.verdict)")
+        let ab = ExperimentResults(
+            experiment: Experiment(name: "ab", app: "v", placement: "home", control: control, treatment: treatment, treatmentShare: 50),
+            currency: "USD", from: 100, to: 108, partialDay: true, wholeDays: 8, sums: sums([.control: 1000, .treatment: 1500]), retention: retention, appDAU: 2000
+        )
+        #expect(ab.winner == .treatment, "\(ab.verdict)")
+        #expect(ab.verdict.contains("retention_d1 is not significantly lower") && ab.verdict.contains("retention_d7 not readable yet (40 of 100 eligible devices per arm)"), "\(ab.verdict)")
+        // The projection: ARPDAU × the app's DAU × 30 (1.5 × 2,000 × 30).
+        #expect(abs((ab.projected[.treatment]?.value ?? 0) - 90_000) < 1e-6)
     }
 }

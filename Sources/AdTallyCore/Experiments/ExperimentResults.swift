@@ -79,9 +79,10 @@ public struct ExperimentResults: Sendable {
                 series.append(entry)
             }
         }
-        // Devices exposed before `from` cannot be (exposures start with the experiment);
-        // any day of `sums` before it would be lost: counted into the first day.
-        for (day, byArm) in sums where day < from {
+        // Devices exposed before `from` cannot be (exposures start with the experiment), nor
+        // after `to` but for a server's clock ahead of this one's: any such day of `sums`
+        // still counts in the totals (not drawn in the series).
+        for (day, byArm) in sums where day < from || day > lastDay {
             for (arm, daySums) in byArm { cumulative[arm]!.add(daySums.moments) }
         }
         for arm in ExperimentArm.allCases {
@@ -90,6 +91,7 @@ public struct ExperimentResults: Sendable {
             cumulative[arm]!.retained1 = r.retained1
             cumulative[arm]!.eligible7 = r.eligible7
             cumulative[arm]!.retained7 = r.retained7
+            cumulative[arm]!.active = r.active
         }
         moments = cumulative
         days = series
@@ -119,9 +121,11 @@ public struct ExperimentResults: Sendable {
         if wholeDays < ExperimentStatistics.minimumDays {
             missing.append("\(ExperimentStatistics.minimumDays - wholeDays) more whole day\(ExperimentStatistics.minimumDays - wholeDays == 1 ? "" : "s") (\(wholeDays) of \(ExperimentStatistics.minimumDays))")
         }
-        for arm in ExperimentArm.allCases where cumulative[arm]!.n < Double(ExperimentStatistics.minimumDevices) {
-            let short = Int(Double(ExperimentStatistics.minimumDevices) - cumulative[arm]!.n)
-            missing.append("\(short) more exposed device\(short == 1 ? "" : "s") in \(arm.rawValue) (\(Int(cumulative[arm]!.n)) of \(ExperimentStatistics.minimumDevices))")
+        // The floor counts exposed devices seen active since: asking the switch alone (a
+        // bench, a crawler with the app's key) makes no device of a test.
+        for arm in ExperimentArm.allCases where cumulative[arm]!.active < Double(ExperimentStatistics.minimumDevices) {
+            let short = Int(Double(ExperimentStatistics.minimumDevices) - cumulative[arm]!.active)
+            missing.append("\(short) more active exposed device\(short == 1 ? "" : "s") in \(arm.rawValue) (\(Int(cumulative[arm]!.active)) of \(ExperimentStatistics.minimumDevices))")
         }
         self.missing = missing
         let arpdau = lifts["arpdau"]
@@ -132,9 +136,12 @@ public struct ExperimentResults: Sendable {
         let liftText = arpdau.map { "ARPDAU lift \(percent($0.value)) (95 % interval \(percent($0.low)) to \(percent($0.high)))" } ?? "no ARPDAU lift yet (an arm has no active device-day)"
         let eligible = ["retention_d1": (cumulative[.control]!.eligible1, cumulative[.treatment]!.eligible1),
                         "retention_d7": (cumulative[.control]!.eligible7, cumulative[.treatment]!.eligible7)]
-        let retentionLoss = ["retention_d1", "retention_d7"].filter { metric in
-            guard let counts = eligible[metric], min(counts.0, counts.1) >= ExperimentStatistics.minimumRetentionDevices else { return false }
-            return lifts[metric].map { $0.isSignificant && ($0.difference.value ?? 0) < 0 } ?? false
+        let readable = ["retention_d1", "retention_d7"].filter { metric in
+            eligible[metric].map { min($0.0, $0.1) >= ExperimentStatistics.minimumRetentionDevices } ?? false
+        }
+        let retentionLoss = readable.filter { metric in lifts[metric].map { $0.isSignificant && ($0.difference.value ?? 0) < 0 } ?? false }
+        let unread = ["retention_d1", "retention_d7"].filter { !readable.contains($0) }.map { metric in
+            "\(metric) not readable yet (\(Int(min(eligible[metric]!.0, eligible[metric]!.1))) of \(Int(ExperimentStatistics.minimumRetentionDevices)) eligible devices per arm)"
         }
         winner = nil
         if sampleRatio.isBroken {
@@ -154,7 +161,11 @@ public struct ExperimentResults: Sendable {
                 verdict = "no winner: the treatment earns more per daily user (\(liftText)) but keeps fewer users (\(retentionLoss.joined(separator: ", ")) significantly lower)"
             } else {
                 winner = better
-                verdict = "\(better.rawValue) wins: \(liftText), significant" + (retentionLoss.isEmpty ? ", and retention is not significantly lower" : "")
+                verdict = "\(better.rawValue) wins: \(liftText), significant"
+                if better == .treatment {
+                    verdict += readable.isEmpty ? "" : ", and \(readable.joined(separator: " and ")) \(readable.count == 1 ? "is" : "are") not significantly lower"
+                    verdict += unread.isEmpty ? "" : "; \(unread.joined(separator: ", "))"
+                }
             }
         } else {
             verdict = "no significant difference: \(liftText) — the interval includes 0, so a lift of that size is not told apart from noise"
@@ -204,7 +215,7 @@ public struct ExperimentResults: Sendable {
     public func jsonObject() -> [String: Any] {
         var arms: [String: Any] = [:]
         for arm in ExperimentArm.allCases {
-            var object: [String: Any] = ["devices": Int(moments[arm]!.n)]
+            var object: [String: Any] = ["devices": Int(moments[arm]!.n), "active_devices": Int(moments[arm]!.active)]
             for metric in ExperimentStatistics.metrics { object[metric] = Self.json(estimates[arm]![metric]!) }
             object["projected_monthly_revenue"] = projected[arm].map(Self.json) ?? NSNull()
             object["active_device_days"] = Int(moments[arm]!.d)

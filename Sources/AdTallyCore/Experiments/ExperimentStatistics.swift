@@ -17,6 +17,11 @@ public struct ArmMoments: Sendable, Equatable {
     /// Devices first exposed on their install day whose day 1 (day 7) has passed, and
     /// those of them active on it.
     public var eligible1: Double = 0, retained1: Double = 0, eligible7: Double = 0, retained7: Double = 0
+    /// Exposed devices active (any event) on a day since their exposure: what the
+    /// minimum sample counts, so that devices that only asked the switch (a bench, a
+    /// crawler with the app's key) make no sample. (A holder of the key can send events
+    /// too: this filters noise, it is no defence against a deliberate liar.)
+    public var active: Double = 0
 
     /// Nothing yet.
     public init() {}
@@ -28,6 +33,7 @@ public struct ArmMoments: Sendable, Equatable {
         rr += other.rr; dd += other.dd; ii += other.ii; qq += other.qq
         rd += other.rd; id += other.id; qd += other.qd; ri += other.ri; iq += other.iq
         eligible1 += other.eligible1; retained1 += other.retained1; eligible7 += other.eligible7; retained7 += other.retained7
+        active += other.active
     }
 }
 

@@ -278,10 +278,10 @@ public struct MediationPolicy: Sendable, Equatable, Codable {
     }
 }
 
-/// Any key of a JSON object, to list them.
-struct AnyCodingKey: CodingKey {
-    var stringValue: String
-    var intValue: Int? { nil }
-    init(stringValue: String) { self.stringValue = stringValue }
-    init?(intValue: Int) { nil }
+/// Any key of a JSON object, to list them (a decoder that refuses unknown fields).
+public struct AnyCodingKey: CodingKey {
+    public var stringValue: String
+    public var intValue: Int? { nil }
+    public init(stringValue: String) { self.stringValue = stringValue }
+    public init?(intValue: Int) { nil }
 }

@@ -3,6 +3,7 @@ import AdTallyStorage
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 
 /// `/dashboard` (DESIGN §8): the built-in page of charts for people without
@@ -309,7 +310,8 @@ public struct DashboardRoutes: Sendable {
             do {
                 page.experiments = try await DashboardExperiments.load(engine: engine, selection: selection)
             } catch {
-                page.experimentsFailure = "\(error)"
+                page.experimentsFailure = "the experiments could not be listed now (the server's log says why)"
+                Logger(label: "adtally.dashboard").warning("experiments not shown", metadata: ["app": "\(selection.app.id)", "error": "\(error)"])
             }
             page.topNetworks = topNetworks.sorted()
             page.hasMoreNetworks = top.nextCursor != nil

@@ -1,6 +1,7 @@
 import AdTallyCore
 import AdTallyStorage
 import Foundation
+import Logging
 
 /// The dashboard's experiments (DESIGN §14): for the app's running experiments and those
 /// stopped in the range (the newest three), both arms' ARPDAU by day with its interval
@@ -14,6 +15,8 @@ struct DashboardExperiments {
     static let maxShown = 3
 
     let results: [ExperimentResults]
+    /// Experiments whose results could not be read, and why (each said in its place).
+    var failures: [(name: String, reason: String)] = []
 
     /// The experiments to show: running ones, and those stopped on or after the range's first day.
     static func load(engine: ReportEngine, selection: DashboardRoutes.Selection) async throws -> DashboardExperiments? {
@@ -23,15 +26,29 @@ struct DashboardExperiments {
             .filter { $0.status == "running" || ($0.stoppedAt ?? .distantPast) >= rangeStart }
             .prefix(maxShown)
         guard !shown.isEmpty else { return nil }
+        var page = DashboardExperiments(results: [])
         var results: [ExperimentResults] = []
-        for experiment in shown { results.append(try await engine.experimentResults(experiment, app: selection.app)) }
-        return DashboardExperiments(results: results)
+        for experiment in shown {
+            // One experiment's failure (an old one's missing FX rate) hides only it.
+            do {
+                results.append(try await engine.experimentResults(experiment, app: selection.app))
+            } catch let error as ReportCurrencyError {
+                page.failures.append((experiment.name, error.description))
+            } catch {
+                Logger(label: "adtally.dashboard").warning("experiment results not shown", metadata: ["app": "\(experiment.app)", "experiment": "\(experiment.name)", "error": "\(error)"])
+                page.failures.append((experiment.name, "its results could not be read now (the server's log says why)"))
+            }
+        }
+        return DashboardExperiments(results: results, failures: page.failures)
     }
 
     func html() -> String {
         var out = "<section class=\"experiments\"><h2>Experiments <span class=\"muted\">ARPDAU per arm with 95 % intervals (the device as the unit) · "
         out += "a lift is a win only when its whole interval is above 0 · docs/experiments.md</span></h2>"
         for result in results { out += section(result) }
+        for failure in failures {
+            out += "<div class=\"experiment\"><h3>\(HTML.escape(failure.name))</h3><p class=\"error\" role=\"alert\">\(HTML.escape(failure.reason))</p></div>"
+        }
         return out + "</section>"
     }
 

@@ -41,7 +41,7 @@ public struct ExperimentRoutes: Sendable {
         }
 
         init(from decoder: any Decoder) throws {
-            for key in try decoder.container(keyedBy: AnyKey.self).allKeys where CodingKeys(stringValue: key.stringValue) == nil {
+            for key in try decoder.container(keyedBy: AnyCodingKey.self).allKeys where CodingKeys(stringValue: key.stringValue) == nil {
                 throw FieldError(key.stringValue, "is not an experiment field; the fields are name, placement, countries, control, treatment, treatment_share")
             }
             let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -78,13 +78,6 @@ public struct ExperimentRoutes: Sendable {
                 return policy
             }
         }
-    }
-
-    struct AnyKey: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
     }
 
     struct Stop: Decodable {
@@ -133,6 +126,9 @@ public struct ExperimentRoutes: Sendable {
             let body: Stop = try await AdminRoutes.decode(request)
             guard let keep = ExperimentArm(rawValue: body.keep) else { throw FieldError("keep", "must be control or treatment") }
             let experiment = try await Self.mapping { try await store.experiment(app: app, name: name) }
+            guard experiment.status == "running" else {
+                throw ProblemDetails(.conflict, detail: ExperimentStoreError.stopped(app: app, name: name, kept: experiment.kept?.rawValue ?? "?").description)
+            }
             let decision = await engine.stopDecision(experiment).json
             let stopped = try await Self.mapping {
                 try await store.stop(app: app, name: name, keep: keep, actor: "admin key \(key.id)", decision: decision)

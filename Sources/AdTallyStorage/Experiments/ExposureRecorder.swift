@@ -115,17 +115,19 @@ public final class ExposureRecorder: Sendable {
                 return Array(state.pending.prefix(count))
             }
             guard !taken.isEmpty else { return try await analyzeIfGrown() }
+            var batch = taken
             do {
-                try await write(taken)
-                written.increment(by: taken.count)
-                state.withLock { $0.sinceAnalyze += taken.count }
-            } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
-                // An experiment (or its app) deleted since: those exposures have nowhere to
-                // go; the others of the batch are written without them.
-                let kept = try await existing(taken)
-                logger.warning("experiment exposures dropped: their experiment is gone", metadata: ["count": "\(taken.count - kept.count)", "error": "\(error)"])
-                if !kept.isEmpty { try await write(kept) }
-                written.increment(by: kept.count)
+                do {
+                    try await write(batch)
+                } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
+                    // An app deleted since: its exposures have nowhere to go; the others of
+                    // the batch are written without them.
+                    batch = try await existing(batch)
+                    logger.warning("experiment exposures dropped: their app or experiment is gone", metadata: ["count": "\(taken.count - batch.count)", "error": "\(error)"])
+                    if !batch.isEmpty { try await write(batch) }
+                }
+                written.increment(by: batch.count)
+                state.withLock { $0.sinceAnalyze += batch.count }
             } catch let error as PostgresError where error.sqlState.map({ ["21", "22", "23"].contains(String($0.rawValue.prefix(2))) }) == true {
                 // Data the database refuses whatever the retry: counted and logged, never
                 // queued again (a batch retried for good would stop every later exposure).

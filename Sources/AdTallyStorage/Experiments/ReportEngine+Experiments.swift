@@ -46,7 +46,7 @@ extension ReportEngine {
             appDAU = value
         }
         return ExperimentResults(
-            experiment: experiment, currency: app.currency, from: from, to: to, partialDay: experiment.stoppedAt == nil,
+            experiment: experiment, currency: app.currency, from: from, to: to, partialDay: to == today,
             wholeDays: wholeDays, sums: sums.days, retention: sums.retention, appDAU: appDAU
         )
     }
@@ -159,6 +159,8 @@ extension ReportEngine {
             UNION ALL
             SELECT 'r', arm, 0, e1, r1, e7, r7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL FROM ret
             UNION ALL
+            SELECT 'a', arm, 0, count(DISTINCT device)::float8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL FROM dd GROUP BY arm
+            UNION ALL
             SELECT 'f', NULL, 0, coalesce(sum(unrated), 0)::float8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, min(missing_fx) FROM money
             """)
         var days: [Int: [ExperimentArm: ExperimentResults.DaySums]] = [:]
@@ -184,9 +186,13 @@ extension ReportEngine {
                 days[day, default: [:]][arm, default: .init()].moments.n += v[0]
             case "r":
                 guard let arm else { continue }
-                var counts = ArmMoments()
-                counts.eligible1 = v[0]; counts.retained1 = v[1]; counts.eligible7 = v[2]; counts.retained7 = v[3]
-                retention[arm] = counts
+                retention[arm, default: ArmMoments()].eligible1 = v[0]
+                retention[arm, default: ArmMoments()].retained1 = v[1]
+                retention[arm, default: ArmMoments()].eligible7 = v[2]
+                retention[arm, default: ArmMoments()].retained7 = v[3]
+            case "a":
+                guard let arm else { continue }
+                retention[arm, default: ArmMoments()].active = v[0]
             default:
                 if let missing = try row.decode(17, as: String?.self) {
                     throw ReportCurrencyError(missing: missing, reportCurrency: money.currency)

@@ -117,9 +117,9 @@ extension Engine {
                 forgetNotBefore = .distantPast
                 return dropped
             }
+            switchboard.forgetDevice()
             try Self.writeDeviceID(device, in: directory)
             DeadLetter.removeAll(in: directory)
-            switchboard.forgetDevice()
             return dropped
         }
         deliver(notices, then: ready)
@@ -137,9 +137,9 @@ extension Engine {
             currentDeviceID = device
             return dropped
         }
+        switchboard.forgetDevice()
         try Self.writeDeviceID(device, in: directory)
         DeadLetter.removeAll(in: directory)
-        switchboard.forgetDevice()
         deliver(notices)
     }
 

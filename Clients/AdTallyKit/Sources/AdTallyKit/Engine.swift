@@ -179,6 +179,7 @@ final class Engine: @unchecked Sendable {
             guard let self else { return nil }
             return self.lock.locked { self.isOptedOut ? nil : self.currentDeviceID }
         }
+        switchboard.keepOnly(device: lock.locked { currentDeviceID })
         sender = Task.detached(priority: .utility) { [self] in await self.sendLoop() }
         if case .syncEvery(let interval) = configuration.durability {
             syncer = Task.detached(priority: .utility) { [self] in

@@ -38,6 +38,9 @@ final class Switchboard: @unchecked Sendable {
     private var retryAt: [String: Date] = [:]
     private var failures: [String: Int] = [:]
     private var _counts = (fetches: 0, notModified: 0)
+    /// Bumped when the install is forgotten: a fetch started before stores nothing (it
+    /// was made with the old id, and would put it back).
+    private var generation = 0
     /// The per-install id sent with each fetch (`device`), nil when the user opted out:
     /// set by the engine once, before the first fetch.
     var deviceID: @Sendable () -> String? = { nil }
@@ -80,6 +83,7 @@ final class Switchboard: @unchecked Sendable {
     /// fetched with it; each keeps its network until refreshed (at once) under the new id.
     func forgetDevice() {
         lock.locked {
+            generation += 1
             for key in answers.keys {
                 answers[key]?.device = nil
                 answers[key]?.etag = nil
@@ -87,6 +91,13 @@ final class Switchboard: @unchecked Sendable {
             }
         }
         save()
+    }
+
+    /// At open: answers fetched with another id than the install's (a forget killed after
+    /// its new id was written) keep no trace of it.
+    func keepOnly(device: String) {
+        let stale = lock.locked { answers.values.contains { $0.device != nil && $0.device != device } }
+        if stale { forgetDevice() }
     }
 
     /// Another `AdTally` on the folder named another server or key.
@@ -157,6 +168,7 @@ final class Switchboard: @unchecked Sendable {
             return
         }
         // The device's id lets the server answer its experiment arm, the same every time.
+        let started = lock.locked { generation }
         let device = deviceID()
         let held = held?.device == device ? held : nil
         components.queryItems = [URLQueryItem(name: "placement", value: placement)] + (country.map { [URLQueryItem(name: "country", value: $0)] } ?? [])
@@ -178,6 +190,8 @@ final class Switchboard: @unchecked Sendable {
         let maxAge = min(86_400, Self.maxAge(answer.header("cache-control")) ?? 60)
         let now = Date()
         let changed = lock.locked { () -> Bool in
+            // Made with an id forgotten since: nothing of it is kept (nor counted as failed).
+            guard generation == started else { return true }
             switch answer.status {
             case 200:
                 guard case .success(let network) = SwitchAnswer.parse(answer.body, mediaType: answer.mediaType) else { return false }
