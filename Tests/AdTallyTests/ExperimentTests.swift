@@ -508,7 +508,8 @@ struct ExperimentTests {
             #expect(try await call(client, .get, "/v1/mediation?placement=home&device=g-1", key: keys.ingest).body["enable_advertising"] as? String == "iad")
             // The results of a stopped experiment end at its stop, and say so.
             let results = try await call(client, .get, "/v1/apps/geo/experiments/jp/results", key: keys.read)
-            #expect(results.status == .ok && results.body["partial_day"] is NSNull, "\(results.body)")
+            // Stopped today: today's activity still counts for it (its day is partial, and said so).
+            #expect(results.status == .ok && results.body["partial_day"] as? String == results.body["to"] as? String, "\(results.body)")
             #expect((results.body["notes"] as? [String])?.contains { $0.hasPrefix("stopped at ") } == true)
         }
     }
@@ -519,6 +520,7 @@ struct ExperimentTests {
         var control = MediationPolicy(scope: scope, rule: .pinned, network: "admob"), treatment = control
         control.scope.arm = .control
         treatment.scope.arm = .treatment
+        treatment.network = "unity"
         func sums(_ revenue: [ExperimentArm: Double]) -> [Int: [ExperimentArm: ExperimentResults.DaySums]] {
             var day: [ExperimentArm: ExperimentResults.DaySums] = [:]
             for (arm, r) in revenue {
@@ -549,7 +551,7 @@ struct ExperimentTests {
         )
         #expect(ab.winner == .treatment, "\(ab.verdict)")
         #expect(ab.verdict.contains("retention_d1 is not significantly lower") && ab.verdict.contains("retention_d7 not readable yet (40 of 100 eligible devices per arm)"), "\(ab.verdict)")
-        // The projection: ARPDAU × the app's DAU × 30 (1.5 × 2,000 × 30).
-        #expect(abs((ab.projected[.treatment]?.value ?? 0) - 90_000) < 1e-6)
+        // The projection: ARPDAU × the app's DAU × 30 (0.0015 USD × 2,000 × 30).
+        #expect(abs((ab.projected[.treatment]?.value ?? 0) - 90) < 1e-9)
     }
 }
