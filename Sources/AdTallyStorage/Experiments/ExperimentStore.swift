@@ -164,8 +164,11 @@ public struct ExperimentStore: Sendable {
             guard experiment.status == "running" else {
                 throw ExperimentStoreError.stopped(app: app, name: name, kept: experiment.kept?.rawValue ?? "?")
             }
+            // The instant read first, then written as a value: Citus refuses a volatile
+            // function (clock_timestamp()) in an UPDATE of a distributed table.
+            let now: Date = try connection.query("SELECT clock_timestamp()")[0].decode(0)
             try connection.query("""
-                UPDATE experiments SET status = 'stopped', stopped_at = clock_timestamp(), kept = \(keep.rawValue), stopped_by = \(actor), decision = \(decision)::jsonb
+                UPDATE experiments SET status = 'stopped', stopped_at = \(now), kept = \(keep.rawValue), stopped_by = \(actor), decision = \(decision)::jsonb
                 WHERE app_id = \(app) AND name = \(name)
                 """)
             // The kept arm is the policy of what the experiment covered: the placement, or its
