@@ -82,6 +82,7 @@ public struct ExperimentStore: Sendable {
         let experiment = try experiment.validated()
         do {
             return try await pool.withTransaction { connection in
+                try MediationStore.lockPlacement(app: experiment.app, placement: experiment.placement, on: connection)
                 if let running = try connection.query("""
                     SELECT name FROM experiments WHERE app_id = \(experiment.app) AND placement = \(experiment.placement) AND status = 'running'
                     """).first?.decode(0, as: String.self) {

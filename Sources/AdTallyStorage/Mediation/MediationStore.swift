@@ -145,11 +145,18 @@ public struct MediationStore: Sendable {
     /// experiment sets it (to the arm kept). Arms change only with their experiment.
     static func refuseDuringExperiment(_ scope: MediationScope, on connection: PostgresConnection) throws {
         guard scope.arm == nil, let placement = scope.placement else { return }
+        try lockPlacement(app: scope.app, placement: placement, on: connection)
         if let name = try connection.query("""
             SELECT name FROM experiments WHERE app_id = \(scope.app) AND placement = \(placement) AND status = 'running'
             """).first?.decode(0, as: String.self) {
             throw MediationStoreError.experimentRunning(name: name, scope: scope)
         }
+    }
+
+    /// Takes the placement's lock until the transaction ends: an experiment's creation and a
+    /// change of the placement's policies check each other, and must not both pass unseen.
+    static func lockPlacement(app: String, placement: String, on connection: PostgresConnection) throws {
+        try connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\(app) || chr(1) || \(placement), 4702111234474983745))")
     }
 
     /// Sets a validated policy in the transaction of `connection` (`reason`: why, when not
