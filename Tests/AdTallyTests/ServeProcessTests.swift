@@ -129,7 +129,7 @@ struct ServeProcessTests {
                 let evaluated = try await eventually(within: 30) {
                     let groups = (((await get("/api/v1/rules"))?["data"] as? [String: Any])?["groups"] as? [[String: Any]]) ?? []
                     rules = groups.flatMap { ($0["rules"] as? [[String: Any]]) ?? [] }
-                    return rules.count == 12 && rules.allSatisfy { $0["health"] as? String == "ok" }
+                    return rules.count == 14 && rules.allSatisfy { $0["health"] as? String == "ok" }
                 }
                 #expect(evaluated, "\(rules.map { ($0["name"] ?? "", $0["health"] ?? "", $0["lastError"] ?? "") })")
             }
