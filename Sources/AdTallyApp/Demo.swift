@@ -230,10 +230,9 @@ public struct DemoLoader: Sendable {
     func startExperiment(at: Int64) async throws -> DemoExperiment {
         let base = DemoExperiment(salt: "", startMicros: at * 1_000_000)
         let scope = MediationScope(app: base.app, placement: base.placement)
-        var control = MediationPolicy(scope: scope, rule: .pinned, network: base.control), treatment = control
+        let control = MediationPolicy(scope: scope, rule: .pinned, network: base.control)
+        var treatment = control
         treatment.network = base.treatment
-        control.scope.arm = .control
-        treatment.scope.arm = .treatment
         let store = ExperimentStore(pool: database.pool)
         let created = try await store.create(
             Experiment(name: DemoExperiment.name, app: base.app, placement: base.placement, control: control, treatment: treatment, treatmentShare: base.share),

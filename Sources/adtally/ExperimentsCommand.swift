@@ -73,22 +73,17 @@ struct ExperimentsCommand: AsyncParsableCommand {
 
         /// The experiment the options describe (each policy parsed; the rest is checked by the store).
         func makeExperiment() throws -> Experiment {
-            let base = MediationScope(app: app, placement: placement)
-            var controlScope = base, treatmentScope = base
-            controlScope.arm = .control
-            treatmentScope.arm = .treatment
-            let controlPolicy: MediationPolicy, treatmentPolicy: MediationPolicy
-            switch Result(catching: { () throws(FieldError) in try MediationPolicy.parse(control, scope: controlScope, field: "--control") }) {
-            case .success(let policy): controlPolicy = policy
-            case .failure(let error): throw ValidationError(error.description)
-            }
-            switch Result(catching: { () throws(FieldError) in try MediationPolicy.parse(treatment, scope: treatmentScope, field: "--treatment") }) {
-            case .success(let policy): treatmentPolicy = policy
-            case .failure(let error): throw ValidationError(error.description)
+            // Each arm's scope is set by the experiment's validation.
+            let scope = MediationScope(app: app, placement: placement)
+            func parse(_ text: String, _ option: String) throws -> MediationPolicy {
+                switch Result(catching: { () throws(FieldError) in try MediationPolicy.parse(text, scope: scope, field: option) }) {
+                case .success(let policy): return policy
+                case .failure(let error): throw ValidationError(error.description)
+                }
             }
             return Experiment(
                 name: name, app: app, placement: placement, countries: countries?.split(separator: ",").map(String.init) ?? [],
-                control: controlPolicy, treatment: treatmentPolicy, treatmentShare: treatmentShare
+                control: try parse(control, "--control"), treatment: try parse(treatment, "--treatment"), treatmentShare: treatmentShare
             )
         }
 
@@ -200,7 +195,7 @@ struct ExperimentsCommand: AsyncParsableCommand {
         func percent(_ value: Double?) -> String { value.map { String(format: "%+.1f%%", $0 * 100) } ?? "-" }
         var lines = [
             "\(results.experiment.name): \(results.experiment.app), placement \(results.experiment.placement), \(results.experiment.treatmentShare)% treatment, "
-                + "\(ExperimentResults.date(results.from))…\(ExperimentResults.date(results.to))\(results.partialDay ? " (today under way)" : ""), \(results.wholeDays) whole days, \(results.currency)",
+                + "\(ReportQuery.formatDate(results.from))…\(ReportQuery.formatDate(results.to))\(results.partialDay ? " (today under way)" : ""), \(results.wholeDays) whole days, \(results.currency)",
             "",
         ]
         var rows = [["metric", "control", "treatment", "lift", "significant"]]

@@ -253,7 +253,7 @@ struct ExperimentTests {
             #expect(results["winner"] is NSNull)
             let verdict = results["verdict"] as? String ?? ""
             #expect(verdict.hasPrefix("too early") && verdict.contains("more active exposed devices in control"), "\(verdict)")
-            #expect(results["partial_day"] as? String == ExperimentResults.date(Int(Date().timeIntervalSince1970) / 86_400))
+            #expect(results["partial_day"] as? String == ReportQuery.formatDate(Int(Date().timeIntervalSince1970) / 86_400))
             // The series: cumulative ARPDAU on the last day is the arm's; a day's ARPDAU is the mean over its active devices.
             let days = try #require(results["days"] as? [[String: Any]])
             #expect(days.count == 10)

@@ -12,26 +12,21 @@ public enum ExperimentArm: String, Sendable, Codable, CaseIterable, Hashable {
     /// treatment. Fixed for the experiment's life (its salt never changes), the same on
     /// every server, after every restart, whatever the request's order.
     public static func assign(salt: String, device: String, treatmentShare: Int) -> ExperimentArm {
+        place(salt: salt, device: device, treatmentShare: treatmentShare).arm
+    }
+
+    /// The device's arm, and from the same hash's next 8 bytes a point in 0..<1 for its
+    /// draw within the arm (a weighted arm answers a device the same network every time).
+    public static func place(salt: String, device: String, treatmentShare: Int) -> (arm: ExperimentArm, point: Double) {
         var hash = SHA256()
         hash.update(salt.utf8)
         hash.update([0])
         hash.update(device.utf8)
         let digest = hash.finalize()
-        var value: UInt64 = 0
-        for byte in digest.prefix(8) { value = value << 8 | UInt64(byte) }
-        return value % 100 < UInt64(treatmentShare) ? .treatment : .control
-    }
-
-    /// A number in 0..<1 of the same hash's next bytes, for a device's draw within its arm
-    /// (a weighted arm answers a device the same network every time).
-    public static func point(salt: String, device: String) -> Double {
-        var hash = SHA256()
-        hash.update(salt.utf8)
-        hash.update([1])
-        hash.update(device.utf8)
-        var value: UInt64 = 0
-        for byte in hash.finalize().prefix(8) { value = value << 8 | UInt64(byte) }
-        return Double(value >> 11) / Double(1 << 53)
+        var arm: UInt64 = 0, point: UInt64 = 0
+        for byte in digest[0..<8] { arm = arm << 8 | UInt64(byte) }
+        for byte in digest[8..<16] { point = point << 8 | UInt64(byte) }
+        return (arm % 100 < UInt64(treatmentShare) ? .treatment : .control, Double(point >> 11) / Double(1 << 53))
     }
 }
 
@@ -134,6 +129,15 @@ public struct Experiment: Sendable, Equatable {
 }
 
 extension MediationPolicy {
+    /// The policy as an arm holds it: the API's flat object without the scope (an arm's
+    /// app, placement and country are its experiment's) or when it was set.
+    public var armObject: [String: Any] {
+        // Every field encodes (strings, numbers, optionals): this cannot fail.
+        var object = try! JSONSerialization.jsonObject(with: JSONEncoder().encode(self)) as! [String: Any]
+        for key in ["app", "placement", "country", "updated_at"] { object.removeValue(forKey: key) }
+        return object
+    }
+
     /// A policy written as the CLI takes it: `pinned:admob`, `weighted:admob=70,unity=30`
     /// or `automatic`, then `;option=value` pairs named as `adtally mediation set` names
     /// its options: `default`, `networks` (comma-separated), `window-hours`,
@@ -218,10 +222,7 @@ extension Experiment {
     /// takes it, and as the CLI writes it: `spec`).
     public func jsonObject() -> [String: Any] {
         func policy(_ policy: MediationPolicy) -> [String: Any] {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            var object = (try? encoder.encode(policy)).flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] } ?? [:]
-            for key in ["app", "placement", "country", "updated_at"] { object.removeValue(forKey: key) }
+            var object = policy.armObject
             object["spec"] = policy.spec
             return object
         }

@@ -64,7 +64,7 @@ public struct ExperimentResults: Sendable {
         let lastDay = to
         if from <= lastDay {
             for day in from...lastDay {
-                var entry = Day(date: Self.date(day))
+                var entry = Day(date: ReportQuery.formatDate(day))
                 for arm in ExperimentArm.allCases {
                     let daySums = sums[day]?[arm] ?? DaySums()
                     cumulative[arm]!.add(daySums.moments)
@@ -95,9 +95,9 @@ public struct ExperimentResults: Sendable {
         }
         moments = cumulative
         days = series
-        estimates = cumulative.mapValues(ExperimentStatistics.estimates)
-        projected = estimates.mapValues { $0["arpdau"]!.scaled((appDAU ?? 0) * 30) }
-        if appDAU == nil { projected = [:] }
+        let estimates = cumulative.mapValues(ExperimentStatistics.estimates)
+        self.estimates = estimates
+        projected = appDAU.map { dau in estimates.mapValues { $0["arpdau"]!.scaled(dau * 30) } } ?? [:]
         var lifts: [String: Lift] = [:]
         for metric in ExperimentStatistics.metrics {
             if let lift = ExperimentStatistics.lift(treatment: estimates[.treatment]![metric]!, control: estimates[.control]![metric]!) { lifts[metric] = lift }
@@ -111,9 +111,9 @@ public struct ExperimentResults: Sendable {
             "intervals: 95 %, the device as the unit; ratios of sums (arpdau, impressions_per_dau, requests_per_dau, fill_rate, ecpm) by the delta method, var(R/D) ≈ (var(r) − 2·q·cov(r,d) + q²·var(d)) / (n·d̄²); revenue_per_device as a mean; retention as a proportion of the devices first exposed on their install day whose day N has passed",
             "lift: (treatment − control) / control; its interval is that of the difference (± 1.96·√(se_t² + se_c²)) divided by the control's value; significant when the difference's interval excludes 0",
         ]
-        if partialDay { notes.append("\(Self.date(to)) is a day still under way: it is included, so the last day's numbers will still grow") }
+        if partialDay { notes.append("\(ReportQuery.formatDate(to)) is a day still under way: it is included, so the last day's numbers will still grow") }
         if let stopped = experiment.stoppedAt {
-            notes.append("stopped at \(stopped.formatted(.iso8601)): the results end there — devices first exposed until then, their activity through \(Self.date(to)) (after it both arms ran the kept policy)")
+            notes.append("stopped at \(stopped.formatted(.iso8601)): the results end there — devices first exposed until then, their activity through \(ReportQuery.formatDate(to)) (after it both arms ran the kept policy)")
         }
         if experiment.isAA { notes.append("an A/A test: both arms have the same policy, so any lift is noise — the interval should contain 0 in about 95 of 100 such tests") }
         if appDAU != nil { notes.append("projected_monthly_revenue: the arm's ARPDAU × the app's average DAU over the experiment's days × 30, as if 100 % of devices had the arm's policy") }
@@ -170,18 +170,7 @@ public struct ExperimentResults: Sendable {
         } else {
             verdict = "no significant difference: \(liftText) — the interval includes 0, so a lift of that size is not told apart from noise"
         }
-        if experiment.isAA && arpdau?.isSignificant == true { notes.append("this A/A test shows a significant ARPDAU difference: expected in about 1 of 20 A/A tests by chance; if it repeats, the split or the data is biased") }
         self.notes = notes
-    }
-
-    /// A day since the epoch as YYYY-MM-DD.
-    public static func date(_ day: Int) -> String {
-        let seconds = Double(day) * 86_400
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyy-MM-dd"
-        return formatter.string(from: Date(timeIntervalSince1970: seconds))
     }
 
     /// A number as the JSON shows it: nine decimals (a standard error of an ARPDAU is in
@@ -239,7 +228,7 @@ public struct ExperimentResults: Sendable {
         return [
             "experiment": experiment.name, "app": experiment.app, "placement": experiment.placement, "status": experiment.status,
             "treatment_share": experiment.treatmentShare, "currency": currency,
-            "from": Self.date(from), "to": Self.date(to), "partial_day": partialDay ? Self.date(to) as Any : NSNull(), "whole_days": wholeDays,
+            "from": ReportQuery.formatDate(from), "to": ReportQuery.formatDate(to), "partial_day": partialDay ? ReportQuery.formatDate(to) as Any : NSNull(), "whole_days": wholeDays,
             "arms": arms, "lift": lift,
             "sample_ratio": ["chi2": Self.rounded(sampleRatio.chi2), "p": sampleRatio.p, "broken": sampleRatio.isBroken, "expected_treatment_share": Double(experiment.treatmentShare) / 100],
             "winner": winner?.rawValue ?? NSNull(), "verdict": verdict, "missing": missing, "days": series, "notes": notes,

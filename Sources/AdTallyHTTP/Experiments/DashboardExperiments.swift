@@ -26,20 +26,20 @@ struct DashboardExperiments {
             .filter { $0.status == "running" || ($0.stoppedAt ?? .distantPast) >= rangeStart }
             .prefix(maxShown)
         guard !shown.isEmpty else { return nil }
-        var page = DashboardExperiments(results: [])
         var results: [ExperimentResults] = []
+        var failures: [(name: String, reason: String)] = []
         for experiment in shown {
             // One experiment's failure (an old one's missing FX rate) hides only it.
             do {
                 results.append(try await engine.experimentResults(experiment, app: selection.app))
             } catch let error as ReportCurrencyError {
-                page.failures.append((experiment.name, error.description))
+                failures.append((experiment.name, error.description))
             } catch {
                 Logger(label: "adtally.dashboard").warning("experiment results not shown", metadata: ["app": "\(experiment.app)", "experiment": "\(experiment.name)", "error": "\(error)"])
-                page.failures.append((experiment.name, "its results could not be read now (the server's log says why)"))
+                failures.append((experiment.name, "its results could not be read now (the server's log says why)"))
             }
         }
-        return DashboardExperiments(results: results, failures: page.failures)
+        return DashboardExperiments(results: results, failures: failures)
     }
 
     func html() -> String {

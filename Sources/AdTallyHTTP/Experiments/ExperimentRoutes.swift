@@ -90,13 +90,11 @@ public struct ExperimentRoutes: Sendable {
             let app = try context.parameters.require("app")
             let key = try await authenticator.require(.admin, request)
             let body: Creation = try await AdminRoutes.decode(request)
+            // Each arm's scope is set by the experiment's validation.
             let scope = MediationScope(app: app, placement: body.placement)
-            var control = scope, treatment = scope
-            control.arm = .control
-            treatment.arm = .treatment
             let experiment = Experiment(
                 name: body.name, app: app, placement: body.placement, countries: body.countries ?? [],
-                control: try body.control.policy("control", scope: control), treatment: try body.treatment.policy("treatment", scope: treatment),
+                control: try body.control.policy("control", scope: scope), treatment: try body.treatment.policy("treatment", scope: scope),
                 treatmentShare: body.treatmentShare
             )
             let created = try await Self.mapping { try await store.create(experiment, actor: "admin key \(key.id)") }

@@ -69,11 +69,7 @@ public struct ExperimentStore: Sendable {
 
     /// A policy's JSON as stored in an arm column (the API's flat object, without scope).
     static func json(_ policy: MediationPolicy) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        var object = try JSONSerialization.jsonObject(with: try encoder.encode(policy)) as? [String: Any] ?? [:]
-        for key in ["app", "placement", "country", "updated_at"] { object.removeValue(forKey: key) }
-        return String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+        String(decoding: try JSONSerialization.data(withJSONObject: policy.armObject, options: [.sortedKeys]), as: UTF8.self)
     }
 
     /// Creates and starts an experiment: its row (a fresh salt) and its arms' policies, in

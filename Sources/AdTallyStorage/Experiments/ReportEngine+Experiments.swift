@@ -1,7 +1,6 @@
 import AdTallyCore
 import Foundation
 import PostgresKit
-import TextFormats
 
 /// The report engine's experiment results (DESIGN §14): every number is read here, from
 /// the devices' exposures and their rows of the installs' grain (Migrations/0023: each
@@ -13,20 +12,15 @@ extension ReportEngine {
     public func experimentResults(_ experiment: Experiment, app: ReportApp, now: Date = Date()) async throws -> ExperimentResults {
         let started = experiment.startedAt ?? now
         let end = experiment.stoppedAt ?? now
+        // Local days of the app's zone. A stopped experiment ends at its stop: activity
+        // through that day, exposures up to that instant, whole days until it (after it,
+        // both arms ran the kept policy). The start's day is whole only from midnight.
+        let from = try ReportQuery.today(in: app.timezone, now: started)
+        let to = try ReportQuery.today(in: app.timezone, now: end)
+        let today = try ReportQuery.today(in: app.timezone, now: now)
+        let startsAtMidnight = try ReportQuery.today(in: app.timezone, now: started.addingTimeInterval(-1)) < from
+        let wholeDays = max(0, to - from - (startsAtMidnight ? 0 : 1))
         // The money is priced as a revenue report over the experiment's days is.
-        let dayFormatter = { (date: Date) -> (day: Int, seconds: Int) in
-            var calendar = Calendar(identifier: .gregorian)
-            calendar.timeZone = TimeZone(identifier: app.timezone) ?? TimeZone(identifier: "UTC")!
-            let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-            let day = CivilTime.days(year: parts.year!, month: parts.month!, day: parts.day!)
-            return (day, parts.hour! * 3600 + parts.minute! * 60 + parts.second!)
-        }
-        let (from, startSecond) = dayFormatter(started)
-        // A stopped experiment ends at its stop: activity through that day, exposures up
-        // to that instant, whole days until it (after it, both arms ran the kept policy).
-        let to = dayFormatter(end).day
-        let today = dayFormatter(now).day
-        let wholeDays = max(0, to - from - (startSecond == 0 ? 0 : 1))
         let money = try ReportQuery.parse(
             [("apps", app.id), ("tz", app.timezone), ("from", ReportQuery.formatDate(from)), ("to", ReportQuery.formatDate(to)), ("metrics", "revenue")],
             readable: [app], isAdmin: true, now: now

@@ -195,27 +195,31 @@ public final class MediationRefresher: Sendable {
     /// per-install id) in an experiment running on the placement (and the country, when it
     /// names countries) gets its arm's, and its first exposure is recorded.
     public func lookup(app: String, placement: String?, country: String?, device: String? = nil) -> Lookup {
-        // The experiment on the placement, if any: read under the lock, hashed outside it.
-        let running: ServedExperiment? = device == nil || placement == nil ? nil : served.withLock { $0?.experiments[app]?[placement!] }
-        // Served only once both arms are decided: one arm alone would take its devices in
-        // while the other's got the placement's policy, unrecorded.
-        if let device, let running, running.arms.count == ExperimentArm.allCases.count,
-           running.experiment.countries.isEmpty || country.map(running.experiment.countries.contains) == true {
-            let experiment = running.experiment
-            let arm = ExperimentArm.assign(salt: experiment.salt, device: device, treatmentShare: experiment.treatmentShare)
-            let decision = running.arms[arm]!
-            let variant = decision.variant(at: ExperimentArm.point(salt: experiment.salt, device: device))
-            exposures.note(app: app, experiment: experiment.name, device: device, arm: arm)
-            return .experiment(decision, ExperimentAnswer(experiment: experiment.name, arm: arm, variant: variant))
-        }
-        return served.withLock { served in
-            guard let served else { return .notLoaded }
-            guard let decisions = served.decisions[app] else { return .noPolicy }
-            for scope in MediationScope.candidates(app: app, placement: placement, country: country) {
-                if let decision = decisions[scope] { return .served(decision) }
+        // One read of the served set: the experiment on the placement (hashed outside the
+        // lock), or the decision of the most specific scope.
+        let found: (experiment: ServedExperiment?, lookup: Lookup) = served.withLock { served in
+            guard let served else { return (nil, .notLoaded) }
+            if device != nil, let placement, let running = served.experiments[app]?[placement] {
+                // Served only once both arms are decided: one arm alone would take its devices
+                // in while the other's got the placement's policy, unrecorded.
+                if running.arms.count == ExperimentArm.allCases.count,
+                   running.experiment.countries.isEmpty || country.map(running.experiment.countries.contains) == true {
+                    return (running, .noPolicy)
+                }
             }
-            return .noPolicy
+            guard let decisions = served.decisions[app] else { return (nil, .noPolicy) }
+            for scope in MediationScope.candidates(app: app, placement: placement, country: country) {
+                if let decision = decisions[scope] { return (nil, .served(decision)) }
+            }
+            return (nil, .noPolicy)
         }
+        guard let device, let running = found.experiment else { return found.lookup }
+        let experiment = running.experiment
+        let (arm, point) = ExperimentArm.place(salt: experiment.salt, device: device, treatmentShare: experiment.treatmentShare)
+        let decision = running.arms[arm]!
+        let variant = decision.variant(at: point)
+        exposures.note(app: app, experiment: experiment.name, device: device, arm: arm)
+        return .experiment(decision, ExperimentAnswer(experiment: experiment.name, arm: arm, variant: variant))
     }
 
     /// Whether a pass over every app has succeeded.
