@@ -396,10 +396,10 @@ if python3 -c 'import schemathesis' 2>/dev/null; then
     "$bin" exports create "$name" --cron '0 6 * * *' --dir "$work/exports-citus" --apps fuzz --days 1 --database-url "$citus" --exports-root "$work/exports-citus" >/dev/null
   done
   "$bin" mediation set fuzz --rule pinned --network admob --database-url "$citus" >/dev/null
-  # Pulls the fuzzer names, paused: its generated endpoints are never asked.
+  # Pulls the fuzzer names, created paused (the running server would plan one created
+  # active before a pause reached it): its generated endpoints are never asked.
   for name in fuzz-pull fuzz-pull-doomed; do
-    echo fuzz-key | "$bin" networks pulls set "$name" --source max --endpoint http://127.0.0.1:1/maxReport --credential-file - --database-url "$citus" >/dev/null
-    "$bin" networks pulls pause "$name" --database-url "$citus" >/dev/null
+    echo fuzz-key | "$bin" networks pulls set "$name" --source max --endpoint http://127.0.0.1:1/maxReport --credential-file - --paused --database-url "$citus" >/dev/null
   done
   export ADTALLY_ST_ADMIN=${admin[citus]} ADTALLY_ST_APP=fuzz ADTALLY_ST_EXPORT=fuzz-daily ADTALLY_ST_EXPORT_DELETE=fuzz-doomed
   export ADTALLY_ST_PULL=fuzz-pull ADTALLY_ST_PULL_DELETE=fuzz-pull-doomed

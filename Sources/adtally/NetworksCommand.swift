@@ -197,15 +197,16 @@ extension NetworksCommand {
             @Option(help: "The reporting API's URL (AdMob's .../networkReport:generate, MAX's .../maxReport, LevelPlay's stats URL).") var endpoint: String
             @Option(help: "A file holding the credential, - for standard input (not an argument: a process list would show it).") var credentialFile: String
             @Option(help: "Days before yesterday asked again each day (restated days).") var restatementDays = 3
+            @Flag(help: "Create it paused (resume it to start); a pull replaced without it keeps its state.") var paused = false
 
             func run() async throws {
                 let raw = credentialFile == "-" ? Array(FileHandle.standardInput.readDataToEndOfFile().prefix(8192)) : try readFile(credentialFile, atMost: 8192, what: "--credential-file")
                 let credential = String(decoding: raw, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
                 let saved = try await database.withDatabase { database, _ in
                     try await NetworkPulls(pool: database.pool, key: ProcessInfo.processInfo.environment["ADTALLY_CREDENTIALS_KEY"])
-                        .save(NetworkPull(name: name, source: source, endpoint: endpoint, restatementDays: restatementDays), credential: credential)
+                        .save(NetworkPull(name: name, source: source, endpoint: endpoint, restatementDays: restatementDays, isPaused: paused), credential: credential)
                 }
-                print("pull \(saved.name): \(saved.source.rawValue) from \(saved.endpoint), yesterday and \(saved.restatementDays) days before, each UTC day")
+                print("pull \(saved.name): \(saved.source.rawValue) from \(saved.endpoint), yesterday and \(saved.restatementDays) days before, each UTC day\(saved.isPaused ? " (paused)" : "")")
             }
         }
 

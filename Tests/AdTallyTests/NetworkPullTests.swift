@@ -150,6 +150,15 @@ struct NetworkPullTests {
                 await #expect(throws: NetworkPulls.Paused.self) { _ = try await pulls.requestRun("max") }
                 #expect(try await pulls.delete("lp"))
                 #expect(try await pulls.runs("lp").isEmpty)
+                // A pull created paused never ran, not even between its creation and a pause
+                // (the runner plans every pull not paused); replacing it keeps it paused.
+                var quiet = NetworkPull(name: "quiet", source: .max, endpoint: "http://127.0.0.1:1/maxReport")
+                quiet.isPaused = true
+                #expect(try await pulls.save(quiet, credential: "k").isPaused)
+                quiet.isPaused = false
+                #expect(try await pulls.save(quiet, credential: "k").isPaused)
+                #expect(try await pulls.list().first { $0.name == "quiet" }?.isPaused == true)
+                await #expect(throws: NetworkPulls.Paused.self) { _ = try await pulls.requestRun("quiet") }
             }
         }
     }

@@ -37,8 +37,7 @@ struct SchemathesisTests {
                 // Pulls the path parameters name, paused: the fuzzer's endpoints are never asked.
                 let pulls = NetworkPulls(pool: database.pool)
                 for name in ["fuzz-pull", "fuzz-pull-doomed"] {
-                    _ = try await pulls.save(NetworkPull(name: name, source: .max, endpoint: "http://127.0.0.1:1/maxReport"), credential: "fuzz-key")
-                    _ = try await pulls.setPaused(name, true)
+                    _ = try await pulls.save(NetworkPull(name: name, source: .max, endpoint: "http://127.0.0.1:1/maxReport", isPaused: true), credential: "fuzz-key")
                 }
                 // Alert rules the path parameters name; their webhook is a closed local port.
                 let alerts = AlertStore(pool: database.pool)

@@ -18,11 +18,12 @@ public struct NetworkPull: Sendable, Equatable, Encodable {
     public var restatementDays: Int
     public var isPaused = false
 
-    public init(name: String, source: NetworkReportSource, endpoint: String, restatementDays: Int = 3) {
+    public init(name: String, source: NetworkReportSource, endpoint: String, restatementDays: Int = 3, isPaused: Bool = false) {
         self.name = name
         self.source = source
         self.endpoint = endpoint
         self.restatementDays = restatementDays
+        self.isPaused = isPaused
     }
 
     enum CodingKeys: String, CodingKey {
@@ -117,6 +118,8 @@ public struct NetworkPulls: Sendable {
     }
 
     /// Creates or replaces a pull; the credential (1 to 4,096 bytes) is stored encrypted.
+    /// A pull saved with `isPaused` is created (or left) paused, so it never runs before
+    /// a pause could reach it; without, a pull keeps the state it had (a new one is active).
     public func save(_ pull: NetworkPull, credential: String) async throws -> NetworkPull {
         try pull.validate()
         guard (1...4096).contains(credential.utf8.count), !credential.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
@@ -124,10 +127,10 @@ public struct NetworkPulls: Sendable {
         }
         let key = try await encryptionKey()
         let row = try await pool.query("""
-            INSERT INTO network_pulls (name, source, endpoint, credential, restatement_days)
-            VALUES (\(pull.name), \(pull.source.rawValue), \(pull.endpoint), pgp_sym_encrypt(\(credential), \(key)), \(pull.restatementDays))
+            INSERT INTO network_pulls (name, source, endpoint, credential, restatement_days, paused)
+            VALUES (\(pull.name), \(pull.source.rawValue), \(pull.endpoint), pgp_sym_encrypt(\(credential), \(key)), \(pull.restatementDays), \(pull.isPaused))
             ON CONFLICT (name) DO UPDATE SET source = excluded.source, endpoint = excluded.endpoint, credential = excluded.credential,
-                restatement_days = excluded.restatement_days, updated_at = now()
+                restatement_days = excluded.restatement_days, paused = network_pulls.paused OR excluded.paused, updated_at = now()
             RETURNING \(unsafeRaw: Self.columns)
             """).first!
         return try Self.pull(row)
