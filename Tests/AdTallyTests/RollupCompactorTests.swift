@@ -139,6 +139,30 @@ struct RollupCompactorTests {
         }
     }
 
+    @Test("a large pass after the delta tables were emptied and vacuumed plans on fresh statistics (they said empty: quadratic nested loops)")
+    func passAnalyzesStaleDeltaStatistics() async throws {
+        try await withServices { services in
+            _ = try await services.appStore.createApp(id: "a", name: nil)
+            // A small pass leaves the state every pass leaves: rows deleted, then vacuumed,
+            // pages kept (vacuum_truncate = false), so the statistics say the table is empty.
+            try await Self.requestDeltas(services, app: "a", rows: RollupCompactor.analyzeDeltasFromRows / 2)
+            #expect(try await services.compactor.compactOnce() == RollupCompactor.analyzeDeltasFromRows / 2)
+            let statistics = "SELECT count(*)::int FROM pg_class WHERE relname = 'rollup_delta' AND reltuples <= 0"
+            #expect(try await Ingest.count(services, statistics) == 1, "the table's statistics after a pass: empty (or none)")
+            let analyzed = """
+                SELECT count(*)::int FROM (SELECT pg_stat_clear_snapshot()) AS s, pg_stat_user_tables t
+                WHERE t.relname IN ('rollup_delta', 'install_delta') AND t.analyze_count > 0
+                """
+            #expect(try await Ingest.count(services, analyzed) == 0)
+            // A large pass on those statistics analyzes both tables first (counted as a manual
+            // ANALYZE, not autovacuum's; the counters reach the view within seconds).
+            try await Self.requestDeltas(services, app: "a", rows: RollupCompactor.analyzeDeltasFromRows * 2, hours: 4)
+            #expect(try await services.compactor.compactOnce() == RollupCompactor.analyzeDeltasFromRows * 2)
+            try await waitUntil(within: 30) { try await Ingest.count(services, analyzed) == 2 }
+            #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m_compacted") == RollupCompactor.analyzeDeltasFromRows * 5 / 2)
+        }
+    }
+
     @Test("a pass is bounded by time too: one cut by its own timeout is tried again smaller at once, so a stalled group holds back only itself while the rest folds")
     func passesBoundedByTime() async throws {
         try await withServices { services in

@@ -277,6 +277,7 @@ public struct RollupCompactor: Sendable {
                     try connection.query("SELECT set_config('statement_timeout', \(String(Self.milliseconds(singleGroupTimeout))), true)")
                 }
                 let more = end != nil
+                try Self.analyzeDeltasIfStale(connection, rows: seen)
                 let statement = end.map { end in
                     PostgresQuery(unsafeSQL: Self.boundedMoveStatement, binds: [PostgresBind(text: end.bucket, type: 1184), PostgresBind(text: end.app, type: 25)])
                 } ?? PostgresQuery(unsafeSQL: Self.moveStatement)
@@ -318,6 +319,33 @@ public struct RollupCompactor: Sendable {
             }
             return result
         }
+    }
+
+    /// Passes of at least this many rollup delta rows plan on fresh statistics of the
+    /// delta tables (`analyzeDeltasIfStale`).
+    static let analyzeDeltasFromRows = 1_000
+
+    /// Refreshes the delta tables' statistics when they say fewer rows than a pass of
+    /// `rows` rollup delta rows moves. Every pass empties the tables and the VACUUM after
+    /// it records them empty (they keep their pages: `vacuum_truncate = false`), so the
+    /// next pass's statement was planned for one row: nested loops that rescan one CTE
+    /// for every row of another, quadratic in the pass (10.5 s for a pass of 114,243
+    /// install deltas, most of the bench's 33-minute load). An ANALYZE samples at most
+    /// 30,000 rows, so it costs a bounded few tens of milliseconds, taken only by a pass
+    /// large enough for a misplan to cost more. It runs in the pass's transaction
+    /// (ingest's inserts do not wait on its lock). Not on Citus: there the shards are
+    /// planned on the workers by their own statistics.
+    static func analyzeDeltasIfStale(_ connection: PostgresConnection, rows: Int) throws {
+        guard rows >= analyzeDeltasFromRows else { return }
+        let stale = try connection.query("""
+            SELECT c.relname FROM pg_class c
+            WHERE c.oid IN ('rollup_delta'::regclass, 'install_delta'::regclass) AND c.reltuples < \(rows) AND NOT \(unsafeRaw: Citus.installedSQL)
+            ORDER BY c.relname
+            """).map { try $0.decode(0, as: String.self) }
+        guard !stale.isEmpty else { return }
+        // SKIP_LOCKED: a table an autovacuum (or an operator's VACUUM) holds is planned on
+        // what it has; the pass never waits for it.
+        _ = try connection.execute(unsafeSQL: "ANALYZE (SKIP_LOCKED) " + stale.joined(separator: ", "))
     }
 
     /// A duration as whole milliseconds (at least 1), as `statement_timeout` takes it.
