@@ -14,14 +14,16 @@ import PostgresKit
 /// decides a cohort.
 enum InstallCompaction {
     /// Every install delta the statement sees; returns the rows moved.
-    static let moveStatement = statement(bounded: false)
+    static let moveStatement = statement(bound: nil)
     /// Those of the (bucket, app) groups before `($1, $2)` only (`RollupCompactor`'s bound).
-    static let boundedMoveStatement = statement(bounded: true)
+    static let boundedMoveStatement = statement(bound: "<")
+    /// Those of the (bucket, app) groups up to `($1, $2)` only.
+    static let throughMoveStatement = statement(bound: "<=")
 
-    static func statement(bounded: Bool) -> String {
+    static func statement(bound: String?) -> String {
         """
         WITH moved AS (
-            DELETE FROM install_delta\(bounded ? " WHERE (bucket, app_id) < ($1, $2)" : "") RETURNING *
+            DELETE FROM install_delta\(bound.map { " WHERE (bucket, app_id) \($0) ($1, $2)" } ?? "") RETURNING *
         ), local AS (
             -- Each app's local day, in its own fixed zone, and the UTC hour.
             SELECT m.*, (m.bucket AT TIME ZONE a.timezone)::date AS day, date_trunc('hour', m.bucket, 'UTC') AS hour, a.timezone

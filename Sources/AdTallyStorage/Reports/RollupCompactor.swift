@@ -257,13 +257,15 @@ public struct RollupCompactor: Sendable {
                 // over a day, and one app may hold most of a bucket).
                 // Computed apart: on Citus a DELETE's condition may not read the table it deletes from.
                 var seen = 0, groups = 0
-                var end: (bucket: String, app: String)?
+                var end: (bucket: String, app: String)?, last: (bucket: String, app: String)?
                 for row in try connection.query("SELECT bucket::text, app_id, count(*) FROM rollup_delta GROUP BY bucket, app_id ORDER BY bucket, app_id") {
                     let rows = try row.decode(2, as: Int.self)
+                    let group = (bucket: try row.decode(0, as: String.self), app: try row.decode(1, as: String.self))
                     if seen > 0 && seen + rows > rowBudget {
-                        end = (try row.decode(0, as: String.self), try row.decode(1, as: String.self))
+                        end = group
                         break
                     }
+                    last = group
                     seen += rows
                     groups += 1
                 }
@@ -278,16 +280,18 @@ public struct RollupCompactor: Sendable {
                 }
                 let more = end != nil
                 try Self.analyzeDeltasIfStale(connection, rows: seen)
-                let statement = end.map { end in
-                    PostgresQuery(unsafeSQL: Self.boundedMoveStatement, binds: [PostgresBind(text: end.bucket, type: 1184), PostgresBind(text: end.app, type: 25)])
-                } ?? PostgresQuery(unsafeSQL: Self.moveStatement)
-                let moved = try connection.query(statement).first?.decode(0, as: Int.self) ?? 0
+                // The groups counted, and no more: the groups before the first left out, or up
+                // to the last one counted (rows committed since the count, of a backlog's next
+                // append, wait for the next pass instead of swelling this one past its budget).
+                let bound = end.map { (bucket: $0.bucket, app: $0.app, before: true) } ?? last.map { (bucket: $0.bucket, app: $0.app, before: false) }
+                func bounded(_ before: String, _ through: String, _ unbounded: String) -> PostgresQuery {
+                    guard let bound else { return PostgresQuery(unsafeSQL: unbounded) }
+                    return PostgresQuery(unsafeSQL: bound.before ? before : through, binds: [PostgresBind(text: bound.bucket, type: 1184), PostgresBind(text: bound.app, type: 25)])
+                }
+                let moved = try connection.query(bounded(Self.boundedMoveStatement, Self.throughMoveStatement, Self.moveStatement)).first?.decode(0, as: Int.self) ?? 0
                 // The install deltas of the same groups (Migrations/0023): every event with a
                 // device wrote both kinds in one transaction, so these bounds hold its rows too.
-                let installs = end.map { end in
-                    PostgresQuery(unsafeSQL: InstallCompaction.boundedMoveStatement, binds: [PostgresBind(text: end.bucket, type: 1184), PostgresBind(text: end.app, type: 25)])
-                } ?? PostgresQuery(unsafeSQL: InstallCompaction.moveStatement)
-                try connection.query(installs)
+                try connection.query(bounded(InstallCompaction.boundedMoveStatement, InstallCompaction.throughMoveStatement, InstallCompaction.moveStatement))
                 if moved > 0 {
                     try connection.query("""
                         INSERT INTO rollup_compaction_passes (started_at, finished_at, server, delta_rows, priced)
@@ -323,18 +327,24 @@ public struct RollupCompactor: Sendable {
 
     /// Passes of at least this many rollup delta rows plan on fresh statistics of the
     /// delta tables (`analyzeDeltasIfStale`).
-    static let analyzeDeltasFromRows = 1_000
+    static let analyzeDeltasFromRows = 100
+
+    /// The columns a pass's statements group and join the delta tables by: the only
+    /// statistics `analyzeDeltasIfStale` gathers (the hash arrays' would cost the most).
+    static let analyzedDeltaColumns = ["rollup_delta": "app_id, bucket, network, format, country, currency", "install_delta": "app_id, bucket, device"]
 
     /// Refreshes the delta tables' statistics when they say fewer rows than a pass of
-    /// `rows` rollup delta rows moves. Every pass empties the tables and the VACUUM after
-    /// it records them empty (they keep their pages: `vacuum_truncate = false`), so the
-    /// next pass's statement was planned for one row: nested loops that rescan one CTE
-    /// for every row of another, quadratic in the pass (10.5 s for a pass of 114,243
-    /// install deltas, most of the bench's 33-minute load). An ANALYZE samples at most
-    /// 30,000 rows, so it costs a bounded few tens of milliseconds, taken only by a pass
-    /// large enough for a misplan to cost more. It runs in the pass's transaction
-    /// (ingest's inserts do not wait on its lock). Not on Citus: there the shards are
-    /// planned on the workers by their own statistics.
+    /// `rows` rollup delta rows moves (an install delta table holds about four times as
+    /// many). Every pass empties the tables and the VACUUM after it records them empty
+    /// (they keep their pages: `vacuum_truncate = false`), so the next pass's statement
+    /// was planned for one row: nested loops that rescan one CTE for every row of
+    /// another, quadratic in the pass (155 s for one day of the bench's largest app,
+    /// 114,243 install deltas, against 1.8 s on fresh statistics). An ANALYZE of those
+    /// columns samples at most 30,000 rows; on a pass of a hundred rows it reads a few
+    /// pages. It runs in the pass's transaction (ingest's inserts do not wait on its
+    /// lock) and skips a table an autovacuum or an operator's VACUUM holds (the pass never
+    /// waits for one). Not on Citus: there the shards are planned on the workers by their
+    /// own statistics.
     static func analyzeDeltasIfStale(_ connection: PostgresConnection, rows: Int) throws {
         guard rows >= analyzeDeltasFromRows else { return }
         let stale = try connection.query("""
@@ -343,9 +353,8 @@ public struct RollupCompactor: Sendable {
             ORDER BY c.relname
             """).map { try $0.decode(0, as: String.self) }
         guard !stale.isEmpty else { return }
-        // SKIP_LOCKED: a table an autovacuum (or an operator's VACUUM) holds is planned on
-        // what it has; the pass never waits for it.
-        _ = try connection.execute(unsafeSQL: "ANALYZE (SKIP_LOCKED) " + stale.joined(separator: ", "))
+        let tables = stale.map { "\($0) (\(analyzedDeltaColumns[$0]!))" }.joined(separator: ", ")
+        _ = try connection.execute(unsafeSQL: "ANALYZE (SKIP_LOCKED) " + tables)
     }
 
     /// A duration as whole milliseconds (at least 1), as `statement_timeout` takes it.
@@ -414,6 +423,10 @@ public struct RollupCompactor: Sendable {
     /// `moveStatement` for the (bucket, app) groups before `($1, $2)` only.
     static let boundedMoveStatement = moveStatement.replacingOccurrences(
         of: "DELETE FROM rollup_delta RETURNING *", with: "DELETE FROM rollup_delta WHERE (bucket, app_id) < ($1, $2) RETURNING *"
+    )
+    /// `moveStatement` for the (bucket, app) groups up to `($1, $2)` only.
+    static let throughMoveStatement = moveStatement.replacingOccurrences(
+        of: "DELETE FROM rollup_delta RETURNING *", with: "DELETE FROM rollup_delta WHERE (bucket, app_id) <= ($1, $2) RETURNING *"
     )
 
     static let moveStatement = """
