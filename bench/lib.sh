@@ -102,6 +102,11 @@ END \$\$;
 
 -- Loaded without the index, which is built once afterwards (as a restore would).
 DROP INDEX events_app_time;
+SQL
+# The events in two halves at once, one per core (half of the generate_series each).
+local half pids=()
+for half in 0 1; do
+sql <<SQL &
 INSERT INTO events (app_id, occurred_at, event_id, type, network, format, placement, size, country, platform, os_version,
                     app_version, device, revenue_micros, currency, error_code, will_leave, shown)
 SELECT app, at, gen_random_uuid(), type, network, format, placement, CASE WHEN format = 'banner' THEN '320x50' END,
@@ -126,7 +131,7 @@ FROM (
          CASE WHEN i % 10 < 4 THEN $events * 0.4::float8 / 35 / 40 ELSE $events * 0.6::float8 / greatest($apps - 1, 1) / 35 / 40 END AS cap
   FROM (SELECT i, random() AS r1, random() AS r2, random() AS r3, random() AS r4, random() AS r5, random() AS r6,
                random() AS r7, random() AS r8, random() AS r9, floor(random() * 35)::int AS k
-        FROM generate_series(1, $events) AS i) AS g
+        FROM generate_series(1 + $half * ($events / 2), CASE $half WHEN 0 THEN $events / 2 ELSE $events END) AS i) AS g
  ) AS a
 ) AS b
 -- The app's zone, as the apps above are made.
@@ -147,21 +152,34 @@ CROSS JOIN LATERAL (
          (ARRAY['home', 'feed', 'level_end', 'settings', 'default'])[1 + (r4 * 5000)::int % 5] AS placement
 ) AS e
 WHERE at < now() - interval '5 minutes';
+SQL
+pids+=($!)
+done
+local failed=0 pid
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+[ "$failed" = 0 ] || { echo "the events' load failed"; exit 1; }
+sql <<SQL
 CREATE INDEX events_app_time ON events (app_id, occurred_at);
 
 VACUUM ANALYZE;
 CHECKPOINT;
 SQL
-# The rollups: the deltas the ingest path appends (append_deltas), a week at a time, each folded into every grain by the running
-# server's compactor before the next (one pass stays well inside its statement timeout).
-# One fixed start (now() differs from one statement to the next: windows drawn
-# from it would leave gaps between weeks).
+# The rollups: the deltas the ingest path appends (append_deltas), a day at a time (one
+# partition of events each), folded into every grain by the running server's compactor
+# beside the next day's append (one core each). A day is appended once the day before
+# the last is folded: the delta tables stay small (a pass reads them whole, as they have
+# no index; two weeks pending made every pass read 1 GB). One fixed start (now() differs
+# from one statement to the next: windows drawn from it would leave gaps between days).
 first_event=$(sql -c "SELECT min(occurred_at) FROM events")
-for week in 0 1 2 3 4 5; do
-  append_deltas "occurred_at >= '$first_event'::timestamptz + $week * interval '7 days' AND occurred_at < '$first_event'::timestamptz + ($week + 1) * interval '7 days'" >/dev/null
-  for _ in $(seq 1 600); do [ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] && break; sleep 1; done
-  [ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
+local day
+for day in $(seq 0 36); do
+  for _ in $(seq 1 900); do
+    [ "$(sql -c "SELECT count(*) FROM (SELECT 1 FROM rollup_delta WHERE bucket < '$first_event'::timestamptz + ($day - 1) * interval '1 day' LIMIT 1) AS r")" = 0 ] && break; sleep 0.5
+  done
+  append_deltas "occurred_at >= '$first_event'::timestamptz + $day * interval '1 day' AND occurred_at < '$first_event'::timestamptz + ($day + 1) * interval '1 day'" >/dev/null
 done
+for _ in $(seq 1 1800); do [ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] && break; sleep 1; done
+[ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
 # What compaction left behind, before the VACUUM that ends the load: dead rows and the
 # updates made in place (HOT) of every rollup grain.
 psql "$conn" -q -c "SELECT relname AS table, n_live_tup AS live, n_dead_tup AS dead, n_tup_upd AS updates,
