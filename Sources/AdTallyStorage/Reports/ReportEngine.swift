@@ -111,20 +111,22 @@ public struct ReportEngine: Sendable {
             """).first?.decode(0, as: Int?.self)
     }
 
-    /// A page's rows, by its statement prepared on the connection and planned once for any
+    /// A page's rows, by its statement prepared on the connection and planned for any
     /// parameters (a generic plan, kept by the connection for the next report of that
-    /// shape). Planning the default report's statement for its own parameters took 1 ms
-    /// of its 7 in PostgreSQL, and the generic plans ran as fast or faster on every shape
-    /// tried on the bench's data (10 M events, psql, 25 EXECUTEs each, custom → generic):
-    /// the default report 6.6 → 5.7 ms, the median app 5.2 → 4.1, audience 8.7 → 6.7,
-    /// 2 days by the hour 9.8 → 7.5, a year by day 5.3 → 4.1, one day by network and
-    /// country 10.8 → 8.3, a raw-served shape 1.45 → 1.06 s. (An earlier engine's generic
-    /// plan was the slower one, 8 ms against 4: `make bench-report` measures it.) Only the
-    /// page: every other statement of the report is sent once and planned for its
-    /// parameters (events partitions pruned while planning). Not on Citus, which cannot
-    /// plan a statement over many shards without its parameters' values.
+    /// shape until a table's statistics change: a compaction pass's VACUUM replans it).
+    /// Planning the default report's statement for its own parameters took 1 ms of its 7
+    /// in PostgreSQL, and the generic plans ran as fast or faster on every rollup-served
+    /// shape tried on the bench's data (10 M events, psql, 25 EXECUTEs each, custom →
+    /// generic): the default report 6.6 → 5.7 ms, the median app 5.2 → 4.1, audience
+    /// 8.7 → 6.7, 2 days by the hour 9.8 → 7.5, a year by day 5.3 → 4.1, one day by network
+    /// and country 10.8 → 8.3. (An earlier engine's generic plan was the slower one, 8 ms
+    /// against 4: `make bench-report` measures it.) Only the page: every other statement of
+    /// the report is sent once and planned for its parameters. Not for raw events: a
+    /// generic plan cannot drop the `events` partitions while planning, and each run would
+    /// lock every partition kept (90 days by default) before pruning them. Not on Citus,
+    /// which cannot plan a statement over many shards without its parameters' values.
     static func pageRows(_ plan: ReportPlan, limit: Int, on connection: PostgresConnection) throws -> PostgresRows {
-        guard !plan.distributed else { return try connection.queryPrepared(plan.page(limit: limit)) }
+        guard !plan.distributed, plan.source != .raw else { return try connection.queryPrepared(plan.page(limit: limit)) }
         _ = try connection.execute(unsafeSQL: "SET LOCAL plan_cache_mode = force_generic_plan")
         let rows = try connection.queryPrepared(plan.page(limit: limit))
         _ = try connection.execute(unsafeSQL: "SET LOCAL plan_cache_mode = force_custom_plan")

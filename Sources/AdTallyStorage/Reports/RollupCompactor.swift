@@ -209,8 +209,8 @@ public struct RollupCompactor: Sendable {
         }
     }
 
-    /// One pass: every delta when there are at most the budget's rows, else those of the
-    /// oldest app x bucket groups up to it (at least one group); `more` when others were left.
+    /// One pass: the oldest app x bucket groups up to the budget's rows (at least one group;
+    /// every group counted when they all fit); `more` when others were left.
     func pass() async throws -> (moved: Int, more: Bool) {
         let started = ContinuousClock.now
         let identity = self.identity
@@ -329,8 +329,9 @@ public struct RollupCompactor: Sendable {
     /// delta tables (`analyzeDeltasIfStale`).
     static let analyzeDeltasFromRows = 100
 
-    /// The columns a pass's statements group and join the delta tables by: the only
-    /// statistics `analyzeDeltasIfStale` gathers (the hash arrays' would cost the most).
+    /// The columns `analyzeDeltasIfStale` gathers statistics of, beside the row count
+    /// (what the plans needed): those a pass bounds and keys the deltas by (the hash
+    /// arrays' statistics would cost the most).
     static let analyzedDeltaColumns = ["rollup_delta": "app_id, bucket, network, format, country, currency", "install_delta": "app_id, bucket, device"]
 
     /// Refreshes the delta tables' statistics when they say fewer rows than a pass of
