@@ -129,7 +129,7 @@ struct RevenueOfRecordTests {
             // (With AdMob's Los Angeles days beside them the report reads admob's rows by the hour
             // and the other networks' by the day; for applovin alone, daily.)
             let mixed = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network"), ("metrics", "revenue")])
-            #expect(mixed.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (hourly rows, and 15-minute rows for hours a day boundary cuts, for the apps and networks"), "\(mixed.notes.source)")
+            #expect(mixed.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (and hourly rows, with 15-minute rows for hours a day boundary cuts, of the hours that lie in another"), "\(mixed.notes.source)")
             #expect(Self.byKey(mixed)["2026-11-01 applovin"]?.revenueMicros == 200_000)
             let own = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network"), ("metrics", "impressions,revenue,revenue_source"), ("network", "applovin")])
             #expect(own.notes.source == "rollups: daily rows in the apps' own zone, and pending 15-minute deltas", "\(own.notes.source)")
@@ -150,7 +150,7 @@ struct RevenueOfRecordTests {
             _ = try await store.importReport(try NetworkReport.parse(Array(csv.utf8), source: .csv), fileSHA256: String(repeating: "9", count: 64), via: "cli")
             _ = try await store.setSettings(network: "unity", tolerancePct: nil, finalAfterDays: nil, revenueSource: "network_when_final")
             let kolkata = try await Self.report(services, [("apps", "kol"), ("from", "2026-11-01"), ("to", "2026-11-02"), ("dimensions", "date"), ("metrics", "revenue")])
-            #expect(kolkata.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (hourly rows"), "\(kolkata.notes.source)")
+            #expect(kolkata.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (and hourly rows"), "\(kolkata.notes.source)")
             #expect(kolkata.totals.revenueMicros == 1_000_000, "\(kolkata.rows)")
 
             // A bad value names the parameter.

@@ -16,8 +16,9 @@ import PostgresKit
 /// networks' America/Los_Angeles and UTC are). Where the network's zone is the apps'
 /// and the report's (MAX's UTC for apps in UTC), the daily rollups serve, by their day;
 /// where any is in another zone (or not whole UTC hours), a report in the apps' own zone
-/// reads the rows of the apps and networks with record days by the hour, every other
-/// row by the day (`ReportPlan.recordByHour`).
+/// reads every row by the day, placed at its day's noon, and moves by the hour only the
+/// hours of the apps and networks with record days that lie in another network day than
+/// that noon (`ReportPlan.recordByHour`, `edgesCTE`).
 ///
 /// Which import is current: per app and network, one source and zone, whatever the
 /// report's range: the network's own report if it has one (AdMob's for admob, MAX's for
@@ -192,6 +193,23 @@ extension ReportPlan {
             -- The hours that start in the day (every hour of it in a whole-hour zone).
             CROSS JOIN LATERAL generate_series(date_trunc('hour', x.t0, 'UTC'), x.t1, interval '1 hour') AS h (hour)
             WHERE h.hour >= x.t0 AND h.hour < x.t1
+        )
+        """
+    }
+
+    /// With daily rows placed at their local day's noon (`recordByHour`): the whole UTC hours
+    /// `h` of the range, per app and network with record days, whose record day (or none)
+    /// is not their local day's noon's, with the hours CTE's `whole`, `d` and `hk` (so it joins
+    /// as `hours`): the hours `ReportPlan.rollupParts` moves from the noon to their own day.
+    func edgesCTE() -> PostgresQuery {
+        """
+        record_edges AS MATERIALIZED (
+            SELECT p.app_id, p.network, hours.h, hours.whole, hours.d, hours.hk
+            FROM hours CROSS JOIN (SELECT DISTINCT app_id, network FROM record) AS p
+            LEFT JOIN record AS own ON own.app_id = p.app_id AND own.network = p.network AND own.hour = hours.h
+            LEFT JOIN record AS noon ON noon.app_id = p.app_id AND noon.network = p.network
+                 AND noon.hour = date_bin('1 hour', \(unsafeRaw: noon("hours.d")), TIMESTAMPTZ '2000-01-01 00:00:00+00')
+            WHERE hours.whole AND own.id IS DISTINCT FROM noon.id
         )
         """
     }
