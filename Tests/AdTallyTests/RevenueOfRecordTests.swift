@@ -126,8 +126,8 @@ struct RevenueOfRecordTests {
                 fileSHA256: String(repeating: "d", count: 64), via: "cli"
             )
             _ = try await store.setSettings(network: "applovin", tolerancePct: nil, finalAfterDays: nil, revenueSource: "network_when_final")
-            // (With AdMob's Los Angeles days beside them the report reads admob's rows by the hour
-            // and the other networks' by the day; for applovin alone, daily.)
+            // (With AdMob's Los Angeles days beside them the report moves admob's hours that lie in
+            // another Los Angeles day than their UTC day's noon by the hour; for applovin alone, daily.)
             let mixed = try await Self.report(services, [("apps", "game"), ("from", "2026-11-01"), ("to", "2026-11-01"), ("dimensions", "date,network"), ("metrics", "revenue")])
             #expect(mixed.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (and hourly rows, with 15-minute rows for hours a day boundary cuts, of the hours that lie in another"), "\(mixed.notes.source)")
             #expect(Self.byKey(mixed)["2026-11-01 applovin"]?.revenueMicros == 200_000)
@@ -152,6 +152,10 @@ struct RevenueOfRecordTests {
             let kolkata = try await Self.report(services, [("apps", "kol"), ("from", "2026-11-01"), ("to", "2026-11-02"), ("dimensions", "date"), ("metrics", "revenue")])
             #expect(kolkata.notes.source.hasPrefix("rollups: daily rows in the apps' own zone (and hourly rows"), "\(kolkata.notes.source)")
             #expect(kolkata.totals.revenueMicros == 1_000_000, "\(kolkata.rows)")
+            // Without a time dimension too: the hour that holds local midnight (18:00 UTC) is read
+            // by its quarter hours, as the daily rows split it between two days' noons.
+            let kolkataWhole = try await Self.report(services, [("apps", "kol"), ("from", "2026-11-01"), ("to", "2026-11-02"), ("dimensions", "network"), ("metrics", "revenue")])
+            #expect(kolkataWhole.totals.revenueMicros == 1_000_000, "\(kolkataWhole.rows)")
 
             // A bad value names the parameter.
             let (bad, problem) = try await Reports.get(client, keys.admin, "apps=game&days=1&revenue_source=network")

@@ -157,12 +157,11 @@ extension ReportPlan {
             // Angeles days of an app in New York, 3 hours of each day. (Reading all of those
             // apps and networks' rows by the hour took the bench's record report to 5-6x the
             // default report.) The networks named apart too: an index condition on the hourly
-            // rows' key. The FX check needs none of them: a daily row has each of their
-            // UTC dates and currencies.
+            // rows' key. The FX check reads them too: they decide which daily money is the SDK's.
             let networks = Array(Set(record.map(\.network))).sorted()
             let pairs: PostgresQuery = " AND r.network = ANY(\(array: networks)::text[]) AND (r.app_id || chr(1) || r.network) = ANY(\(array: recordPairs)::text[])"
             daily("")
-            if !fxCheck { hourly(pairs, edges: true) }
+            hourly(pairs, edges: true)
         case .daily:
             daily("")
         case .hourly:
@@ -215,8 +214,10 @@ extension ReportPlan {
         // Weeks and months do not nest (a month can end mid-week): any of date, week or
         // month makes every local midnight a boundary; an hour, every local hour.
         // The audience counts devices per local day: every local midnight is a boundary.
+        // Daily rows placed among a network's days by their noon (`recordByHour`): every local
+        // midnight too, as the daily rows split an hour there between two noons.
         let finest: ReportDimension? = used.contains(.hour) ? .hour
-            : used.contains(where: { $0 == .date || $0 == .week || $0 == .month }) || needsAudience ? .date : nil
+            : used.contains(where: { $0 == .date || $0 == .week || $0 == .month }) || needsAudience || (source == .daily && recordByHour) ? .date : nil
         let sameGroup: String
         switch finest {
         case .hour?: sameGroup = "date_trunc('hour', h, \(zone)) = date_trunc('hour', h + interval '45 minutes', \(zone))"

@@ -83,13 +83,14 @@ struct ReportPlan {
         }
     }
 
-    /// With the daily source: the apps and networks with a network's days to place (the
-    /// `record`) are read from the hourly rollups, by the hour (`recordPairs`), the rest
-    /// by the day.
+    /// With the daily source: the days of a network to place (the `record`) are not whole
+    /// local days, so every daily row is placed at its day's noon and the hours of the apps
+    /// and networks with such days (`recordPairs`) that lie in another network day are moved
+    /// by the hour (`ReportPlan.rollupParts`, `edgesCTE`).
     let recordByHour: Bool
 
-    /// `app_id || chr(1) || network` of each app and network whose rows are read by the
-    /// hour when `recordByHour`.
+    /// `app_id || chr(1) || network` of each app and network whose hours in another network
+    /// day are moved by the hour when `recordByHour`.
     var recordPairs: [String] { Array(Set(record.map { $0.app + "\u{1}" + $0.network })).sorted() }
 
     /// The plan of the compared period's query, on the same database state.
@@ -305,7 +306,7 @@ struct ReportPlan {
         if audience { with.append(contentsOf: audienceCTEs()) }
         if needsMoney && !dirty.isEmpty && source != .raw { with.append(dirtyDaysCTE()) }
         if hasRecord { with.append(recordCTE()) }
-        if source == .daily && recordByHour && !fxCheck { with.append(edgesCTE()) }
+        if source == .daily && recordByHour { with.append(edgesCTE()) }
         // The rows every grouping below reads: `s` with the dimension values as d0…; with
         // money, the rows the report prices itself are the CTE `pending` (priced once per
         // distinct UTC date, network, format and country: `RatePricing`).
