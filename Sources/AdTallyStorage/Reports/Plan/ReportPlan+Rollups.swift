@@ -87,9 +87,18 @@ extension ReportPlan {
         // (+) and negated at that noon (-), so its counts stay the daily row's and its money
         // moves to its own network day. No sketches: the daily rows' count the devices.
         func hourly(_ pairs: PostgresQuery, edges: Bool = false) {
-            let whole: PostgresQuery = edges
-                ? "JOIN record_edges AS hours ON hours.app_id = r.app_id AND hours.network = r.network AND hours.h = r.hour CROSS JOIN (VALUES (1), (-1)) AS sg (k)"
-                : wholeHours
+            // An hourly table's rows `r` joined to their hour: with `edges`, looked up per edge
+            // hour by the key (a nested loop forced by LATERAL: in a generic plan the planner
+            // took the app's every network's rows of the range by a bitmap scan, 17,000 for
+            // 360, to hash them against the edges).
+            func hourRows(_ table: String) -> PostgresQuery {
+                guard edges else { return "\(unsafeRaw: table) r \(wholeHours)" }
+                return """
+                    record_edges AS hours
+                    CROSS JOIN LATERAL (SELECT * FROM \(unsafeRaw: table) x WHERE x.app_id = hours.app_id AND x.hour = hours.h AND x.network = hours.network OFFSET 0) AS r
+                    CROSS JOIN (VALUES (1), (-1)) AS sg (k)
+                    """
+            }
             let signed = edges ? " CROSS JOIN (VALUES (1), (-1)) AS sg (k)" : ""
             func n(_ value: String) -> String { edges ? "sg.k * \(value)" : value }
             let counts = edges ? Self.rollupCounts.map { "sg.k * r.\($0)" }.joined(separator: ", ") : Self.countList
@@ -98,7 +107,7 @@ extension ReportPlan {
             if !fxCheck {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: counts), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at(instant("r.hour", day: "hours.d")))
-                    FROM rollup_1h_compacted r \(whole)
+                    FROM \(hourRows("rollup_1h_compacted"))
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs)
                     """)
                 stored.append("""
@@ -111,7 +120,7 @@ extension ReportPlan {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            \(unsafeRaw: n("r.reported")), r.currency, NULL::text, 0::bigint, 0::bigint, \(unsafeRaw: n("r.estimated")), \(unsafeRaw: n("r.unrated"))\(unsafeRaw: at(instant("r.hour", day: "hours.d")))
-                    FROM rollup_priced_1h r \(whole)
+                    FROM \(hourRows("rollup_priced_1h"))
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs)\(needsRate)\(clean(utcOfHour))
                     """)
                 // Cut hours: every country's row, each priced at its own rate.
@@ -126,20 +135,20 @@ extension ReportPlan {
                 pending.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            \(unsafeRaw: n("r.revenue_micros")), r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at(instant("r.hour", day: "hours.d")))
-                    FROM rollup_revenue_1h_compacted r \(whole)
+                    FROM \(hourRows("rollup_revenue_1h_compacted"))
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange) AND r.currency <> ''\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
                 pending.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            0::numeric, ''::text, r.country, \(unsafeRaw: n("r.impressions")), \(unsafeRaw: n("r.taps")), NULL::numeric, NULL::bigint\(unsafeRaw: at(instant("r.hour", day: "hours.d")))
-                    FROM rollup_unpriced_1h_compacted r \(whole)
+                    FROM \(hourRows("rollup_unpriced_1h_compacted"))
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
             }
             if devices && !edges {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_devices_1h_compacted r \(whole)
+                    FROM rollup_devices_1h_compacted r \(wholeHours)
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r", devices: true))\(pairs)
                     """)
                 stored.append("""
