@@ -103,7 +103,12 @@ struct PrivacyTests {
             let done = try await Self.waitForErasure(client, admin, id)
             #expect(done["status"] as? String == "done", "\(done)")
             let removed = done["rows"] as? [String: Int] ?? [:]
-            #expect(removed == before, "the rows removed per table are the rows A had: \(removed)")
+            // The server's own compaction pass may fold A's pending delta between the count above
+            // and the job (a loaded run took 145 s over this test): then it is one more day row.
+            var folded = before
+            folded["install_delta", default: 0] -= 1
+            folded["install_days", default: 0] += 1
+            #expect(removed == before || removed == folded, "the rows removed per table are the rows A had: \(removed)")
             #expect(done["first_cohort"] as? String == ReportQuery.formatDate(d0))
             #expect(try await Self.rows(of: "A", pool).values.allSatisfy { $0 == 0 })
             #expect(try await Self.rows(of: "B", pool) == othersBefore, "other devices keep every row")
