@@ -206,10 +206,7 @@ extension ReportPlan {
     /// record days moves nothing (its two rows cancel). (Joined to `record`, whose size the
     /// planner cannot know, this took 80 ms on the bench's 30 days: merge joins rescanning it.)
     func edgesCTE() -> PostgresQuery {
-        // One zone per app and network (`recordDays` chooses one source and zone for each).
-        var zones: [String: (app: String, network: String, zone: String)] = [:]
-        for day in record { zones[day.app + "\u{1}" + day.network] = (day.app, day.network, day.zone) }
-        let pairs = zones.keys.sorted().map { zones[$0]! }
+        let pairs = recordPairZones
         return """
             record_edges AS MATERIALIZED (
                 SELECT p.app_id, p.network, hours.h, hours.whole, hours.d, hours.hk

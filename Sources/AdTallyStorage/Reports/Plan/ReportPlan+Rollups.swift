@@ -40,9 +40,9 @@ extension ReportPlan {
             "EXISTS (SELECT 1 FROM dirty_days x WHERE x.app_id = r.app_id AND x.network = r.network AND x.format = r.format AND x.u = \(utcDay))"
         }
         func clean(_ utcDay: String) -> PostgresQuery { dirty ? " AND NOT \(unsafeRaw: isDirty(utcDay))" : "" }
-        // The daily rows, and the hourly ones (with the 15-minute rows of cut hours), each
-        // limited by `pairs` (an SQL condition on r, or nothing).
-        func daily(_ pairs: PostgresQuery) {
+        // The daily rows of every app and network; the hourly ones (with the 15-minute rows
+        // of cut hours), limited by `pairs` (an SQL condition on r, or nothing).
+        func daily() {
             // With a network's days placed by the hour, a daily row is placed at its day's noon
             // (`edges` below moves the hours that lie in another network day).
             let dayInstant = recordByHour ? noon("r.day") : "NULL::timestamptz"
@@ -50,14 +50,14 @@ extension ReportPlan {
             if !fxCheck {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.countList), NULL::hll, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at(dayInstant))
-                    FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(pairs)
+                    FROM rollup_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))
                     """)
             }
             if money {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.reported, r.currency, NULL::text, 0::bigint, 0::bigint, r.estimated, r.unrated\(unsafeRaw: at(dayInstant))
-                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(pairs)\(needsRate)\(clean("r.utc_day"))
+                    FROM rollup_priced_day r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(needsRate)\(clean("r.utc_day"))
                     """)
             }
             if dirty {
@@ -65,19 +65,19 @@ extension ReportPlan {
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            r.revenue_micros, r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at(dayInstant))
                     FROM rollup_revenue_day_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days) AND r.currency <> ''\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty("r.utc_day"))
+                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days) AND r.currency <> ''\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
                     """)
                 pending.append("""
                     SELECT r.app_id, r.day, NULL::text, r.utc_day, r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            0::numeric, ''::text, r.country, r.impressions, r.taps, NULL::numeric, NULL::bigint\(unsafeRaw: at(dayInstant))
                     FROM rollup_unpriced_day_compacted r
-                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty("r.utc_day"))
+                    WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r")) AND \(unsafeRaw: isDirty("r.utc_day"))
                     """)
             }
             if devices {
                 stored.append("""
                     SELECT r.app_id, r.day, NULL::text, NULL::date, r.network, r.format, \(unsafeRaw: Self.zeroCounts), r.devices, \(unsafeRaw: Self.noMoney)\(unsafeRaw: at("NULL::timestamptz"))
-                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))\(pairs)
+                    FROM rollup_devices_day_compacted r WHERE r.app_id = ANY(\(apps)) AND r.day \(days)\(columnFilters("r", devices: true))
                     """)
             }
         }
@@ -92,21 +92,17 @@ extension ReportPlan {
             // took the app's every network's rows of the range by a bitmap scan, 17,000 for
             // 360, to hash them against the edges). Not on Citus, which refuses a correlated
             // subquery with OFFSET: a join there.
+            let signed = edges ? " CROSS JOIN (VALUES (1), (-1)) AS sg (k)" : ""
             func hourRows(_ table: String) -> PostgresQuery {
                 guard edges else { return "\(unsafeRaw: table) r \(wholeHours)" }
                 if distributed {
-                    return """
-                        \(unsafeRaw: table) r JOIN record_edges AS hours ON hours.app_id = r.app_id AND hours.network = r.network AND hours.h = r.hour
-                        CROSS JOIN (VALUES (1), (-1)) AS sg (k)
-                        """
+                    return "\(unsafeRaw: table) r JOIN record_edges AS hours ON hours.app_id = r.app_id AND hours.network = r.network AND hours.h = r.hour\(unsafeRaw: signed)"
                 }
                 return """
                     record_edges AS hours
-                    CROSS JOIN LATERAL (SELECT * FROM \(unsafeRaw: table) x WHERE x.app_id = hours.app_id AND x.hour = hours.h AND x.network = hours.network OFFSET 0) AS r
-                    CROSS JOIN (VALUES (1), (-1)) AS sg (k)
+                    CROSS JOIN LATERAL (SELECT * FROM \(unsafeRaw: table) x WHERE x.app_id = hours.app_id AND x.hour = hours.h AND x.network = hours.network OFFSET 0) AS r\(unsafeRaw: signed)
                     """
             }
-            let signed = edges ? " CROSS JOIN (VALUES (1), (-1)) AS sg (k)" : ""
             func n(_ value: String) -> String { edges ? "sg.k * \(value)" : value }
             let counts = edges ? Self.rollupCounts.map { "sg.k * r.\($0)" }.joined(separator: ", ") : Self.countList
             func instant(_ own: String, day: String) -> String { edges ? "CASE WHEN sg.k = 1 THEN \(own) ELSE \(noon(day)) END" : own }
@@ -176,10 +172,10 @@ extension ReportPlan {
             // rows' key. The FX check reads them too: they decide which daily money is the SDK's.
             let networks = Array(Set(record.map(\.network))).sorted()
             let pairs: PostgresQuery = " AND r.network = ANY(\(array: networks)::text[]) AND (r.app_id || chr(1) || r.network) = ANY(\(array: recordPairs)::text[])"
-            daily("")
+            daily()
             hourly(pairs, edges: true)
         case .daily:
-            daily("")
+            daily()
         case .hourly:
             hourly("")
         case .raw:

@@ -91,7 +91,15 @@ struct ReportPlan {
 
     /// `app_id || chr(1) || network` of each app and network whose hours in another network
     /// day are moved by the hour when `recordByHour`.
-    var recordPairs: [String] { Array(Set(record.map { $0.app + "\u{1}" + $0.network })).sorted() }
+    var recordPairs: [String] { recordPairZones.map { $0.app + "\u{1}" + $0.network } }
+
+    /// Each app and network with record days, in `recordPairs`' order, with the zone of its
+    /// days (one per app and network: `recordDays` chooses one source and zone for each).
+    var recordPairZones: [(app: String, network: String, zone: String)] {
+        var zones: [String: (app: String, network: String, zone: String)] = [:]
+        for day in record { zones[day.app + "\u{1}" + day.network] = (day.app, day.network, day.zone) }
+        return zones.keys.sorted().map { zones[$0]! }
+    }
 
     /// The plan of the compared period's query, on the same database state.
     func compared(_ earlier: ReportQuery) -> ReportPlan { ReportPlan(earlier, distributed: distributed, dirty: dirty, record: record) }
