@@ -18,9 +18,9 @@ as_server() {
 }
 [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$root"
 cleanup() {
-  # Replicas a test started (scripts/test-replica.sh) and left running.
-  for replica in "$root"/replica-*/data; do
-    [ -d "$replica" ] && as_server "$bindir/pg_ctl" stop -D "$replica" -m immediate -w >/dev/null 2>&1 || true
+  # Replicas, and their primaries, a test started (scripts/test-replica.sh) and left running.
+  for server in "$root"/replica-*/data "$root"/replica-*/primary; do
+    [ -d "$server" ] && as_server "$bindir/pg_ctl" stop -D "$server" -m immediate -w >/dev/null 2>&1 || true
   done
   as_server "$bindir/pg_ctl" stop -D "$root/data" -m immediate -w >/dev/null 2>&1 || true
   rm -rf "$root"

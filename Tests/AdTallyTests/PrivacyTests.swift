@@ -307,8 +307,12 @@ struct PrivacyTests {
             }
             let pool = services.database.pool
             let totalBefore = try await pool.query("SELECT sum(impressions)::int FROM rollup_day_compacted").first!.decode(0, as: Int.self)
+            // The server's own pass at start reads the apps when it gets there: on a loaded
+            // machine that was after they were set up here, and it removed short's two old
+            // events before this call (a make test run). Then this call has nothing to remove.
+            let shortBefore = try await Ingest.count(services, "SELECT count(*)::int FROM events WHERE app_id = 'short'")
             let removed = try await services.maintenance.runOnce()
-            #expect(removed.appEvents == 2, "short's events 20 and 40 days old: \(removed)")
+            #expect(removed.appEvents == shortBefore - 2 && [2, 4].contains(shortBefore), "short's events 20 and 40 days old: \(removed), \(shortBefore) before")
             func counts(_ app: String) async throws -> [Int] {
                 let row = try await pool.query("""
                     SELECT (SELECT count(*) FROM events WHERE app_id = \(app))::int, (SELECT count(*) FROM install_days WHERE app_id = \(app))::int,

@@ -13,6 +13,7 @@ import Testing
 /// order; `.ahc()` opens a connection per request in flight, for requests that must
 /// really run at once.
 func withTestApp(
+    cluster: String? = nil,
     migrate: Bool = true,
     flags: Settings.Flags = .init(),
     batcher: IngestBatcher.Configuration? = nil,
@@ -20,7 +21,7 @@ func withTestApp(
     client setup: TestingSetup = .live,
     _ body: @escaping @Sendable (AppServices, any TestClientProtocol) async throws -> Void
 ) async throws {
-    try await withServices(migrate: migrate, flags: flags, batcher: batcher, readURL: readURL) { services, settings, logger in
+    try await withServices(cluster: cluster, migrate: migrate, flags: flags, batcher: batcher, readURL: readURL) { services, settings, logger in
         let app = buildApplication(settings: settings, services: services, logger: logger)
         try await app.test(setup) { client in
             try await body(services, client)
@@ -34,16 +35,17 @@ func withServices(
     flags: Settings.Flags = .init(),
     _ body: @escaping @Sendable (AppServices) async throws -> Void
 ) async throws {
-    try await withServices(migrate: true, flags: flags, batcher: nil, readURL: { _ in nil }) { services, _, _ in try await body(services) }
+    try await withServices(cluster: nil, migrate: true, flags: flags, batcher: nil, readURL: { _ in nil }) { services, _, _ in try await body(services) }
 }
 
-/// Opens a fresh test database (migrated unless told not to), wires the services
-/// over it, runs `body`, and closes the database whatever happens.
+/// Opens a fresh test database (migrated unless told not to) in `cluster` (the suite's
+/// when nil), wires the services over it, runs `body`, and closes the database
+/// whatever happens.
 private func withServices(
-    migrate: Bool, flags: Settings.Flags, batcher: IngestBatcher.Configuration?, readURL: (String) -> String?,
+    cluster: String?, migrate: Bool, flags: Settings.Flags, batcher: IngestBatcher.Configuration?, readURL: (String) -> String?,
     _ body: (AppServices, Settings, Logger) async throws -> Void
 ) async throws {
-    try await TestDatabase.withDatabase { conninfo in
+    try await TestDatabase.withDatabase(cluster: cluster) { conninfo in
         var flags = flags
         flags.databaseURL = conninfo
         flags.databaseReadURL = readURL(conninfo)

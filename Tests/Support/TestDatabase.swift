@@ -20,12 +20,13 @@ public enum TestDatabase {
     /// busy; three runs so, paced, passed).
     static let creating = AsyncGate(limit: 2)
 
-    /// Creates an empty database, runs `body` with its conninfo, then drops it.
+    /// Creates an empty database in `cluster` (a conninfo for its database "postgres";
+    /// the suite's cluster when nil), runs `body` with its conninfo, then drops it.
     /// Creating and dropping block for a while, so they run on threads of their own,
     /// not on the two cooperative ones every test's server needs, and are paced by
     /// `creating`.
-    public static func withDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
-        let admin = try clusterURL
+    public static func withDatabase<T>(cluster: String? = nil, _ body: (String) async throws -> T) async throws -> T {
+        let admin = try cluster ?? clusterURL
         let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         let connection = try await creating.run {
             try await onOwnThread { () throws -> PostgresConnection in
