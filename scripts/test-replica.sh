@@ -28,8 +28,9 @@ start)
   mkdir -p "$dir"
   chmod 700 "$dir"
   [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
-  # The same settings as the suite's cluster (scripts/with-test-postgres.sh); the
-  # replica needs max_connections at least the primary's.
+  # Like the suite's cluster (scripts/with-test-postgres.sh), with full-page writes
+  # (a base backup forces them anyway) and the few connections one test's server
+  # opens; the replica needs max_connections at least the primary's.
   as_server "$bindir/initdb" -D "$dir/primary" -U adtally -A trust -E UTF8 --locale=C.UTF-8 --no-instructions >/dev/null
   as_server "$bindir/pg_ctl" start -w -t 120 -D "$dir/primary" -l "$dir/primary.log" \
     -o "-c listen_addresses='' -c port=$primary_port -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -c fsync=off -c synchronous_commit=off -c max_connections=200" >/dev/null \
