@@ -164,6 +164,63 @@ struct RollupCompactorTests {
         }
     }
 
+    @Test("a pass bounded inside one bucket plans for the rows it moves, not one (the bound's estimate from the bucket statistics: quadratic nested loops)")
+    func boundInsideOneBucketPlansItsRows() async throws {
+        let logPath = try #require(ProcessInfo.processInfo.environment["ADTALLY_TEST_POSTGRES_LOG"])
+        try await withServices { services in
+            let pool = services.database.pool
+            for app in ["a1", "a2"] { _ = try await services.appStore.createApp(id: app, name: nil) }
+            try await pool.query("ALTER TABLE rollup_delta SET (autovacuum_enabled = false)")
+            try await pool.query("ALTER TABLE install_delta SET (autovacuum_enabled = false)")
+            // After a burst every pending delta is of the current quarter hour, and a pass's
+            // budget cuts it between apps: the bound is (that bucket, the next app).
+            for app in ["a1", "a2"] {
+                try await Self.requestDeltas(services, app: app, rows: 3_000)
+                try await pool.query("""
+                    INSERT INTO install_delta (app_id, bucket, device, network, format, country, currency, first_at, first_platform, first_version,
+                                               events, requests, impressions, taps, sessions, revenue_micros, priced_events, unpriced_impressions, unpriced_taps)
+                    SELECT \(app), to_timestamp(1700006400), 'd' || i, 'admob', 'banner', 'JP', '', to_timestamp(1700006400), NULL, NULL, 1, 1, 0, 0, 0, 0, 0, 0, 0
+                    FROM generate_series(1, 3000) AS i
+                    """)
+            }
+            // Fresh statistics: they say every row is of that bucket, so a row comparison
+            // `(bucket, app_id) < (that bucket, 'a2')` reads as `bucket <` it: no row.
+            try await pool.query("ANALYZE rollup_delta, install_delta")
+            // The pass's plans, as PostgreSQL ran them (auto_explain, this database's new
+            // sessions only), in the cluster's log.
+            let database = try await pool.query("SELECT current_database()")[0].decode(0, as: String.self)
+            _ = try await pool.withConnection { connection in
+                try connection.execute(unsafeSQL: "ALTER DATABASE \(database) SET session_preload_libraries = 'auto_explain'")
+                try connection.execute(unsafeSQL: "ALTER DATABASE \(database) SET auto_explain.log_min_duration = 0")
+            }
+            let conninfo = try TestDatabase.clusterURL.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(database)")
+            let explained = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 2))
+            let compactor = RollupCompactor(
+                store: EventStore(pool: explained, credentialsKey: nil), limits: .init(rows: 3_000, target: .seconds(60), timeout: .seconds(60), start: 3_000)
+            )
+            let logStart = (try FileManager.default.attributesOfItem(atPath: logPath)[.size] as? NSNumber)?.intValue ?? 0
+            #expect(try await compactor.compactOnce() == 6_000)
+            #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m_compacted") == 6_000)
+            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM installs") == 6_000)
+            // auto_explain writes as the statement ends; the log is read once it holds both.
+            func estimates(_ table: String) throws -> [Int] {
+                let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: logPath))
+                defer { try? handle.close() }
+                try handle.seek(toOffset: UInt64(logStart))
+                let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+                return text.matches(of: try Regex("Delete on \(table)  \\(cost=[0-9.]+ rows=([0-9]+)")).compactMap { Int($0.output[1].substring ?? "") }
+            }
+            try await waitUntil("both passes' plans are logged", within: 30) { try estimates("install_delta").count >= 2 && estimates("rollup_delta").count >= 2 }
+            // The first pass's bound cuts the bucket: 3,000 rows go. A plan for one row joined
+            // the CTEs by nested loops that rescan one per row of the other.
+            for table in ["rollup_delta", "install_delta"] {
+                let rows = try estimates(table)
+                #expect(rows.allSatisfy { $0 >= 300 }, "\(table): the passes' estimated rows \(rows)")
+            }
+            await explained.shutdown()
+        }
+    }
+
     @Test("a pass is bounded by time too: one cut by its own timeout is tried again smaller at once, so a stalled group holds back only itself while the rest folds")
     func passesBoundedByTime() async throws {
         try await withServices { services in

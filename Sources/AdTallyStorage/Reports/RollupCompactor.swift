@@ -249,9 +249,10 @@ public struct RollupCompactor: Sendable {
         return try await pool.withConnection { connection -> (moved: Int, more: Bool) in
             // nil: another process holds the compaction lock.
             let result: (moved: Int, more: Bool)? = try connection.withTransaction { connection in
-                let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text")
+                let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.lockKey)), clock_timestamp()::text, \(unsafeRaw: Citus.installedSQL)")
                 guard let lock = locked.first, try lock.decode(0, as: Bool.self) else { return nil }
                 let lockedAt = try lock.decode(1, as: String.self)
+                let distributed = try lock.decode(2, as: Bool.self)
                 // The rows per app and bucket (a few hundred buckets a week), oldest first: the
                 // pass ends at the group where its budget is reached (rows are far from even
                 // over a day, and one app may hold most of a bucket).
@@ -272,11 +273,27 @@ public struct RollupCompactor: Sendable {
                 taken.withLock { $0.rows = seen; $0.groups = groups }
                 // The pass's own timeout, under the pool's (for this transaction only), when it
                 // can be split; one group, the single-group timeout (not a cut: a failure).
+                // No JIT, and room to sort and hash in memory (as a report has): the move
+                // statements' estimates run past JIT's thresholds on every pass of a busy
+                // server, and their sorts and hashes of a pass's rows spilled to disk at the
+                // default 4 MB (`make bench-ingest`'s fold after its legs, in docs/ingest.md).
+                // A pass holds at most `PassLimits.rows` delta rows, which bounds what they
+                // keep in memory.
+                // Generic plans, for the bound: PostgreSQL estimates `(bucket, app_id) < ($1, $2)`
+                // by its first column alone, and after a burst every pending delta is of the
+                // current quarter hour, which a pass's budget cuts between apps: `bucket <` it
+                // was estimated at one row where the pass moved thousands, and the plan's
+                // nested loops rescanned one CTE per row of another (passes of 2,400–9,700
+                // rows ran 30 s and more after `make bench-ingest`'s 32-connection leg, whose
+                // fold took 440 s). A generic plan estimates the bound as a third of the table
+                // as it stands. Not on Citus: the workers plan the shards.
+                let setup = "set_config('jit', 'off', true), set_config('work_mem', '64MB', true)"
+                    + (distributed ? "" : ", set_config('plan_cache_mode', 'force_generic_plan', true)")
                 if groups > 1 {
-                    try connection.query("SELECT set_config('statement_timeout', \(String(timeoutMS)), true)")
+                    try connection.query("SELECT set_config('statement_timeout', \(String(timeoutMS)), true), \(unsafeRaw: setup)")
                     taken.withLock { $0.inTransaction = true; $0.timedFrom = .now }
                 } else {
-                    try connection.query("SELECT set_config('statement_timeout', \(String(Self.milliseconds(singleGroupTimeout))), true)")
+                    try connection.query("SELECT set_config('statement_timeout', \(String(Self.milliseconds(singleGroupTimeout))), true), \(unsafeRaw: setup)")
                 }
                 let more = end != nil
                 try Self.analyzeDeltasIfStale(connection, rows: seen)
