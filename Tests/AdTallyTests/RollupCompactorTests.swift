@@ -195,29 +195,39 @@ struct RollupCompactorTests {
             }
             let conninfo = try TestDatabase.clusterURL.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(database)")
             let explained = PostgresPool(configuration: .init(conninfo: conninfo, maxConnections: 2))
-            let compactor = RollupCompactor(
-                store: EventStore(pool: explained, credentialsKey: nil), limits: .init(rows: 3_000, target: .seconds(60), timeout: .seconds(60), start: 3_000)
-            )
-            let logStart = (try FileManager.default.attributesOfItem(atPath: logPath)[.size] as? NSNumber)?.intValue ?? 0
-            #expect(try await compactor.compactOnce() == 6_000)
-            #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m_compacted") == 6_000)
-            #expect(try await Ingest.count(services, "SELECT count(*)::int FROM installs") == 6_000)
-            // auto_explain writes as the statement ends; the log is read once it holds both.
-            func estimates(_ table: String) throws -> [Int] {
-                let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: logPath))
-                defer { try? handle.close() }
-                try handle.seek(toOffset: UInt64(logStart))
-                let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
-                return text.matches(of: try Regex("Delete on \(table)  \\(cost=[0-9.]+ rows=([0-9]+)")).compactMap { Int($0.output[1].substring ?? "") }
-            }
-            try await waitUntil("both passes' plans are logged", within: 30) { try estimates("install_delta").count >= 2 && estimates("rollup_delta").count >= 2 }
-            // The first pass's bound cuts the bucket: 3,000 rows go. A plan for one row joined
-            // the CTEs by nested loops that rescan one per row of the other.
-            for table in ["rollup_delta", "install_delta"] {
-                let rows = try estimates(table)
-                #expect(rows.allSatisfy { $0 >= 300 }, "\(table): the passes' estimated rows \(rows)")
+            do {
+                try await Self.checkPlans(services, explained, logPath: logPath)
+            } catch {
+                await explained.shutdown()
+                throw error
             }
             await explained.shutdown()
+        }
+    }
+
+    /// `boundInsideOneBucketPlansItsRows`'s passes, on a pool whose sessions log their plans.
+    static func checkPlans(_ services: AppServices, _ explained: PostgresPool, logPath: String) async throws {
+        let compactor = RollupCompactor(
+            store: EventStore(pool: explained, credentialsKey: nil), limits: .init(rows: 3_000, target: .seconds(60), timeout: .seconds(60), start: 3_000)
+        )
+        let logStart = (try FileManager.default.attributesOfItem(atPath: logPath)[.size] as? NSNumber)?.intValue ?? 0
+        #expect(try await compactor.compactOnce() == 6_000)
+        #expect(try await Ingest.count(services, "SELECT sum(requests)::int FROM rollup_15m_compacted") == 6_000)
+        #expect(try await Ingest.count(services, "SELECT count(*)::int FROM installs") == 6_000)
+        // auto_explain writes as the statement ends; the log is read once it holds both.
+        func estimates(_ table: String) throws -> [Int] {
+            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: logPath))
+            defer { try? handle.close() }
+            try handle.seek(toOffset: UInt64(logStart))
+            let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+            return text.matches(of: try Regex("Delete on \(table)  \\(cost=[0-9.]+ rows=([0-9]+)")).compactMap { Int($0.output[1].substring ?? "") }
+        }
+        try await waitUntil("both passes' plans are logged", within: 30) { try estimates("install_delta").count >= 2 && estimates("rollup_delta").count >= 2 }
+        // The first pass's bound cuts the bucket: 3,000 rows go. A plan for one row joined
+        // the CTEs by nested loops that rescan one per row of the other.
+        for table in ["rollup_delta", "install_delta"] {
+            let rows = try estimates(table)
+            #expect(rows.allSatisfy { $0 >= 300 }, "\(table): the passes' estimated rows \(rows)")
         }
     }
 

@@ -275,18 +275,22 @@ public struct RollupCompactor: Sendable {
                 // can be split; one group, the single-group timeout (not a cut: a failure).
                 // No JIT, and room to sort and hash in memory (as a report has): the move
                 // statements' estimates run past JIT's thresholds on every pass of a busy
-                // server, and their sorts and hashes of a pass's rows spilled to disk at the
-                // default 4 MB (`make bench-ingest`'s fold after its legs, in docs/ingest.md).
-                // A pass holds at most `PassLimits.rows` delta rows, which bounds what they
-                // keep in memory.
+                // server, and the install move's sorts and hashes of a pass of 190,000 install
+                // deltas spilled to disk at the default 4 MB (EXPLAIN ANALYZE on
+                // `make bench-ingest`'s data). work_mem is per sort or hash (a hash may take
+                // twice it): each holds a pass's rows at most, so memory grows with the pass
+                // (its budget, or one larger group) up to 64 MB per such node.
                 // Generic plans, for the bound: PostgreSQL estimates `(bucket, app_id) < ($1, $2)`
                 // by its first column alone, and after a burst every pending delta is of the
                 // current quarter hour, which a pass's budget cuts between apps: `bucket <` it
                 // was estimated at one row where the pass moved thousands, and the plan's
                 // nested loops rescanned one CTE per row of another (passes of 2,400–9,700
                 // rows ran 30 s and more after `make bench-ingest`'s 32-connection leg, whose
-                // fold took 440 s). A generic plan estimates the bound as a third of the table
-                // as it stands. Not on Citus: the workers plan the shards.
+                // fold took 440 s; docs/ingest.md). A generic plan estimates the bound as a
+                // third of the table as it stands. Not on Citus: there these settings reach
+                // the coordinator only (Citus does not pass SET LOCAL on by default), and
+                // the workers plan their shards with the bound's values, so this misestimate
+                // is not mended there.
                 let setup = "set_config('jit', 'off', true), set_config('work_mem', '64MB', true)"
                     + (distributed ? "" : ", set_config('plan_cache_mode', 'force_generic_plan', true)")
                 if groups > 1 {
