@@ -4,7 +4,8 @@
 # 1. generate realistic events (type mix, 20 apps, 6 networks, 14 countries), in
 #    batches of 100, and the same rows as CSV;
 # 2. start `adtally serve` on the embedded database (a fresh data folder), and
-#    wait for its start-up work (the report series' first, full write);
+#    wait for its start-up work (the report series' first write, tried for
+#    every app);
 # 3. drive POST /v1/events from 8 keep-alive connections, every batch once:
 #    events/s, acknowledgement latency p50/p99, peak server RSS;
 # 4. the same with 32 connections on a second set of events (group commit

@@ -164,67 +164,75 @@ struct CrashRecoveryTests {
                 return true
             }
 
-            let first = try ServerProcess(databaseURL: conninfo, port: port, log: log)
-            defer { first.terminate() }
-            try await first.waitUntilReady(client)
+            // Shut down on every path: a client's deinit without it is a fatal error that
+            // takes the whole test process down.
+            do {
+                let first = try ServerProcess(databaseURL: conninfo, port: port, log: log)
+                defer { first.terminate() }
+                try await first.waitUntilReady(client)
 
-            // Four clients send every batch once; the server is killed mid-way.
-            let next = Locked(0)
-            let killed = Locked(false)
-            await withTaskGroup(of: Void.self) { group in
-                for _ in 0..<4 {
-                    group.addTask {
-                        // After the kill, stop: requests to a dead port only wait out their deadline.
-                        while !killed.withLock({ $0 }), let index = next.withLock({ value -> Int? in
-                            guard value < batchCount else { return nil }
-                            defer { value += 1 }
-                            return value
-                        }) {
-                            _ = await send(index)
+                // Four clients send every batch once; the server is killed mid-way.
+                let next = Locked(0)
+                let killed = Locked(false)
+                await withTaskGroup(of: Void.self) { group in
+                    for _ in 0..<4 {
+                        group.addTask {
+                            // After the kill, stop: requests to a dead port only wait out their deadline.
+                            while !killed.withLock({ $0 }), let index = next.withLock({ value -> Int? in
+                                guard value < batchCount else { return nil }
+                                defer { value += 1 }
+                                return value
+                            }) {
+                                _ = await send(index)
+                            }
                         }
                     }
+                    group.addTask {
+                        while acked.withLock({ $0.count }) < 10 { try? await Task.sleep(for: .milliseconds(5)) }
+                        first.kill()
+                        killed.withLock { $0 = true }
+                    }
                 }
-                group.addTask {
-                    while acked.withLock({ $0.count }) < 10 { try? await Task.sleep(for: .milliseconds(5)) }
-                    first.kill()
-                    killed.withLock { $0 = true }
+                let ackedBeforeKill = acked.withLock { $0.count }
+                #expect(ackedBeforeKill >= 10)
+                #expect(ackedBeforeKill < batchCount, "the kill should have cut some batches off")
+
+                // Restart and retry whatever was not acknowledged, until it is.
+                let second = try ServerProcess(databaseURL: conninfo, port: port, log: log)
+                defer { second.terminate() }
+                try await second.waitUntilReady(client)
+                for _ in 0..<20 {
+                    let missing = (0..<batchCount).filter { index in acked.withLock { $0[index] == nil } }
+                    if missing.isEmpty { break }
+                    for index in missing { _ = await send(index) }
                 }
-            }
-            let ackedBeforeKill = acked.withLock { $0.count }
-            #expect(ackedBeforeKill >= 10)
-            #expect(ackedBeforeKill < batchCount, "the kill should have cut some batches off")
 
-            // Restart and retry whatever was not acknowledged, until it is.
-            let second = try ServerProcess(databaseURL: conninfo, port: port, log: log)
-            defer { second.terminate() }
-            try await second.waitUntilReady(client)
-            for _ in 0..<20 {
-                let missing = (0..<batchCount).filter { index in acked.withLock { $0[index] == nil } }
-                if missing.isEmpty { break }
-                for index in missing { _ = await send(index) }
+                let receipts = acked.withLock { $0 }
+                #expect(receipts.count == batchCount)
+                #expect(receipts.values.map { $0.accepted + $0.duplicates }.reduce(0, +) == batchCount * 100)
+                let rows = try await database.pool.query("""
+                    SELECT (SELECT count(*) FROM events)::int AS events, (SELECT count(*) FROM event_ids)::int AS ids,
+                           (SELECT sum(impressions) FROM rollup_15m)::int AS rolled,
+                           (SELECT sum(unpriced_impressions) FROM rollup_revenue_15m)::int AS unpriced
+                    """)
+                #expect(try rows[0].decode("events", as: Int.self) == batchCount * 100)
+                #expect(try rows[0].decode("ids", as: Int.self) == batchCount * 100)
+                #expect(try rows[0].decode("rolled", as: Int.self) == batchCount * 100)
+                #expect(try rows[0].decode("unpriced", as: Int.self) == batchCount * 100)
+                // Installs and their days, folded or pending: every impression once, every device once.
+                let installs = try await database.pool.query("""
+                    SELECT ((SELECT coalesce(sum(impressions), 0) FROM install_days) + (SELECT coalesce(sum(impressions), 0) FROM install_delta))::int,
+                           (SELECT count(*) FROM (SELECT device FROM installs UNION SELECT device FROM install_delta) AS d)::int,
+                           (SELECT count(*) FROM installs)::int
+                    """)
+                #expect(try installs[0].decode(0, as: Int.self) == batchCount * 100)
+                #expect(try installs[0].decode(1, as: Int.self) == 37)
+                #expect(try installs[0].decode(2, as: Int.self) <= 37)
+            } catch {
+                try? await client.shutdown()
+                await database.close()
+                throw error
             }
-
-            let receipts = acked.withLock { $0 }
-            #expect(receipts.count == batchCount)
-            #expect(receipts.values.map { $0.accepted + $0.duplicates }.reduce(0, +) == batchCount * 100)
-            let rows = try await database.pool.query("""
-                SELECT (SELECT count(*) FROM events)::int AS events, (SELECT count(*) FROM event_ids)::int AS ids,
-                       (SELECT sum(impressions) FROM rollup_15m)::int AS rolled,
-                       (SELECT sum(unpriced_impressions) FROM rollup_revenue_15m)::int AS unpriced
-                """)
-            #expect(try rows[0].decode("events", as: Int.self) == batchCount * 100)
-            #expect(try rows[0].decode("ids", as: Int.self) == batchCount * 100)
-            #expect(try rows[0].decode("rolled", as: Int.self) == batchCount * 100)
-            #expect(try rows[0].decode("unpriced", as: Int.self) == batchCount * 100)
-            // Installs and their days, folded or pending: every impression once, every device once.
-            let installs = try await database.pool.query("""
-                SELECT ((SELECT coalesce(sum(impressions), 0) FROM install_days) + (SELECT coalesce(sum(impressions), 0) FROM install_delta))::int,
-                       (SELECT count(*) FROM (SELECT device FROM installs UNION SELECT device FROM install_delta) AS d)::int,
-                       (SELECT count(*) FROM installs)::int
-                """)
-            #expect(try installs[0].decode(0, as: Int.self) == batchCount * 100)
-            #expect(try installs[0].decode(1, as: Int.self) == 37)
-            #expect(try installs[0].decode(2, as: Int.self) <= 37)
             try await client.shutdown()
             await database.close()
             try? FileManager.default.removeItem(at: log)

@@ -25,8 +25,15 @@ struct OpenAPITests {
                 // independent validator, which must also be able to refuse a broken copy.
                 let file = DashboardTests.repository.appendingPathComponent("Sources/AdTallyHTTP/Resources/openapi.yaml")
                 let client = HTTPClient(eventLoopGroupProvider: .singleton)
-                let served = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/openapi.yaml"), timeout: .seconds(10))
-                let body = try await served.body.collect(upTo: 1 << 22)
+                // Shut down on every path: a client's deinit without it is a fatal error.
+                let body: ByteBuffer
+                do {
+                    let served = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/openapi.yaml"), timeout: .seconds(10))
+                    body = try await served.body.collect(upTo: 1 << 22)
+                } catch {
+                    try? await client.shutdown()
+                    throw error
+                }
                 try await client.shutdown()
                 #expect(Data(buffer: body) == (try Data(contentsOf: file)), "/openapi.yaml is not the file byte for byte")
                 let (valid, validation) = try await runProcess(["python3", "-m", "openapi_spec_validator", file.path])
