@@ -271,36 +271,36 @@ public struct RollupCompactor: Sendable {
                     groups += 1
                 }
                 taken.withLock { $0.rows = seen; $0.groups = groups }
-                // The pass's own timeout, under the pool's (for this transaction only), when it
-                // can be split; one group, the single-group timeout (not a cut: a failure).
-                // No JIT, and room to sort and hash in memory (as a report has): the move
-                // statements' estimates run past JIT's thresholds on every pass of a busy
-                // server, and the install move's sorts and hashes of a pass of 190,000 install
-                // deltas spilled to disk at the default 4 MB (EXPLAIN ANALYZE on
-                // `make bench-ingest`'s data). work_mem is per sort or hash (a hash may take
-                // twice it): each holds a pass's rows at most, so memory grows with the pass
-                // (its budget, or one larger group) up to 64 MB per such node.
-                // Generic plans, for the bound: PostgreSQL estimates `(bucket, app_id) < ($1, $2)`
-                // by its first column alone, and after a burst every pending delta is of the
-                // current quarter hour, which a pass's budget cuts between apps: `bucket <` it
-                // was estimated at one row where the pass moved thousands, and the plan's
-                // nested loops rescanned one CTE per row of another (passes of 2,400–9,700
-                // rows ran 30 s and more after `make bench-ingest`'s 32-connection leg, whose
-                // fold took 440 s; docs/ingest.md). A generic plan estimates the bound as a
-                // third of the table as it stands. Not on Citus: there these settings reach
-                // the coordinator only (Citus does not pass SET LOCAL on by default), and
-                // the workers plan their shards with the bound's values, so this misestimate
-                // is not mended there.
-                let setup = "set_config('jit', 'off', true), set_config('work_mem', '64MB', true)"
-                    + (distributed ? "" : ", set_config('plan_cache_mode', 'force_generic_plan', true)")
-                if groups > 1 {
-                    try connection.query("SELECT set_config('statement_timeout', \(String(timeoutMS)), true), \(unsafeRaw: setup)")
-                    taken.withLock { $0.inTransaction = true; $0.timedFrom = .now }
-                } else {
-                    try connection.query("SELECT set_config('statement_timeout', \(String(Self.milliseconds(singleGroupTimeout))), true), \(unsafeRaw: setup)")
-                }
+                // For this transaction only:
+                // - The pass's own timeout, under the pool's, when it can be split; one group,
+                //   the single-group timeout (not a cut: a failure).
+                // - No JIT, and room to sort and hash in memory (as a report has): the move
+                //   statements' estimates run past JIT's thresholds on every pass of a busy
+                //   server, and the install move's sorts and hashes of a pass of 190,000 install
+                //   deltas spilled to disk at the default 4 MB (EXPLAIN ANALYZE on
+                //   `make bench-ingest`'s data). work_mem is per sort or hash (a hash may take
+                //   twice it): each holds a pass's rows at most, so memory grows with the pass
+                //   (its budget, or one larger group) up to 64 MB per such node.
+                // - Generic plans, for the bound: PostgreSQL estimates `(bucket, app_id) < ($1, $2)`
+                //   by its first column alone, and after a burst every pending delta is of the
+                //   current quarter hour, which a pass's budget cuts between apps: `bucket <` it
+                //   was estimated at one row where the pass moved thousands, and the plan's
+                //   nested loops rescanned one CTE per row of another (passes of 2,400–9,700
+                //   rows ran 30 s and more after `make bench-ingest`'s 32-connection leg, whose
+                //   fold took 440 s; docs/ingest.md). A generic plan estimates the bound as a
+                //   third of the table as it stands. Not on Citus: there these settings reach
+                //   the coordinator only (Citus does not pass SET LOCAL on by default), and
+                //   the workers plan their shards with the bound's values, so this misestimate
+                //   is not mended there.
+                let passTimeout = groups > 1 ? timeoutMS : Self.milliseconds(singleGroupTimeout)
+                let generic = distributed ? "" : ", set_config('plan_cache_mode', 'force_generic_plan', true)"
+                try connection.query("""
+                    SELECT set_config('statement_timeout', \(String(passTimeout)), true), set_config('jit', 'off', true),
+                           set_config('work_mem', '64MB', true)\(unsafeRaw: generic)
+                    """)
+                if groups > 1 { taken.withLock { $0.inTransaction = true; $0.timedFrom = .now } }
                 let more = end != nil
-                try Self.analyzeDeltasIfStale(connection, rows: seen)
+                if !distributed { try Self.analyzeDeltasIfStale(connection, rows: seen) }
                 // The groups counted, and no more: the groups before the first left out, or up
                 // to the last one counted (rows committed since the count, of a backlog's next
                 // append, wait for the next pass instead of swelling this one past its budget).
@@ -365,13 +365,13 @@ public struct RollupCompactor: Sendable {
     /// columns samples at most 30,000 rows; on a pass of a hundred rows it reads a few
     /// pages. It runs in the pass's transaction (ingest's inserts do not wait on its
     /// lock) and skips a table an autovacuum or an operator's VACUUM holds (the pass never
-    /// waits for one). Not on Citus: there the shards are planned on the workers by their
-    /// own statistics.
+    /// waits for one). Not on Citus (the pass does not call it there): the shards are
+    /// planned on the workers by their own statistics.
     static func analyzeDeltasIfStale(_ connection: PostgresConnection, rows: Int) throws {
         guard rows >= analyzeDeltasFromRows else { return }
         let stale = try connection.query("""
             SELECT c.relname FROM pg_class c
-            WHERE c.oid IN ('rollup_delta'::regclass, 'install_delta'::regclass) AND c.reltuples < \(rows) AND NOT \(unsafeRaw: Citus.installedSQL)
+            WHERE c.oid IN ('rollup_delta'::regclass, 'install_delta'::regclass) AND c.reltuples < \(rows)
             ORDER BY c.relname
             """).map { try $0.decode(0, as: String.self) }
         guard !stale.isEmpty else { return }
