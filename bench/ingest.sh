@@ -42,27 +42,13 @@ columns="app_id, occurred_at, event_id, type, network, format, placement, size, 
 # previous phase's dirty pages and full-page writes. How long the fold took after
 # a leg is printed: the compactor's throughput behind it (it includes up to one
 # compactor interval, 5 s, of the compactor's sleep between passes).
-settle() {  # $1: what is waited for (printed), $2: when it ended (default now); sets settled_s (none: not within 10 minutes)
-  local start=${2:-$(date +%s.%N)} end deadline=$((SECONDS + 600)) folded=no pending
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    # EXISTS, not count(*): the delta tables have no index, and a count every quarter
-    # second would scan them beside the compactor it waits for.
-    pending=$(sql -c "SELECT EXISTS (SELECT 1 FROM rollup_delta) OR EXISTS (SELECT 1 FROM install_delta)") \
-      || { echo "settle: the server's database did not answer" >&2; exit 1; }
-    [ "$pending" = f ] && { folded=yes; break; }
-    sleep 0.25
-  done
-  end=$(date +%s.%N)
-  if [ "$folded" = yes ]; then
-    settled_s=$(python3 -c "print(f'{$end - $start:.1f}')")
-    [ -n "${1:-}" ] && echo "$1: the deltas were folded $settled_s s after it ended"
-  else
-    settled_s=none
-    echo "${1:-the previous phase}: deltas still unfolded 600 s after it ended; going on"
-  fi
-  return 0
+settle() {  # $1: what is waited for (printed, with how long it took; sets settled_s), $2: when it ended (default now)
+  local start=${2:-$(date +%s.%N)}
+  wait_zero "the compactor to fold the deltas" "$deltas_pending" 1200
+  settled_s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')")
+  if [ -n "${1:-}" ]; then echo "$1: the deltas were folded $settled_s s after it ended"; fi
 }
-checkpoint() { settle "${1:-}"; psql "$conn" -qc "CHECKPOINT"; }
+checkpoint() { settle; psql "$conn" -qc "CHECKPOINT"; }
 copy_once() {  # $1: run number; appends "rows seconds" to copy.txt
   psql "$conn" -qc "CREATE TABLE bench_copy_$1 (LIKE events INCLUDING DEFAULTS INCLUDING INDEXES)"
   checkpoint
@@ -78,20 +64,13 @@ copy_once() {  # $1: run number; appends "rows seconds" to copy.txt
 # work, not ingest's: it ran inside the 8-connection leg (41 report pages, 7.5 s of
 # PostgreSQL's time in a 15 s leg). Its later passes, every minute, write only what
 # changed, as on any server that has run a while.
-series_written=no
-for _ in $(seq 1 600); do
-  # Tried for every app (an app's failure is the series' own, logged by the server).
-  unwritten=$(sql -c "SELECT count(*) FROM apps a WHERE NOT EXISTS (SELECT 1 FROM report_series_refresh r WHERE r.app_id = a.app_id)") \
-    || { echo "the server's database did not answer" >&2; exit 1; }
-  [ "$unwritten" = 0 ] && { series_written=yes; break; }
-  sleep 0.5
-done
-[ "$series_written" = yes ] || echo "the report series' first write had not reached every app after 300 s; going on (it may run inside the first leg)"
+# Tried for every app (an app's failure is the series' own, logged by the server).
+wait_zero "the report series' first write" "SELECT count(*) FROM apps a WHERE NOT EXISTS (SELECT 1 FROM report_series_refresh r WHERE r.app_id = a.app_id)" 600
 echo "== PostgreSQL: psql \\copy of the first set's rows into a plain table indexed like events (1 of 3)"
 copy_once 1
 
 drive() {  # $1: batches file, $2: connections, $3: where the results go; sets leg_end
-  checkpoint ""
+  checkpoint
   "$bin/adtally-bench" drive --url "http://127.0.0.1:$port" --keys "$work/keys.tsv" --batches "$1" \
     --connections "$2" --server-pid "$server" | tee "$3"
   leg_end=$(date +%s.%N)
@@ -132,10 +111,7 @@ a, b = sys.argv[4], sys.argv[5]
 # Sustained: the leg's events over the leg and the fold after it (what a server
 # holds up to when it is sent this much for longer than a leg).
 def sustained(leg, fold):
-    try:
-        return f"{int(leg['events_accepted']) / (float(leg['seconds']) + float(fold)):.0f}"
-    except ValueError:
-        return "none"
+    return f"{int(leg['events_accepted']) / (float(leg['seconds']) + float(fold)):.0f}"
 sustained_few, sustained_more = sustained(few, sys.argv[6]), sustained(more, sys.argv[7])
 print(f"sustained_events_per_second_{sys.argv[4]}_connections={sustained_few} (the leg and the fold after it)")
 print(f"sustained_events_per_second_{sys.argv[5]}_connections={sustained_more}")

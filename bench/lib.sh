@@ -43,6 +43,20 @@ stop_server() {
 # stopping at the first error.
 sql() { psql "$conn" -v ON_ERROR_STOP=1 -qAt "$@"; }
 
+# 1 while the server's compactor has deltas left to fold, else 0 (EXISTS: the delta
+# tables have no index, and a count would scan them beside the compactor).
+deltas_pending="SELECT (EXISTS (SELECT 1 FROM rollup_delta) OR EXISTS (SELECT 1 FROM install_delta))::int"
+
+# wait_zero WHAT QUERY TRIES: polls QUERY every half second until it answers 0, or
+# fails the bench naming WHAT (with the server log's tail) after TRIES polls.
+wait_zero() {
+  local what=$1 query=$2 tries=$3
+  for _ in $(seq 1 "$tries"); do [ "$(sql -c "$query")" = 0 ] && return 0; sleep 0.5; done
+  echo "check=timed out waiting for $what"
+  tail "$work/server.log" 2>/dev/null || true
+  exit 1
+}
+
 # BENCH_TRACE=1: log every statement's duration from now on (trace_on), and print
 # PostgreSQL's time per statement kind (trace_summary).
 trace_on() {
@@ -178,8 +192,7 @@ for day in $(seq 0 36); do
   done
   append_deltas "occurred_at >= '$first_event'::timestamptz + $day * interval '1 day' AND occurred_at < '$first_event'::timestamptz + ($day + 1) * interval '1 day'" >/dev/null
 done
-for _ in $(seq 1 1800); do [ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] && break; sleep 1; done
-[ "$(sql -c "SELECT (SELECT count(*) FROM rollup_delta) + (SELECT count(*) FROM install_delta)")" = 0 ] || { echo "the compactor did not fold the deltas"; tail "$work/server.log"; exit 1; }
+wait_zero "the compactor to fold the deltas" "$deltas_pending" 3600
 # What compaction left behind, before the VACUUM that ends the load: dead rows and the
 # updates made in place (HOT) of every rollup grain.
 psql "$conn" -q -c "SELECT relname AS table, n_live_tup AS live, n_dead_tup AS dead, n_tup_upd AS updates,

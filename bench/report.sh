@@ -113,12 +113,6 @@ trace_settings() {
 trace_settings
 
 fetch() { "$bin/adtally-bench" fetch --key "$admin" --server-pid "$server" "$@"; }
-# Waits until a condition's SQL answers 0, or fails the bench naming it.
-wait_zero() {
-  local what=$1 query=$2 tries=$3
-  for _ in $(seq 1 "$tries"); do [ "$(sql -c "$query")" = 0 ] && return 0; sleep 0.5; done
-  echo "check=timed out waiting for $what"; exit 1
-}
 
 # One run of every latency on the loaded data; its figures go to $work/runN/.
 measure() {
