@@ -12,29 +12,16 @@
 # test's WAL, and under a loaded CI run it lagged past the test's bound for minutes
 # (a 180 s wait ran out). with-test-postgres.sh stops any left under its folder.
 set -euo pipefail
-bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-as_server() {
-  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-# Either server's log, when it did not start.
-failed() {
-  echo "$1 did not start; its log (last 30 lines):" >&2
-  tail -n 30 "$2" >&2 || true
-  exit 1
-}
+. "$(dirname "$0")/test-postgres-lib.sh"
 case "${1:-}" in
 start)
   dir=$2 primary_port=$3 port=$4
   mkdir -p "$dir"
   chmod 700 "$dir"
   [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
-  # Like the suite's cluster (scripts/with-test-postgres.sh), with full-page writes
-  # (a base backup forces them anyway) and the few connections one test's server
-  # opens; the replica needs max_connections at least the primary's.
-  as_server "$bindir/initdb" -D "$dir/primary" -U adtally -A trust -E UTF8 --locale=C.UTF-8 --no-instructions >/dev/null
-  as_server "$bindir/pg_ctl" start -w -t 120 -D "$dir/primary" -l "$dir/primary.log" \
-    -o "-c listen_addresses='' -c port=$primary_port -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -c fsync=off -c synchronous_commit=off -c max_connections=200" >/dev/null \
-    || failed "the primary" "$dir/primary.log"
+  # The few connections one test's server opens; the replica needs max_connections
+  # at least the primary's. Full-page writes on: a base backup forces them anyway.
+  start_test_cluster "$dir/primary" "$dir/primary.log" "$dir" "$primary_port" -c max_connections=200
   # -R writes primary_conninfo, primary_slot_name and standby.signal; WAL is streamed
   # alongside the copy through a replication slot (-C -S), so that the primary keeps
   # every segment the replica still needs.
@@ -43,7 +30,7 @@ start)
   # of the primary's running transactions.
   as_server "$bindir/pg_ctl" start -w -t 120 -D "$dir/data" -l "$dir/postgres.log" \
     -o "-c listen_addresses='' -c port=$port -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -c fsync=off -c max_connections=200 -c hot_standby=on" >/dev/null \
-    || failed "the replica" "$dir/postgres.log"
+    || start_failed "$dir/data" "$dir/postgres.log"
   ;;
 stop-replica)
   as_server "$bindir/pg_ctl" stop -D "$2/data" -m fast -w >/dev/null
