@@ -147,10 +147,9 @@ struct CrashRecoveryTests {
             }
             let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-crash-\(UUID().uuidString).log")
             let port = try freePort()
-            let client = HTTPClient(eventLoopGroupProvider: .singleton)
             let acked = Locked([Int: Counts]())
 
-            func send(_ index: Int) async -> Bool {
+            func send(_ index: Int, _ client: HTTPClient) async -> Bool {
                 var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/events")
                 request.method = .POST
                 request.headers.add(name: "Authorization", value: "Bearer \(secret)")
@@ -164,9 +163,7 @@ struct CrashRecoveryTests {
                 return true
             }
 
-            // Shut down on every path: a client's deinit without it is a fatal error that
-            // takes the whole test process down.
-            do {
+            try await withHTTPClient { client in
                 let first = try ServerProcess(databaseURL: conninfo, port: port, log: log)
                 defer { first.terminate() }
                 try await first.waitUntilReady(client)
@@ -183,7 +180,7 @@ struct CrashRecoveryTests {
                                 defer { value += 1 }
                                 return value
                             }) {
-                                _ = await send(index)
+                                _ = await send(index, client)
                             }
                         }
                     }
@@ -204,7 +201,7 @@ struct CrashRecoveryTests {
                 for _ in 0..<20 {
                     let missing = (0..<batchCount).filter { index in acked.withLock { $0[index] == nil } }
                     if missing.isEmpty { break }
-                    for index in missing { _ = await send(index) }
+                    for index in missing { _ = await send(index, client) }
                 }
 
                 let receipts = acked.withLock { $0 }
@@ -228,12 +225,7 @@ struct CrashRecoveryTests {
                 #expect(try installs[0].decode(0, as: Int.self) == batchCount * 100)
                 #expect(try installs[0].decode(1, as: Int.self) == 37)
                 #expect(try installs[0].decode(2, as: Int.self) <= 37)
-            } catch {
-                try? await client.shutdown()
-                await database.close()
-                throw error
             }
-            try await client.shutdown()
             await database.close()
             try? FileManager.default.removeItem(at: log)
         }

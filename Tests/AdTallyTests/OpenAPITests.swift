@@ -24,17 +24,10 @@ struct OpenAPITests {
                 // The file is the document: served byte for byte, and valid OpenAPI 3.1 to an
                 // independent validator, which must also be able to refuse a broken copy.
                 let file = DashboardTests.repository.appendingPathComponent("Sources/AdTallyHTTP/Resources/openapi.yaml")
-                let client = HTTPClient(eventLoopGroupProvider: .singleton)
-                // Shut down on every path: a client's deinit without it is a fatal error.
-                let body: ByteBuffer
-                do {
+                let body = try await withHTTPClient { client in
                     let served = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/openapi.yaml"), timeout: .seconds(10))
-                    body = try await served.body.collect(upTo: 1 << 22)
-                } catch {
-                    try? await client.shutdown()
-                    throw error
+                    return try await served.body.collect(upTo: 1 << 22)
                 }
-                try await client.shutdown()
                 #expect(Data(buffer: body) == (try Data(contentsOf: file)), "/openapi.yaml is not the file byte for byte")
                 let (valid, validation) = try await runProcess(["python3", "-m", "openapi_spec_validator", file.path])
                 #expect(valid == 0, "openapi-spec-validator: \(validation)")

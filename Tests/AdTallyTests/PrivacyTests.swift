@@ -236,10 +236,7 @@ struct PrivacyTests {
             let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-erasure-\(UUID().uuidString).log")
             defer { try? FileManager.default.removeItem(at: log) }
             let environment = ["ADTALLY_ERASURE_STATEMENT_MS": "1"]
-            let client = HTTPClient(eventLoopGroupProvider: .singleton)
-            // A client left running when an expectation throws is a fatal error at its
-            // deinit, which took the whole test process down with it (a make test run).
-            do {
+            try await withHTTPClient { client in
                 let first = try ServerProcess(databaseURL: conninfo, port: try freePort(), log: log, environment: environment)
                 defer { first.terminate() }
                 try await first.waitUntilReady(client)
@@ -273,11 +270,7 @@ struct PrivacyTests {
                 #expect(gone == 0 && kept == 864)
                 await watcher.close()
                 await second.stop()
-            } catch {
-                try? await client.shutdown()
-                throw error
             }
-            try? await client.shutdown()
         }
     }
 

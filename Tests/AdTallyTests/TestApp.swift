@@ -103,6 +103,20 @@ func runProcess(_ arguments: [String], environment: [String: String] = [:]) asyn
     }
 }
 
+/// Runs `body` with an HTTP client, shut down afterwards whatever happens: a client's
+/// deinit without it is a fatal error, which takes the whole test process down.
+func withHTTPClient<T>(_ body: (HTTPClient) async throws -> T) async throws -> T {
+    let client = HTTPClient(eventLoopGroupProvider: .singleton)
+    do {
+        let result = try await body(client)
+        try await client.shutdown()
+        return result
+    } catch {
+        try? await client.shutdown()
+        throw error
+    }
+}
+
 /// Runs `adtally serve` on a database until it is ready, runs `body` with it and its
 /// log file, then stops it and removes the log, whatever happens.
 func withReadyServer<T>(_ conninfo: String, _ body: (ServerProcess, URL) async throws -> T) async throws -> T {
@@ -110,14 +124,7 @@ func withReadyServer<T>(_ conninfo: String, _ body: (ServerProcess, URL) async t
     defer { try? FileManager.default.removeItem(at: log) }
     let server = try ServerProcess(databaseURL: conninfo, port: try freePort(), log: log)
     defer { server.terminate() }
-    let client = HTTPClient(eventLoopGroupProvider: .singleton)
-    do {
-        try await server.waitUntilReady(client)
-    } catch {
-        try? await client.shutdown()
-        throw error
-    }
-    try await client.shutdown()
+    try await withHTTPClient { try await server.waitUntilReady($0) }
     // The graceful shutdown is waited for off the cooperative threads (the defer's
     // terminate then finds the process stopped).
     do {

@@ -16,8 +16,8 @@ public enum TestDatabase {
 
     /// Two at a time: a CREATE DATABASE copies the template through the WAL and
     /// checkpoints, and a hundred at once (every test at the suite's start) on a loaded
-    /// machine stalled the cluster for every test (they held up the streaming replica's
-    /// test when its replica was of this cluster; paced, they did not).
+    /// machine once held up the streaming replica's test, when its replica was of this
+    /// cluster (paced, they did not).
     static let creating = AsyncGate(limit: 2)
 
     /// Creates an empty database in `cluster` (a conninfo for its database "postgres";
