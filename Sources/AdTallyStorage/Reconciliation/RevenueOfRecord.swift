@@ -117,8 +117,18 @@ extension ReportPlan {
             if final[key]?.importID == group.importID { earnings[key, default: 0] += group.side.revenueMicros }
         }
 
-        // Each day's instants, and AdTally's impressions of its app and network in its hours.
+        // Each day's instants, and AdTally's impressions of its app and network in its hours
+        // (the hours that start in it). Read from the app's daily rows where that is fewer rows:
+        // the network day spans parts of two of the app's local days (AdMob's Los Angeles day of
+        // an app in New York: 21 hours of one, 3 of the next); a part of more than half its local
+        // day is that day's daily row less the hours outside it, a smaller part its hours (and
+        // the hours between the two, where a day of 25 hours holds one of 23 wholly). Exact where
+        // every bound (the network day's and the local days') is a whole UTC hour, as the daily
+        // and hourly rows sum the same quarter hours; elsewhere (a half-hour zone) every hour of
+        // the part, as before. (Every hour of each day by the hourly rows, one heap page each,
+        // took 11 ms of the bench's 60 ms record report.) The pending deltas by their hour.
         let days = final.keys.sorted { ($0.app, $0.network, $0.day) < ($1.app, $1.network, $1.day) }
+        let dayApps = Array(Set(days.map(\.app))).sorted()
         let cte: PostgresQuery = """
             WITH x AS MATERIALIZED (
                 SELECT u.i, u.app_id, u.network, u.day::timestamp AT TIME ZONE u.zone AS t0, (u.day + 1)::timestamp AT TIME ZONE u.zone AS t1
@@ -131,21 +141,47 @@ extension ReportPlan {
         let instants = try connection.query(instantsSQL)
             .map { row in (from: try row.decode(1, as: String.self), to: try row.decode(2, as: String.self), fromEpoch: try row.decode(3, as: Int64.self), toEpoch: try row.decode(4, as: Int64.self)) }
         var impressions = [Int64](repeating: 0, count: days.count)
-        let dayApps = Array(Set(days.map(\.app))).sorted()
-        var impressionsSQL = cte
-        impressionsSQL.append("""
-
-            SELECT x.i, sum(r.impressions)::bigint FROM rollup_1h_compacted r
-            JOIN x ON x.app_id = r.app_id AND x.network = r.network AND r.hour >= x.t0 AND r.hour < x.t1
+        var weightsSQL = cte
+        weightsSQL.append("""
+            , ends AS MATERIALIZED (
+                -- The first and the last of the app's local days the network day overlaps.
+                SELECT x.*, (x.t0 AT TIME ZONE a.timezone)::date AS d1, ((x.t1 - interval '1 microsecond') AT TIME ZONE a.timezone)::date AS d2, a.timezone AS tz
+                FROM x JOIN apps a ON a.app_id = x.app_id
+            ), parts AS MATERIALIZED (
+                -- Each of those two local days [s, e) and the network day's part of it [a, b).
+                SELECT p.*, extract(epoch FROM p.s)::bigint % 3600 = 0 AND extract(epoch FROM p.e)::bigint % 3600 = 0
+                            AND extract(epoch FROM p.a)::bigint % 3600 = 0 AND extract(epoch FROM p.b)::bigint % 3600 = 0
+                            AND p.b - p.a > (p.e - p.s) / 2 AS by_day
+                FROM (SELECT n.i, n.app_id, n.network, l.day, l.day::timestamp AT TIME ZONE n.tz AS s, (l.day + 1)::timestamp AT TIME ZONE n.tz AS e,
+                             greatest(n.t0, l.day::timestamp AT TIME ZONE n.tz) AS a, least(n.t1, (l.day + 1)::timestamp AT TIME ZONE n.tz) AS b
+                      FROM ends n CROSS JOIN LATERAL (VALUES (n.d1, true), (n.d2, n.d2 <> n.d1)) AS l (day, used)
+                      WHERE l.used) AS p
+            ), hour_spans AS (
+                -- Hours to add (+1: a small part) or to take from the daily row (-1: the rest of its local day).
+                SELECT i, app_id, network, a AS h0, b AS h1, 1 AS k FROM parts WHERE NOT by_day
+                UNION ALL
+                SELECT i, app_id, network, s, a, -1 FROM parts WHERE by_day AND s < a
+                UNION ALL
+                SELECT i, app_id, network, b, e, -1 FROM parts WHERE by_day AND b < e
+                UNION ALL
+                SELECT i, app_id, network, (d1 + 1)::timestamp AT TIME ZONE tz, d2::timestamp AT TIME ZONE tz, 1 FROM ends WHERE d2 - d1 > 1
+            )
+            SELECT h.i, sum(h.k * r.impressions)::bigint FROM hour_spans h
+            JOIN rollup_1h_compacted r ON r.app_id = h.app_id AND r.network = h.network AND r.hour >= h.h0 AND r.hour < h.h1
             WHERE r.app_id = ANY(\(array: dayApps)::text[])
-            GROUP BY x.i
+            GROUP BY h.i
+            UNION ALL
+            SELECT p.i, sum(r.impressions)::bigint FROM parts p
+            JOIN rollup_day_compacted r ON r.app_id = p.app_id AND r.network = p.network AND r.day = p.day
+            WHERE p.by_day AND r.app_id = ANY(\(array: dayApps)::text[])
+            GROUP BY p.i
             UNION ALL
             SELECT x.i, sum(r.impressions)::bigint FROM rollup_delta r
             JOIN x ON x.app_id = r.app_id AND x.network = r.network AND date_trunc('hour', r.bucket, 'UTC') >= x.t0 AND date_trunc('hour', r.bucket, 'UTC') < x.t1
             WHERE r.app_id = ANY(\(array: dayApps)::text[])
             GROUP BY x.i
             """)
-        for row in try connection.query(impressionsSQL) {
+        for row in try connection.query(weightsSQL) {
             impressions[Int(try row.decode(0, as: Int32.self))] += try row.decode(1, as: Int64.self)
         }
         return days.enumerated().map { index, key in
@@ -202,20 +238,33 @@ extension ReportPlan {
     /// zone is not the one of their local day's noon, with the hours CTE's `whole`, `d` and
     /// `hk` (so it joins as `hours`): the hours `ReportPlan.rollupParts` moves from the noon
     /// to their own day. By the zone's arithmetic, not by joining `record`: a record day is
-    /// the hours that start in it (`recordCTE`), and an hour both of whose days are not
-    /// record days moves nothing (its two rows cancel). (Joined to `record`, whose size the
-    /// planner cannot know, it was built by merge joins rescanning `record`: the bench's
-    /// record report statement took 82 ms with it, 50-75 ms without.)
+    /// the hours that start in it (`recordCTE`). (Joined to `record`, whose size the planner
+    /// cannot know, it was built by merge joins rescanning `record`: the bench's record
+    /// report statement took 82 ms with it, 50-75 ms without.)
+    /// Only the hours where one of the two days is a record day: where neither is, the
+    /// hour's two rows (at its own hour and negated at the noon) take no network earnings
+    /// and cancel exactly. `money`: exactly one of them is; only then do its SDK and
+    /// rate-card amounts move (a record day has none, so where both are, both rows' are 0,
+    /// and where neither is, they cancel): the priced rows are read for those hours only.
     func edgesCTE() -> PostgresQuery {
         let pairs = recordPairZones
+        // Each record day as `app_id chr(1) network chr(1) day`, as the hours' days are matched.
+        let days = record.map { $0.app + "\u{1}" + $0.network + "\u{1}" + $0.day }
         return """
             record_edges AS MATERIALIZED (
-                SELECT p.app_id, p.network, hours.h, hours.whole, hours.d, hours.hk
-                FROM hours, unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[], \(array: pairs.map(\.zone))::text[])
-                            AS p (app_id, network, zone)
-                WHERE hours.whole
-                  AND (hours.h AT TIME ZONE p.zone)::date
-                      <> (date_bin('1 hour', \(unsafeRaw: noon("hours.d")), TIMESTAMPTZ '2000-01-01 00:00:00+00') AT TIME ZONE p.zone)::date
+                SELECT e.app_id, e.network, e.h, e.whole, e.d, e.hk, e.own <> e.at_noon AS money
+                FROM (
+                    SELECT p.app_id, p.network, hours.h, hours.whole, hours.d, hours.hk,
+                           (p.app_id || chr(1) || p.network || chr(1) || (hours.h AT TIME ZONE p.zone)::date::text) = ANY(\(array: days)::text[]) AS own,
+                           (p.app_id || chr(1) || p.network || chr(1) || (date_bin('1 hour', \(unsafeRaw: noon("hours.d")), TIMESTAMPTZ '2000-01-01 00:00:00+00') AT TIME ZONE p.zone)::date::text)
+                               = ANY(\(array: days)::text[]) AS at_noon
+                    FROM hours, unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[], \(array: pairs.map(\.zone))::text[])
+                                AS p (app_id, network, zone)
+                    WHERE hours.whole
+                      AND (hours.h AT TIME ZONE p.zone)::date
+                          <> (date_bin('1 hour', \(unsafeRaw: noon("hours.d")), TIMESTAMPTZ '2000-01-01 00:00:00+00') AT TIME ZONE p.zone)::date
+                ) AS e
+                WHERE e.own OR e.at_noon
             )
             """
     }

@@ -93,13 +93,14 @@ extension ReportPlan {
             // 360, to hash them against the edges). Not on Citus, which refuses a correlated
             // subquery with OFFSET: a join there.
             let signed = edges ? " CROSS JOIN (VALUES (1), (-1)) AS sg (k)" : ""
-            func hourRows(_ table: String) -> PostgresQuery {
+            // `money`: a table of money, read for the edges whose SDK amounts move only (`edgesCTE`).
+            func hourRows(_ table: String, money: Bool = false) -> PostgresQuery {
                 guard edges else { return "\(unsafeRaw: table) r \(wholeHours)" }
                 if distributed {
-                    return "\(unsafeRaw: table) r JOIN record_edges AS hours ON hours.app_id = r.app_id AND hours.network = r.network AND hours.h = r.hour\(unsafeRaw: signed)"
+                    return "\(unsafeRaw: table) r JOIN record_edges AS hours ON hours.app_id = r.app_id AND hours.network = r.network AND hours.h = r.hour\(unsafeRaw: money ? " AND hours.money" : "")\(unsafeRaw: signed)"
                 }
                 return """
-                    record_edges AS hours
+                    \(unsafeRaw: money ? "(SELECT * FROM record_edges WHERE money)" : "record_edges") AS hours
                     CROSS JOIN LATERAL (SELECT * FROM \(unsafeRaw: table) x WHERE x.app_id = hours.app_id AND x.hour = hours.h AND x.network = hours.network OFFSET 0) AS r\(unsafeRaw: signed)
                     """
             }
@@ -123,7 +124,7 @@ extension ReportPlan {
                 stored.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            \(unsafeRaw: n("r.reported")), r.currency, NULL::text, 0::bigint, 0::bigint, \(unsafeRaw: n("r.estimated")), \(unsafeRaw: n("r.unrated"))\(unsafeRaw: at(instant("r.hour", day: "hours.d")))
-                    FROM \(hourRows("rollup_priced_1h"))
+                    FROM \(hourRows("rollup_priced_1h", money: true))
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs)\(needsRate)\(clean(utcOfHour))
                     """)
                 // Cut hours: every country's row, each priced at its own rate.
@@ -138,13 +139,13 @@ extension ReportPlan {
                 pending.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            \(unsafeRaw: n("r.revenue_micros")), r.currency, NULL::text, 0::bigint, 0::bigint, NULL::numeric, NULL::bigint\(unsafeRaw: at(instant("r.hour", day: "hours.d")))
-                    FROM \(hourRows("rollup_revenue_1h_compacted"))
+                    FROM \(hourRows("rollup_revenue_1h_compacted", money: true))
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange) AND r.currency <> ''\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
                 pending.append("""
                     SELECT r.app_id, hours.d, hours.hk, \(unsafeRaw: utcOfHour), r.network, r.format, \(unsafeRaw: Self.zeroCounts), NULL::hll,
                            0::numeric, ''::text, r.country, \(unsafeRaw: n("r.impressions")), \(unsafeRaw: n("r.taps")), NULL::numeric, NULL::bigint\(unsafeRaw: at(instant("r.hour", day: "hours.d")))
-                    FROM \(hourRows("rollup_unpriced_1h_compacted"))
+                    FROM \(hourRows("rollup_unpriced_1h_compacted", money: true))
                     WHERE r.app_id = ANY(\(apps)) AND \(hourRange)\(columnFilters("r"))\(pairs) AND \(unsafeRaw: isDirty(utcOfHour))
                     """)
             }
