@@ -325,10 +325,22 @@ struct DashboardTests {
             #expect(try await refreshedAt()["idle"] == before["idle"])
             #expect(try await pool.query("SELECT count(*) FROM report_series_changes").first!.decode(0, as: Int.self) == 0)
             // A card change marks every app from its date on; an FX change, the days it covers.
+            // The series of an app whose priced rows the change left stale wait for the re-pricer
+            // (a report would price those ranges itself, at several times the cost), then are written.
             try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "1", cpt: "0", from: ReportQuery.formatDate(today - 1))])
+            #expect(try await writer.refresh(now: now) == 0, "the series wait for the re-pricer")
+            #expect(try await services.compactor.reprice(for: .seconds(120)) == false)
             #expect(try await writer.refresh(now: now) > 0)
             #expect(try await refreshedAt()["idle"] != before["idle"])
             #expect(try await writer.refresh(now: now) == 0)
+            // Past `repricingWait` from the change: a re-pricer that does not come is not waited for.
+            let waited = try await refreshedAt()
+            try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "2", cpt: "0", from: ReportQuery.formatDate(today - 1))])
+            #expect(try await writer.refresh(now: now) == 0)
+            try await pool.query("UPDATE rollup_dirty SET marked_at = now() - interval '11 minutes'")
+            #expect(try await writer.refresh(now: now) > 0)
+            #expect(try await refreshedAt()["idle"] != waited["idle"])
+            #expect(try await services.compactor.reprice(for: .seconds(120)) == false)
             _ = try await MoneyStore(pool: pool).importFX([try FXRate.parse(date: ReportQuery.formatDate(today), base: "EUR", currency: "USD", rate: "1.1")])
             #expect(try await writer.refresh(now: now) > 0)
             // Past the app's next local midnight every part is written again.

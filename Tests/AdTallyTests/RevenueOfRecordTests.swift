@@ -169,4 +169,54 @@ struct RevenueOfRecordTests {
             }
         }
     }
+
+    @Test("a network day's weight (AdTally's impressions in it) is those of the hours that start in it, for apps in every kind of zone: whole-hour, half-hour, and those whose midnight happens twice (the Azores' and Havana's fall back)")
+    func weightsInEveryZone() async throws {
+        try await withServices(flags: Reports.flags) { services in
+            let zones = ["America/New_York", "Atlantic/Azores", "America/Havana", "Asia/Kolkata", "Australia/Lord_Howe", "UTC", "Asia/Tokyo"]
+            var csv = "date,app,network,format,country,impressions,clicks,revenue,currency,timezone\n"
+            let start = Reports.micros("2026-10-22T00:00:00Z")
+            for (n, zone) in zones.enumerated() {
+                let app = "w\(n)"
+                _ = try await services.appStore.createApp(id: app, name: nil, timezone: zone, currency: "USD")
+                // 1 to 7 impressions in each quarter hour over 13 UTC days around the fall backs
+                // (Azores 10-25, Havana, New York and Los Angeles 11-01): an hour misplaced changes a weight.
+                var events: [AdEvent] = []
+                for quarter in 0..<(13 * 96) {
+                    let at: Int64 = start + Int64(quarter) * 900_000_000 + 60_000_000
+                    for _ in 0...(quarter % 7) { events.append(Reports.event(.impression, at: at)) }
+                }
+                try await Reports.store(services, app: app, events)
+                for day in 0..<12 {
+                    csv += "\(ReportQuery.formatDate(ReportQuery.parseDate("2026-10-23")! + day)),\(app),admob,banner,US,100,0,1.00,USD,America/Los_Angeles\n"
+                }
+            }
+            try await services.compactor.compactOnce()
+            // A few pending in one hour of each app: the weights count them too.
+            for n in zones.indices {
+                try await Reports.store(services, app: "w\(n)", (0..<3).map { _ in Reports.event(.impression, at: Reports.micros("2026-10-29T10:20:00Z")) })
+            }
+            let store = NetworkReportStore(pool: services.database.pool)
+            _ = try await store.importReport(try NetworkReport.parse(Array(csv.utf8), source: .csv), fileSHA256: String(repeating: "7", count: 64), via: "cli")
+            _ = try await store.setSettings(network: "admob", tolerancePct: nil, finalAfterDays: nil, revenueSource: "network_when_final")
+            let readable = try await services.reports.readableApps(only: nil)
+            for (n, zone) in zones.enumerated() {
+                let app = "w\(n)"
+                let query = try ReportQuery.parse(
+                    [("apps", app), ("from", "2026-10-24"), ("to", "2026-11-02"), ("dimensions", "date,network"), ("metrics", "revenue")], readable: readable, isAdmin: true
+                )
+                let days = try await services.database.pool.withConnection { try ReportPlan.recordDays(query, on: $0) }
+                #expect(days.count == 12, "\(zone): \(days.map(\.day))")
+                for day in days {
+                    let expected = try await services.database.pool.query("""
+                        SELECT (SELECT coalesce(sum(impressions), 0) FROM rollup_1h_compacted WHERE app_id = \(app) AND network = 'admob'
+                                  AND hour >= \(day.from)::timestamptz AND hour < \(day.to)::timestamptz)
+                             + (SELECT coalesce(sum(impressions), 0) FROM rollup_delta WHERE app_id = \(app) AND network = 'admob'
+                                  AND date_trunc('hour', bucket, 'UTC') >= \(day.from)::timestamptz AND date_trunc('hour', bucket, 'UTC') < \(day.to)::timestamptz)
+                        """)[0].decode(0, as: Int64.self)
+                    #expect(day.impressions == expected && expected > 0, "\(zone) \(day.day): \(day.impressions) of \(expected)")
+                }
+            }
+        }
+    }
 }

@@ -18,7 +18,8 @@ import PostgresKit
 /// where any is in another zone (or not whole UTC hours), a report in the apps' own zone
 /// reads every row by the day, placed at its day's noon, and moves by the hour only the
 /// hours of the apps and networks with record days that lie in another network day than
-/// that noon (`ReportPlan.recordByHour`, `edgesCTE`).
+/// that noon where one of the two is a record day (their priced rows only where exactly
+/// one is: `ReportPlan.recordByHour`, `edgesCTE`).
 ///
 /// Which import is current: per app and network, one source and zone, whatever the
 /// report's range: the network's own report if it has one (AdMob's for admob, MAX's for
@@ -121,12 +122,14 @@ extension ReportPlan {
         // (the hours that start in it). Read from the app's daily rows where that is fewer rows:
         // the network day spans parts of two of the app's local days (AdMob's Los Angeles day of
         // an app in New York: 21 hours of one, 3 of the next); a part of more than half its local
-        // day is that day's daily row less the hours outside it, a smaller part its hours (and
-        // the hours between the two, where a day of 25 hours holds one of 23 wholly). Exact where
-        // every bound (the network day's and the local days') is a whole UTC hour, as the daily
-        // and hourly rows sum the same quarter hours; elsewhere (a half-hour zone) every hour of
-        // the part, as before. (Every hour of each day by the hourly rows, one heap page each,
-        // took 11 ms of the bench's 60 ms record report.) The pending deltas by their hour.
+        // day is that day's daily row less the hours outside it, the rest of the network day its
+        // hours (a smaller part, and a local day of 23 hours a day of 25 holds wholly). By the
+        // daily row only where every bound (the network day's and the local day's) is a whole
+        // UTC hour and the local day's bounds are its own (not the later of a midnight that
+        // happens twice): there the daily and hourly rows sum the same quarter hours. Elsewhere
+        // (a half-hour zone, the Azores' fall back) every hour of the part, as before. (Every
+        // hour of each day by the hourly rows, one heap page each, took 11 ms of the bench's
+        // 60 ms record report.) The pending deltas by their hour.
         let days = final.keys.sorted { ($0.app, $0.network, $0.day) < ($1.app, $1.network, $1.day) }
         let dayApps = Array(Set(days.map(\.app))).sorted()
         let cte: PostgresQuery = """
@@ -149,22 +152,30 @@ extension ReportPlan {
                 FROM x JOIN apps a ON a.app_id = x.app_id
             ), parts AS MATERIALIZED (
                 -- Each of those two local days [s, e) and the network day's part of it [a, b).
+                -- By the daily row only where s and e are the day's own bounds: a local midnight
+                -- that happens twice (the Azores' and Havana's fall back) is read as its later
+                -- instant, and the hour before it is filed under the day it starts.
                 SELECT p.*, extract(epoch FROM p.s)::bigint % 3600 = 0 AND extract(epoch FROM p.e)::bigint % 3600 = 0
                             AND extract(epoch FROM p.a)::bigint % 3600 = 0 AND extract(epoch FROM p.b)::bigint % 3600 = 0
+                            AND ((p.s - interval '1 microsecond') AT TIME ZONE p.tz)::date < p.day
+                            AND ((p.e - interval '1 microsecond') AT TIME ZONE p.tz)::date = p.day
                             AND p.b - p.a > (p.e - p.s) / 2 AS by_day
-                FROM (SELECT n.i, n.app_id, n.network, l.day, l.day::timestamp AT TIME ZONE n.tz AS s, (l.day + 1)::timestamp AT TIME ZONE n.tz AS e,
+                FROM (SELECT n.i, n.app_id, n.network, n.tz, n.t0, n.t1, l.day, l.first, l.last,
+                             l.day::timestamp AT TIME ZONE n.tz AS s, (l.day + 1)::timestamp AT TIME ZONE n.tz AS e,
                              greatest(n.t0, l.day::timestamp AT TIME ZONE n.tz) AS a, least(n.t1, (l.day + 1)::timestamp AT TIME ZONE n.tz) AS b
-                      FROM ends n CROSS JOIN LATERAL (VALUES (n.d1, true), (n.d2, n.d2 <> n.d1)) AS l (day, used)
+                      FROM ends n CROSS JOIN LATERAL (VALUES (n.d1, true, true, n.d2 = n.d1), (n.d2, n.d2 <> n.d1, false, true)) AS l (day, used, first, last)
                       WHERE l.used) AS p
-            ), hour_spans AS (
-                -- Hours to add (+1: a small part) or to take from the daily row (-1: the rest of its local day).
-                SELECT i, app_id, network, a AS h0, b AS h1, 1 AS k FROM parts WHERE NOT by_day
-                UNION ALL
-                SELECT i, app_id, network, s, a, -1 FROM parts WHERE by_day AND s < a
+            ), hour_spans AS MATERIALIZED (
+                -- The hours a daily row holds outside the network day, taken away (-1);
+                SELECT i, app_id, network, s AS h0, a AS h1, -1 AS k FROM parts WHERE by_day AND s < a
                 UNION ALL
                 SELECT i, app_id, network, b, e, -1 FROM parts WHERE by_day AND b < e
                 UNION ALL
-                SELECT i, app_id, network, (d1 + 1)::timestamp AT TIME ZONE tz, d2::timestamp AT TIME ZONE tz, 1 FROM ends WHERE d2 - d1 > 1
+                -- and the network day's hours no daily row read holds, added (+1): between the first
+                -- local day's part (when by its daily row) and the last's (the same).
+                SELECT i, app_id, network, coalesce(max(b) FILTER (WHERE by_day AND first), min(t0)), coalesce(min(a) FILTER (WHERE by_day AND last), min(t1)), 1
+                FROM parts GROUP BY i, app_id, network
+                HAVING coalesce(max(b) FILTER (WHERE by_day AND first), min(t0)) < coalesce(min(a) FILTER (WHERE by_day AND last), min(t1))
             )
             SELECT h.i, sum(h.k * r.impressions)::bigint FROM hour_spans h
             JOIN rollup_1h_compacted r ON r.app_id = h.app_id AND r.network = h.network AND r.hour >= h.h0 AND r.hour < h.h1
@@ -237,32 +248,29 @@ extension ReportPlan {
     /// `h` of the range, per app and network with record days, whose day in the network's
     /// zone is not the one of their local day's noon, with the hours CTE's `whole`, `d` and
     /// `hk` (so it joins as `hours`): the hours `ReportPlan.rollupParts` moves from the noon
-    /// to their own day. By the zone's arithmetic, not by joining `record`: a record day is
-    /// the hours that start in it (`recordCTE`). (Joined to `record`, whose size the planner
-    /// cannot know, it was built by merge joins rescanning `record`: the bench's record
-    /// report statement took 82 ms with it, 50-75 ms without.)
-    /// Only the hours where one of the two days is a record day: where neither is, the
-    /// hour's two rows (at its own hour and negated at the noon) take no network earnings
-    /// and cancel exactly. `money`: exactly one of them is; only then do its SDK and
-    /// rate-card amounts move (a record day has none, so where both are, both rows' are 0,
-    /// and where neither is, they cancel): the priced rows are read for those hours only.
+    /// to their own day. Found by the zone's arithmetic, not by joining `record`, whose size
+    /// the planner cannot know (joined, it was built by merge joins rescanning `record`: the
+    /// bench's record report statement took 82 ms with it, 50-75 ms without).
+    /// Only the hours where at least one of the two days is a record day (the hour's own, and
+    /// its noon's: looked up in `record`'s hours, as `recordJoin` places a row, by a hashed
+    /// subplan): where neither is, the hour's two rows (at its own hour and negated at the
+    /// noon) take no network earnings and cancel exactly. `money`: exactly one of them is;
+    /// only then do its SDK and rate-card amounts move (a record day has none, so where both
+    /// are, both rows' are 0): the priced rows are read for those hours only.
     func edgesCTE() -> PostgresQuery {
         let pairs = recordPairZones
-        // Each record day as `app_id chr(1) network chr(1) day`, as the hours' days are matched.
-        let days = record.map { $0.app + "\u{1}" + $0.network + "\u{1}" + $0.day }
+        let noonHour = "date_bin('1 hour', \(noon("hours.d")), TIMESTAMPTZ '2000-01-01 00:00:00+00')"
         return """
             record_edges AS MATERIALIZED (
                 SELECT e.app_id, e.network, e.h, e.whole, e.d, e.hk, e.own <> e.at_noon AS money
                 FROM (
                     SELECT p.app_id, p.network, hours.h, hours.whole, hours.d, hours.hk,
-                           (p.app_id || chr(1) || p.network || chr(1) || (hours.h AT TIME ZONE p.zone)::date::text) = ANY(\(array: days)::text[]) AS own,
-                           (p.app_id || chr(1) || p.network || chr(1) || (date_bin('1 hour', \(unsafeRaw: noon("hours.d")), TIMESTAMPTZ '2000-01-01 00:00:00+00') AT TIME ZONE p.zone)::date::text)
-                               = ANY(\(array: days)::text[]) AS at_noon
+                           (p.app_id, p.network, hours.h) IN (SELECT app_id, network, hour FROM record) AS own,
+                           (p.app_id, p.network, \(unsafeRaw: noonHour)) IN (SELECT app_id, network, hour FROM record) AS at_noon
                     FROM hours, unnest(\(array: pairs.map(\.app))::text[], \(array: pairs.map(\.network))::text[], \(array: pairs.map(\.zone))::text[])
                                 AS p (app_id, network, zone)
                     WHERE hours.whole
-                      AND (hours.h AT TIME ZONE p.zone)::date
-                          <> (date_bin('1 hour', \(unsafeRaw: noon("hours.d")), TIMESTAMPTZ '2000-01-01 00:00:00+00') AT TIME ZONE p.zone)::date
+                      AND (hours.h AT TIME ZONE p.zone)::date <> (\(unsafeRaw: noonHour) AT TIME ZONE p.zone)::date
                 ) AS e
                 WHERE e.own OR e.at_noon
             )
