@@ -354,9 +354,11 @@ struct CompactorService: Service {
             // left the re-pricer asleep half the time: 232 s for the bench's 10 M events where its
             // statements took 111 s.) Its failures are its own (logged and counted), not the
             // compaction's health.
+            // Each compaction that succeeds is reported at once: the loop may run for minutes.
             var more = true
             while more && !Task.isCancelled {
                 try await compactor.compactOnce()
+                compactor.health.succeeded()
                 do {
                     more = try await compactor.reprice(for: .seconds(3))
                 } catch where !Task.isCancelled {

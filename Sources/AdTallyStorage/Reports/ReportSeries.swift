@@ -26,7 +26,8 @@ public struct ReportSeriesWriter: Sendable {
         /// 30th day may still change (30 days, the accepted event window and 2).
         public var cohortDays = 39
         /// An app whose priced rows a card change left stale (`rollup_dirty`) waits this long
-        /// at most, from the change, for the re-pricer before it is written anyway.
+        /// at most, from the oldest change still dirty, for the re-pricer before it is
+        /// written anyway (its new events and midnight with it).
         public var repricingWait: Duration = .seconds(600)
 
         /// Windows for an accepted event age of `maxEventAgeDays` (within what one report may span).
@@ -76,7 +77,7 @@ public struct ReportSeriesWriter: Sendable {
         var failures: [String] = []
         // Only apps with something to write (Migrations/0012): days changed since their last
         // write, a due time passed (midnight, a day turning final), never written, or failed.
-        // An idle app costs these two reads.
+        // An idle app costs these three reads.
         var due: Set<String> = []
         var known: Set<String> = []
         for row in try await pool.query("SELECT app_id, \(Self.isDue(now)) FROM report_series_refresh") {
@@ -93,7 +94,9 @@ public struct ReportSeriesWriter: Sendable {
         var repricing: Set<String> = []
         if !force {
             let wait = Double(configuration.repricingWait.components.seconds)
-            for row in try await pool.query("SELECT DISTINCT app_id FROM rollup_dirty WHERE marked_at > now() - make_interval(secs => \(wait))") {
+            // From the oldest change still dirty: card changes less than the wait apart do not
+            // hold an app back for ever.
+            for row in try await pool.query("SELECT app_id FROM rollup_dirty GROUP BY app_id HAVING min(marked_at) > now() - make_interval(secs => \(wait))") {
                 repricing.insert(try row.decode(0, as: String.self))
             }
         }

@@ -82,10 +82,12 @@ extension ReportPlan {
             }
         }
         // `edges`: only the hours of the apps and networks with a network's days whose network
-        // day is not the one of their local day's noon (`edgesCTE`), where the daily rows placed
-        // them. Each is read as two rows that cancel but for the money: itself at its own hour
-        // (+) and negated at that noon (-), so its counts stay the daily row's and its money
-        // moves to its own network day. No sketches: the daily rows' count the devices.
+        // day is not the one of their local day's noon, where the daily rows placed them, and
+        // one of the two is a record day (`edgesCTE`). Each is read as two rows that cancel but
+        // for the money: itself at its own hour (+) and negated at that noon (-), so its counts
+        // stay the daily row's and its money moves to its own network day (its priced rows
+        // only where exactly one of the two is a record day: `money`). No sketches: the daily
+        // rows' count the devices.
         func hourly(_ pairs: PostgresQuery, edges: Bool = false) {
             // An hourly table's rows `r` joined to their hour: with `edges`, looked up per edge
             // hour by the key (a nested loop forced by LATERAL: in a generic plan the planner
