@@ -185,13 +185,19 @@ struct CohortReportTests {
             #expect(totals["installs"] == "7" && totals["retention_d1"] == "0.333333" && totals["retention_d7"] == "0.166667", "\(totals)")
             #expect(totals["revenue_per_install_d7"] == "0.169667", "(1,016,000 + 2,000) / 6 mature installs: \(totals)")
 
+            // Re-prices until nothing is dirty: by this call or, when it finds the server's own
+            // pass holding the compaction lock, by that pass (one call of 3 s was not always
+            // enough under the whole suite: a make test run found a range still dirty).
+            func repriceAll() async throws {
+                try await waitUntil("nothing is left to re-price", within: 120) {
+                    _ = try await services.compactor.reprice()
+                    return try await pool.query("SELECT count(*)::int FROM rollup_dirty").first!.decode(0, as: Int.self) == 0
+                }
+            }
             #expect(try await Self.grainMismatches(pool) == 0, "the cohort grain is the device rows summed and priced")
             // (The check sees a wrong row of either table: once nothing is left to re-price, as
             // the server's own re-pricer would rewrite the rows changed here.)
-            try await waitUntil("nothing is left to re-price", within: 120) {
-                _ = try await services.compactor.reprice()
-                return try await pool.query("SELECT count(*)::int FROM rollup_dirty").first!.decode(0, as: Int.self) == 0
-            }
+            try await repriceAll()
             try await pool.query("UPDATE cohort_days SET devices = devices + 1 WHERE cohort = \(ReportQuery.formatDate(d0))::date AND day = cohort")
             try await pool.query("UPDATE cohort_priced_day SET estimated = estimated + 1 WHERE cohort = \(ReportQuery.formatDate(d0))::date AND day = cohort AND currency = 'USD'")
             #expect(try await Self.grainMismatches(pool) == 4)
@@ -205,13 +211,7 @@ struct CohortReportTests {
             #expect(repriced[ReportQuery.formatDate(d0 + 1)]?["revenue_per_install_d7"] == "0.001500", "E's impression on d0+4 at the 3.00 CPM, over 2 installs: \(repriced)")
             let (_, repricedByCountry) = try await Reports.get(client, admin, byCountry)
             #expect(Self.table(repricedByCountry)["totals"] == repriced["totals"], "read from the grain or the device rows, the card change is the same")
-            // Re-priced by this call or, when it finds the server's own pass holding the
-            // compaction lock, by that pass; one call of 3 s was not always enough under
-            // the whole suite (a make test run found a range still dirty).
-            try await waitUntil("nothing is left to re-price", within: 120) {
-                _ = try await services.compactor.reprice()
-                return try await pool.query("SELECT count(*)::int FROM rollup_dirty").first!.decode(0, as: Int.self) == 0
-            }
+            try await repriceAll()
             #expect(try await report() == repriced, "re-priced into the grain")
             #expect(try await Self.grainMismatches(pool) == 0)
             try await MoneyStore(pool: pool).setRates([try MoneyTests.entry("admob", "*", cpm: "2.00", cpt: "0.01", from: ReportQuery.formatDate(d0 + 1))])

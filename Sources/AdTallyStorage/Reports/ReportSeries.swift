@@ -77,7 +77,7 @@ public struct ReportSeriesWriter: Sendable {
         var failures: [String] = []
         // Only apps with something to write (Migrations/0012): days changed since their last
         // write, a due time passed (midnight, a day turning final), never written, or failed.
-        // An idle app costs these three reads.
+        // An idle app costs these two reads (a third, of the dirty ranges, only when some app is due).
         var due: Set<String> = []
         var known: Set<String> = []
         for row in try await pool.query("SELECT app_id, \(Self.isDue(now)) FROM report_series_refresh") {
@@ -92,7 +92,7 @@ public struct ReportSeriesWriter: Sendable {
         // time), and would give the numbers the re-priced rows will. Its marks stay for the
         // pass after the re-pricer's.
         var repricing: Set<String> = []
-        if !force {
+        if !force && !due.isEmpty {
             let wait = Double(configuration.repricingWait.components.seconds)
             // From the oldest change still dirty: card changes less than the wait apart do not
             // hold an app back for ever.
