@@ -93,7 +93,7 @@ struct AlertTests {
     @Test("fill collapse: fires one evaluation after its window closes, notifies once, resolves, thin volume decides nothing")
     func fillCollapse() async throws {
         try await Self.withReceiver { receiver, url in
-            try await TestDatabase.withDatabase { conninfo in
+            try await withMigratedDatabase { conninfo in
                 try await ExportTests.withServices(conninfo) { services in
                     _ = try await services.appStore.createApp(id: "alert-app", name: nil, timezone: "UTC", currency: "USD")
                     // Five hours, the first six hours ago: admob fills 90 %, 10 %, 95 %, then too little
@@ -259,7 +259,7 @@ struct AlertTests {
 
     @Test("a change against the same hours of the weeks before, in the app's zone")
     func changeAgainstBaseline() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             try await ExportTests.withServices(conninfo) { services in
                 // Kathmandu (+05:45): its whole hours are not UTC's.
                 _ = try await services.appStore.createApp(id: "ktm", name: nil, timezone: "Asia/Kathmandu", currency: "USD")
@@ -323,7 +323,7 @@ struct AlertTests {
     func oneNotifierAndRetries() async throws {
         try await Self.withReceiver { receiver, url in
             receiver.failuresLeft.withLock { $0 = 3 }
-            try await TestDatabase.withDatabase { conninfo in
+            try await withMigratedDatabase { conninfo in
                 try await ExportTests.withServices(conninfo) { services in
                     _ = try await services.appStore.createApp(id: "alert-app", name: nil, timezone: "UTC", currency: "USD")
                     // The last two whole hours (so an hour turning mid-test changes nothing): admob fills nothing.
@@ -375,7 +375,7 @@ struct AlertTests {
     @Test("adtally alerts create, list, show, test, history, pause and delete; bad options refused by name; status names the evaluator")
     func commandLine() async throws {
         try await Self.withReceiver { receiver, url in
-            try await TestDatabase.withDatabase { conninfo in
+            try await withMigratedDatabase { conninfo in
                 let (database, _) = try await openWithApp(conninfo, app: "cli-app")
                 await database.close()
                 func adtally(_ arguments: String..., environment: [String: String] = [:]) async throws -> (status: Int32, output: String) {

@@ -93,7 +93,7 @@ func withServeProcess(
     app: String, arguments: [String] = [],
     _ body: (ServerProcess, _ secret: String, HTTPClient) async throws -> Void
 ) async throws {
-    try await TestDatabase.withDatabase { conninfo in
+    try await withMigratedDatabase { conninfo in
         let (database, secret) = try await openWithApp(conninfo, app: app)
         await database.close()
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("adtally-\(app)-\(UUID().uuidString).log")
@@ -136,7 +136,7 @@ struct Counts: Sendable {
 struct CrashRecoveryTests {
     @Test("after SIGKILL under load and a restart, retrying everything unacknowledged stores every event exactly once")
     func killUnderLoad() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let (database, secret) = try await openWithApp(conninfo, app: "crash")
 
             let batchCount = 60

@@ -610,7 +610,7 @@ struct ExportTests {
 
     @Test("adtally demo loads apps, money and weeks of valid traffic once; status reads the database")
     func demoAndStatus() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             try await Self.withServices(conninfo) { services in
                 var logger = Logger(label: "test")
                 logger.logLevel = .warning
@@ -649,7 +649,7 @@ struct ExportTests {
 
     /// A fresh database with services, the seeded app `exp` and an export folder.
     static func withSeededDatabase(_ body: (String, AppServices, String) async throws -> Void) async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             try await withServices(conninfo) { services in
                 try await Exports.seed(services)
                 let directory = Exports.folder()

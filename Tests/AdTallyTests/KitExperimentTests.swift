@@ -23,7 +23,7 @@ struct KitExperimentTests {
 
     @Test("a device follows its arm: its id picks it, the same through switch refreshes, app relaunches (offline: from its cache) and a server restart; its exposure is recorded once")
     func deviceFollowsItsArm() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             var folders: [URL] = []
             defer { for folder in folders { try? FileManager.default.removeItem(at: folder) } }

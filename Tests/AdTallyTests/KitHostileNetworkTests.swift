@@ -89,7 +89,7 @@ struct KitHostileNetworkTests {
 
     /// A test database, an app, `adtally serve` and a middlebox in front of it.
     static func withMiddlebox(_ body: (KitFixture, Middlebox, URL, HTTPClient) async throws -> Void) async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             try await KitTests.withServer(fixture) { server, url, client, _ in
                 let middlebox = try Middlebox(upstreamPort: server.port)

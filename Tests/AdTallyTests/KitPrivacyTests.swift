@@ -15,7 +15,7 @@ struct KitPrivacyTests {
 
     @Test("forgetInstall() with events queued and the server down: the queue is dropped (counted as forgotten), a new id starts, and once the server is up again (after a relaunch) it erases everything of the old id; the new id's events arrive")
     func forgetWhileDown() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             let port = try freePort()
             let url = URL(string: "http://127.0.0.1:\(port)")!
@@ -71,7 +71,7 @@ struct KitPrivacyTests {
 
     @Test("optOut() outlives a SIGKILL of the app: the next launch records nothing and sends nothing until optIn()")
     func optOutAcrossKill() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             try await KitTests.withServer(fixture) { _, url, _, _ in
                 let folder = KitTests.folder()

@@ -84,7 +84,7 @@ struct KitTests {
 
     @Test("DESIGN §1's banner and interstitial sequences give the fill, show and cancel rates and wasted fills a hand count gives; misuse is thrown, not sent")
     func lifecycle() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             try await Self.withServer(fixture) { _, url, client, _ in
                 let misuses = Locked(0)
@@ -170,7 +170,7 @@ struct KitTests {
 
     @Test("recorded with the server down: the queue's bound drops the oldest, counted to the app and the server; the rest arrive once when it is up")
     func offlineThenUp() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             let port = try freePort()
             let url = URL(string: "http://127.0.0.1:\(port)")!
@@ -221,7 +221,7 @@ struct KitTests {
 
     @Test("the database unreachable: the server answers 503 with Retry-After, and the kit waits that long, timed from the server's own log")
     func retryAfterRespected() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             try await Self.withServer(fixture, arguments: ["--log-level", "debug"]) { _, url, _, log in
                 let tally = try AdTally(server: url, appKey: fixture.ingest, directory: Self.folder(), configuration: Self.quick())
@@ -274,7 +274,7 @@ struct KitTests {
 
     @Test("a 413 halves the batch until the server takes it; every event arrives once")
     func splitsOn413() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             try await Self.withServer(fixture, arguments: ["--max-events", "10"]) { _, url, _, _ in
                 var configuration = Self.quick()
@@ -292,7 +292,7 @@ struct KitTests {
 
     @Test("a revoked key stops sending and keeps the queue; a new key sends it, once")
     func revokedKey() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             try await Self.withServer(fixture) { _, url, client, _ in
                 let folder = Self.folder()
@@ -322,7 +322,7 @@ struct KitTests {
 
     @Test("events too old to send are counted; a refused key on that count is told to the app like a batch's")
     func refusedDropReport() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             try await Self.withServer(fixture) { _, url, client, _ in
                 let stopped = Locked<Int?>(nil)
@@ -355,7 +355,7 @@ struct KitTests {
 
     @Test("the switch: revalidated with its ETag (304), the last good answer offline, the default on a fresh install offline, a weighted split kept per device")
     func theSwitch() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             let port = try freePort()
             let folder = Self.folder()
@@ -404,7 +404,7 @@ struct KitTests {
 
     @Test("a child recording slots is SIGKILLed 55 times, and the server 6 times under it: every event the child was told was recorded is counted exactly once")
     func killedAtRandom() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let fixture = try await KitFixture.make(conninfo)
             let port = try freePort()
             let url = "http://127.0.0.1:\(port)"

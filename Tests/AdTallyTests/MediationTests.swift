@@ -352,7 +352,7 @@ struct MediationTests {
 
     @Test("adtally mediation set, show, history and unset work on the database; a bad option is refused by name")
     func commandLine() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let (database, _) = try await openWithApp(conninfo, app: "med")
             await database.close()
             func adtally(_ arguments: String...) async throws -> (status: Int32, output: String) {

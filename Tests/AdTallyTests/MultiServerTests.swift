@@ -25,7 +25,7 @@ struct MultiServerTests {
 
     @Test("three adtally serve processes, one SIGKILLed mid-ingest: every acknowledged event counted once, one compactor and one export runner at a time")
     func threeServers() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let (database, ingestKey) = try await openWithApp(conninfo, app: "multi")
             let store = AppStore(pool: database.pool)
             let admin = try await store.createKey(app: nil, scope: .admin).secret

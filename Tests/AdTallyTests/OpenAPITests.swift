@@ -10,7 +10,7 @@ import Testing
 struct OpenAPITests {
     @Test("real responses of every endpoint match the served OpenAPI document (openapi-core validates them)")
     func responsesMatchTheDocument() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let (database, _) = try await openWithApp(conninfo, app: "seed")
             let admin = try await AppStore(pool: database.pool).createKey(app: nil, scope: .admin).secret
             await database.close()

@@ -202,7 +202,10 @@ struct PrivacyTests {
             }
             #expect(queued["requested_by"] as? String == "kit" && queued["app"] as? String == "one")
             let done = try await Self.waitForErasure(client, admin, try #require(queued["id"] as? String))
-            #expect((done["rows"] as? [String: Int])?["events"] == 1 && (done["rows"] as? [String: Int])?["install_delta"] == 1, "\(done)")
+            // The device's install row: still a pending delta, or folded by the server's own
+            // compaction pass before the job ran (a loaded clean-clone run did).
+            let erased = done["rows"] as? [String: Int] ?? [:]
+            #expect(erased["events"] == 1 && (erased["install_delta"] ?? 0) + (erased["installs"] ?? 0) == 1, "\(done)")
             #expect(try await Self.rows(of: device, app: "one", services.database.pool)["events"] == 0)
             #expect(try await Self.rows(of: device, app: "two", services.database.pool)["events"] == 1, "the same id in another app is another person's")
             // Percent-encoded ids: a slash and a space.
@@ -214,7 +217,7 @@ struct PrivacyTests {
 
     @Test("an erasure job killed with its server (SIGKILL) midway is resumed by the next server where it was, and finishes")
     func resumedAfterKill() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let (database, _) = try await openWithApp(conninfo, app: "big")
             let admin = try await AppStore(pool: database.pool).createKey(app: nil, scope: .admin).secret
             // Six days of a device, a session a minute, beside another device: with a 1 ms

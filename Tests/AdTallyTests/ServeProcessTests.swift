@@ -31,7 +31,7 @@ struct ServeProcessTests {
     /// process shows whether metrics made at start-up reach /metrics.
     @Test("ingest and rollup metrics made at start-up reach /metrics, and a start with an exports root that exists logs no error")
     func metricsFromStartUp() async throws {
-        try await TestDatabase.withDatabase { conninfo in
+        try await withMigratedDatabase { conninfo in
             let (database, secret) = try await openWithApp(conninfo, app: "metrics")
             await database.close()
 

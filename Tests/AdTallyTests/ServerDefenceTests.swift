@@ -338,7 +338,9 @@ struct ServeLifecycleTests {
     func portInUse() async throws {
         let (listener, port) = try loopbackSocket(listening: true)
         defer { close(listener) }
-        try await TestDatabase.withDatabase { conninfo in
+        // Migrated already: the server migrates before it binds, and under a loaded clean-clone
+        // run, given an empty database, it was still running after the whole 30 s below.
+        try await withMigratedDatabase { conninfo in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: adtallyBinary())
             process.arguments = ["serve", "--database-url", conninfo, "--port", "\(port)"]

@@ -45,7 +45,10 @@ private func withServices(
     cluster: String?, migrate: Bool, flags: Settings.Flags, batcher: IngestBatcher.Configuration?, readURL: (String) -> String?,
     _ body: (AppServices, Settings, Logger) async throws -> Void
 ) async throws {
-    try await TestDatabase.withDatabase(cluster: cluster) { conninfo in
+    // The suite's cluster: a copy of its migrated template (the migrations below then find
+    // everything applied); another cluster (a replica test's own primary) migrates here.
+    let template = migrate && cluster == nil ? try await migratedTemplate.name() : nil
+    try await TestDatabase.withDatabase(cluster: cluster, template: template) { conninfo in
         var flags = flags
         flags.databaseURL = conninfo
         flags.databaseReadURL = readURL(conninfo)
@@ -71,6 +74,28 @@ private func withServices(
             throw error
         }
     }
+}
+
+/// The suite cluster's database with every migration applied, made by the first test
+/// that asks (`TemplateDatabase`): tests copy it rather than migrate a database of their own.
+let migratedTemplate = TemplateDatabase { conninfo in
+    let settings = try Settings.resolve(flags: .init(databaseURL: conninfo), environment: [:])
+    var logger = Logger(label: "adtally.test")
+    logger.logLevel = .warning
+    let database = try await Database.open(settings, logger: logger)
+    do {
+        try await database.migrate()
+        await database.close()
+    } catch {
+        await database.close()
+        throw error
+    }
+}
+
+/// A fresh database of the suite's cluster with every migration applied: a copy of
+/// `migratedTemplate`, dropped afterwards.
+func withMigratedDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
+    try await TestDatabase.withDatabase(template: try await migratedTemplate.name(), body)
 }
 
 /// Polls `condition` until it holds (`eventually`); when `seconds` pass first,

@@ -21,17 +21,17 @@ public enum TestDatabase {
     static let creating = AsyncGate(limit: 2)
 
     /// Creates an empty database in `cluster` (a conninfo for its database "postgres";
-    /// the suite's cluster when nil), runs `body` with its conninfo, then drops it.
-    /// Creating and dropping block for a while, so they run on threads of their own,
-    /// not on the two cooperative ones every test's server needs, and are paced by
-    /// `creating`.
-    public static func withDatabase<T>(cluster: String? = nil, _ body: (String) async throws -> T) async throws -> T {
+    /// the suite's cluster when nil), or a copy of the database `template` there, runs
+    /// `body` with its conninfo, then drops it. Creating and dropping block for a while,
+    /// so they run on threads of their own, not on the two cooperative ones every test's
+    /// server needs, and are paced by `creating`.
+    public static func withDatabase<T>(cluster: String? = nil, template: String? = nil, _ body: (String) async throws -> T) async throws -> T {
         let admin = try cluster ?? clusterURL
         let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         let connection = try await creating.run {
             try await onOwnThread { () throws -> PostgresConnection in
                 let connection = try PostgresConnection(connecting: admin)
-                _ = try connection.execute(unsafeSQL: "CREATE DATABASE \(name)")
+                _ = try connection.execute(unsafeSQL: "CREATE DATABASE \(name)" + (template.map { " TEMPLATE \($0)" } ?? ""))
                 return connection
             }
         }
@@ -66,6 +66,38 @@ public enum TestDatabase {
                 throw error
             }
         }
+    }
+}
+
+/// A database of the suite's cluster made once per test run by `make` (given its
+/// conninfo) and never written again, for `withDatabase(template:)` to copy: what every
+/// test would otherwise build again for itself (a migrated schema: 29 migrations, 0.5 s
+/// alone and past 30 s under the whole suite on a loaded machine, against 0.1 s a copy).
+/// No connection to it may stay open (a copy needs its template unused), so `make`
+/// closes every connection it opened.
+public final class TemplateDatabase: Sendable {
+    private let made = Locked<Task<String, any Error>?>(nil)
+    private let make: @Sendable (String) async throws -> Void
+
+    public init(make: @escaping @Sendable (String) async throws -> Void) { self.make = make }
+
+    /// Its name, made by the first caller (the others wait for it); a failure is every caller's.
+    public func name() async throws -> String {
+        let task = made.withLock { made in
+            if let made { return made }
+            let task = Task { [make] in
+                let name = "t_template_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+                let admin = try TestDatabase.clusterURL
+                try await TestDatabase.creating.run {
+                    try await onOwnThread { _ = try PostgresConnection(connecting: admin).execute(unsafeSQL: "CREATE DATABASE \(name)") }
+                }
+                try await make(admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)"))
+                return name
+            }
+            made = task
+            return task
+        }
+        return try await task.value
     }
 }
 
