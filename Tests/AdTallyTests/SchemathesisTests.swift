@@ -87,7 +87,7 @@ struct SchemathesisTests {
                     "python3", "-c", "import sys; from schemathesis.cli import schemathesis; sys.argv[0] = 'schemathesis'; schemathesis()",
                     "--config-file", config, "run", "http://127.0.0.1:\(server.port)/openapi.yaml",
                     "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance",
-                    "--phases", "fuzzing,stateful", "--max-examples", "120", "--seed", "20261123", "--workers", "2", "--request-timeout", "30",
+                    "--phases", "fuzzing,stateful", "--max-examples", "120", "--seed", "20261123", "--workers", "1", "--request-timeout", "30",
                     "--generation-database", "none", "--no-color",
                 ], environment: fixture)
                 #expect(status == 0, "\(output.suffix(6000))")

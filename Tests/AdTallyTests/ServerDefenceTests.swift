@@ -334,7 +334,7 @@ enum AppStoreKeys {
 
 @Suite("adtally serve refuses to linger")
 struct ServeLifecycleTests {
-    @Test("a port already in use fails at once, naming it, and stops the embedded cluster")
+    @Test("a port already in use fails at once, naming it")
     func portInUse() async throws {
         let (listener, port) = try loopbackSocket(listening: true)
         defer { close(listener) }

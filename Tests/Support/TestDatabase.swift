@@ -81,7 +81,8 @@ public final class TemplateDatabase: Sendable {
 
     public init(make: @escaping @Sendable (String) async throws -> Void) { self.make = make }
 
-    /// Its name, made by the first caller (the others wait for it); a failure is every caller's.
+    /// Its name, made by the first caller (the others wait for it). A failed attempt is
+    /// dropped and forgotten: its waiters fail with it, and the next caller tries again.
     public func name() async throws -> String {
         let task = made.withLock { made in
             if let made { return made }
@@ -91,13 +92,23 @@ public final class TemplateDatabase: Sendable {
                 try await TestDatabase.creating.run {
                     try await onOwnThread { _ = try PostgresConnection(connecting: admin).execute(unsafeSQL: "CREATE DATABASE \(name)") }
                 }
-                try await make(admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)"))
+                do {
+                    try await make(admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)"))
+                } catch {
+                    _ = await onOwnThread { _ = try? PostgresConnection(connecting: admin).execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+                    throw error
+                }
                 return name
             }
             made = task
             return task
         }
-        return try await task.value
+        do {
+            return try await task.value
+        } catch {
+            made.withLock { if $0 == task { $0 = nil } }
+            throw error
+        }
     }
 }
 
