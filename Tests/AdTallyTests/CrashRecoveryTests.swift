@@ -42,10 +42,13 @@ final class ServerProcess: @unchecked Sendable {
     }
 
     /// Up to two minutes: a server given an empty database migrates before it listens, and
-    /// a loaded clean-clone run saw that take past 30 s.
+    /// a loaded clean-clone run saw that take past 30 s. A server that has exited fails it at once.
     func waitUntilReady(_ client: HTTPClient) async throws {
         let started = ContinuousClock.now
         while ContinuousClock.now - started < .seconds(120) {
+            guard process.isRunning else {
+                throw TestSetupError(description: "adtally serve exited (status \(process.terminationStatus)) before it was ready on port \(port)")
+            }
             if let response = try? await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/readyz"), timeout: .seconds(2)),
                response.status == .ok {
                 return

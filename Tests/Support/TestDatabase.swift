@@ -82,7 +82,7 @@ public final class TemplateDatabase: Sendable {
     public init(make: @escaping @Sendable (String) async throws -> Void) { self.make = make }
 
     /// Its name, made by the first caller (the others wait for it). A failed attempt is
-    /// dropped and forgotten: its waiters fail with it, and the next caller tries again.
+    /// dropped and forgotten: its waiters fail with it, and a caller after them tries again.
     public func name() async throws -> String {
         let task = made.withLock { made in
             if let made { return made }
