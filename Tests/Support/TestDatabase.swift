@@ -22,12 +22,40 @@ public enum TestDatabase {
 
     /// Creates an empty database in `cluster` (a conninfo for its database "postgres";
     /// the suite's cluster when nil), or a copy of the database `template` there, runs
-    /// `body` with its conninfo, then drops it. Creating and dropping block for a while,
-    /// so they run on threads of their own, not on the two cooperative ones every test's
-    /// server needs, and are paced by `creating`.
+    /// `body` with its conninfo, then drops it.
     public static func withDatabase<T>(cluster: String? = nil, template: String? = nil, _ body: (String) async throws -> T) async throws -> T {
-        let admin = try cluster ?? clusterURL
-        let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        let database = try await create(in: try cluster ?? clusterURL, template: template)
+        do {
+            let value = try await body(database.conninfo)
+            await database.drop()
+            return value
+        } catch {
+            await database.drop()
+            throw error
+        }
+    }
+
+    /// A database made by `create`: its name, its conninfo, and the maintenance
+    /// database's connection that made it and drops it.
+    struct Created: Sendable {
+        let name: String
+        let conninfo: String
+        let admin: PostgresConnection
+
+        /// Drops it (whoever is still connected), paced by `creating`.
+        func drop() async {
+            await creating.run {
+                _ = await onOwnThread { [admin, name] in _ = try? admin.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+            }
+        }
+    }
+
+    /// Creates a database named `prefix` and a UUID in the cluster `admin` names (empty, or
+    /// a copy of `template`). Creating and dropping block for a while, so they run on
+    /// threads of their own, not on the two cooperative ones every test's server needs,
+    /// and are paced by `creating`.
+    static func create(in admin: String, template: String? = nil, prefix: String = "t_") async throws -> Created {
+        let name = prefix + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         let connection = try await creating.run {
             try await onOwnThread { () throws -> PostgresConnection in
                 let connection = try PostgresConnection(connecting: admin)
@@ -35,20 +63,7 @@ public enum TestDatabase {
                 return connection
             }
         }
-        func drop() async {
-            await creating.run {
-                _ = await onOwnThread { _ = try? connection.execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
-            }
-        }
-        let conninfo = admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)")
-        do {
-            let value = try await body(conninfo)
-            await drop()
-            return value
-        } catch {
-            await drop()
-            throw error
-        }
+        return Created(name: name, conninfo: admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)"), admin: connection)
     }
 
     /// Creates an empty database and a pool over it; shuts the pool down afterwards.
@@ -87,18 +102,14 @@ public final class TemplateDatabase: Sendable {
         let task = made.withLock { made in
             if let made { return made }
             let task = Task { [make] in
-                let name = "t_template_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-                let admin = try TestDatabase.clusterURL
-                try await TestDatabase.creating.run {
-                    try await onOwnThread { _ = try PostgresConnection(connecting: admin).execute(unsafeSQL: "CREATE DATABASE \(name)") }
-                }
+                let database = try await TestDatabase.create(in: try TestDatabase.clusterURL, prefix: "t_template_")
                 do {
-                    try await make(admin.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)"))
+                    try await make(database.conninfo)
                 } catch {
-                    _ = await onOwnThread { _ = try? PostgresConnection(connecting: admin).execute(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+                    await database.drop()
                     throw error
                 }
-                return name
+                return database.name
             }
             made = task
             return task
